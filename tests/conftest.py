@@ -1,0 +1,25 @@
+"""Shared fixtures. Area-specific fixtures live in tests/support/ and are imported by name."""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+MACHINES = Path(__file__).parent / "machines"
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def machine(tmp_path):
+    """Copy a test machine (a sysroot under tests/machines/) into tmp_path and return its path."""
+
+    def _copy(name: str) -> Path:
+        src = MACHINES / name
+        if not src.is_dir():
+            raise FileNotFoundError(f"no test machine {name!r} under {MACHINES}")
+        dest = tmp_path / name
+        shutil.copytree(src, dest, symlinks=True)
+        return dest
+
+    return _copy
