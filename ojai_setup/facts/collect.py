@@ -1,0 +1,299 @@
+"""Reading the machine: I/O through a :class:`~ojai_setup.root.Root`, parsing elsewhere.
+
+Each ``read_*`` function returns one section of :class:`Facts`; :func:`collect` runs them all
+and turns any failure into an ``unknown`` entry with its reason, so doctor never crashes on a
+machine it does not understand.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Callable
+from pathlib import PurePosixPath
+
+from ..root import Root
+from . import parsers
+from .models import (
+    Bios,
+    Cpu,
+    Distro,
+    DrmCard,
+    Facts,
+    Gpu,
+    Kernel,
+    Memory,
+    ModprobeSetting,
+    Npu,
+    Tool,
+    Ttm,
+    TtmRecord,
+)
+
+AMD_PCI_VENDOR = "0x1002"
+ENVIRON_CAPTURE = "/.ojai/environ"
+STATE_FILE = "/var/lib/ojai/state.json"
+GRUB_DEFAULT = "/etc/default/grub"
+#: where ojai installs llama-server (see ojai_setup.llamacpp)
+OJAI_LLAMA_SERVER = "/opt/ojai/llama.cpp/current/llama-server"
+
+
+def _read(root: Root, path: str) -> str | None:
+    try:
+        return root.read_text(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+
+
+def _int(text: str | None) -> int | None:
+    try:
+        return int(text.strip()) if text is not None else None
+    except ValueError:
+        return None
+
+
+def environment(root: Root) -> dict[str, str]:
+    """The environment doctor runs in (on a captured machine: the captured one)."""
+    if root.is_host:
+        return dict(os.environ)
+    text = _read(root, ENVIRON_CAPTURE)
+    return parsers.parse_environ(text) if text else {}
+
+
+def read_cpu(root: Root) -> Cpu:
+    return parsers.parse_cpuinfo(root.read_text("/proc/cpuinfo"))
+
+
+def read_memory(root: Root) -> Memory:
+    return parsers.parse_meminfo(root.read_text("/proc/meminfo"))
+
+
+def read_kernel(root: Root) -> Kernel:
+    text = _read(root, "/proc/sys/kernel/osrelease")
+    if text is None:
+        result = root.run(["uname", "-r"])
+        if not result.ok:
+            raise FileNotFoundError("neither /proc/sys/kernel/osrelease nor `uname -r` is available")
+        text = result.stdout
+    return parsers.parse_kernel_release(text)
+
+
+def read_cmdline(root: Root) -> list[str]:
+    from ..grub import parse_cmdline
+
+    return parse_cmdline(root.read_text("/proc/cmdline"))
+
+
+def read_rocm_version(root: Root) -> str:
+    for path in ("/opt/rocm/.info/version", "/opt/rocm/.info/version-dev"):
+        text = _read(root, path)
+        if text:
+            return parsers.parse_rocm_version(text)
+    raise FileNotFoundError("no /opt/rocm/.info/version (ROCm not installed in /opt/rocm)")
+
+
+def read_bios(root: Root) -> Bios:
+    base = "/sys/class/dmi/id/"
+    values = {k: (_read(root, base + k) or "").strip() or None for k in Bios.model_fields}
+    if not any(values.values()):
+        raise FileNotFoundError(f"no DMI data under {base}")
+    return Bios(**values)
+
+
+def read_distro(root: Root) -> Distro:
+    import distro
+
+    if root.is_host:
+        d = distro.LinuxDistribution()
+    else:
+        d = distro.LinuxDistribution(root_dir=str(root.resolve("/etc")),
+                                     include_lsb=False, include_uname=False)
+    if not d.id():
+        raise FileNotFoundError("no /etc/os-release")
+    root.reads.append("/etc/os-release")
+    return Distro(id=d.id(), version=d.version(best=True), name=d.name(pretty=True),
+                  like=d.like().split())
+
+
+def read_gpu(root: Root) -> Gpu:
+    gpu = Gpu()
+    result = root.run(["rocminfo"])
+    if result.ok:
+        try:
+            agents = parsers.parse_rocminfo(result.stdout)
+            gpu.agents = [a for a in agents if a.device_type == "GPU"]
+            gpu.npu_agents = [a for a in agents if a.device_type == "DSP" or a.name.startswith("aie")]
+        except parsers.ParseError as exc:
+            gpu.rocminfo_error = str(exc)
+    elif not result.found:
+        gpu.rocminfo_error = "rocminfo is not installed"
+    else:
+        gpu.rocminfo_error = (f"rocminfo exited {result.exit_code}: "
+                              f"{(result.stderr or result.stdout).strip()[:200]}")
+    for dev in root.glob("/sys/class/drm/card*/device"):
+        card = PurePosixPath(dev).parent.name
+        if not re.fullmatch(r"card\d+", card):
+            continue
+        vendor = (_read(root, dev + "/vendor") or "").strip() or None
+        if vendor != AMD_PCI_VENDOR:
+            continue
+        gpu.cards.append(DrmCard(
+            card=card, pci_vendor=vendor, pci_device=(_read(root, dev + "/device") or "").strip() or None,
+            vram_total=_int(_read(root, dev + "/mem_info_vram_total")),
+            gtt_total=_int(_read(root, dev + "/mem_info_gtt_total"))))
+    gpu.hsa_override = environment(root).get("HSA_OVERRIDE_GFX_VERSION")
+    gpu.amdgpu_loaded = root.exists("/sys/module/amdgpu")
+    return gpu
+
+
+def read_npu(root: Root) -> Npu:
+    npu = Npu(accel_devices=root.glob("/dev/accel/accel*"))
+    version = _read(root, "/sys/module/amdxdna/version")
+    npu.amdxdna_version = version.strip() if version else None
+    flm = root.run(["flm", "validate", "--json"])
+    if not flm.found:
+        flm = root.run(["flm", "validate"])
+    if flm.found:
+        from ..flm import parse_validate
+
+        status = parse_validate(flm.stdout, flm.exit_code)
+        npu.flm = status.model_dump(mode="json")
+        if getattr(status, "firmware_version", None):
+            npu.firmware_version = status.firmware_version
+            npu.firmware_source = "flm validate"
+        if getattr(status, "amdxdna_version", None) and not npu.amdxdna_version:
+            npu.amdxdna_version = status.amdxdna_version
+    if npu.firmware_version is None:
+        xrt = root.run(["xrt-smi", "examine"])
+        if xrt.found:
+            info = parsers.parse_xrt_smi(xrt.stdout)
+            if "firmware_version" in info:
+                npu.firmware_version = info["firmware_version"]
+                npu.firmware_source = "xrt-smi examine"
+            if not npu.amdxdna_version and "amdxdna_version" in info:
+                npu.amdxdna_version = info["amdxdna_version"]
+    return npu
+
+
+def read_ttm(root: Root, cmdline: list[str] | None) -> Ttm:
+    from ..grub import GrubEditError, cmdline_param, get_kernel_param
+    from ..modprobe import find_module_option
+
+    ttm = Ttm()
+    for module in ("amdttm", "ttm"):
+        value = _read(root, f"/sys/module/{module}/parameters/pages_limit")
+        if value is not None:
+            ttm.live_module = module  # amdttm wins when both are loaded: amdgpu-dkms uses it
+            ttm.active_pages = _int(value)
+            break
+    if cmdline is not None:
+        for key in ("amdttm.pages_limit", "ttm.pages_limit"):
+            value = cmdline_param(cmdline, key)
+            if value is not None:
+                ttm.cmdline_pages, ttm.cmdline_key = _int(value), key
+                break
+        ttm.deprecated_gttsize = [t for t in cmdline
+                                  if re.match(r"amdgpu\.gtt_?size=", t)]
+    grub_text = _read(root, GRUB_DEFAULT)
+    if grub_text is not None:
+        try:
+            for key in ("amdttm.pages_limit", "ttm.pages_limit"):
+                for var in ("GRUB_CMDLINE_LINUX_DEFAULT", "GRUB_CMDLINE_LINUX"):
+                    value = get_kernel_param(grub_text, key, var=var)
+                    if value is not None and ttm.grub_pages is None:
+                        ttm.grub_pages, ttm.grub_key = _int(value), key
+        except GrubEditError as exc:
+            ttm.grub_error = str(exc)
+    for path in root.glob("/etc/modprobe.d/*.conf"):
+        text = _read(root, path) or ""
+        for module in ("ttm", "amdttm"):
+            for line, value in find_module_option(text, module, "pages_limit"):
+                pages = _int(value)
+                if pages is not None:
+                    ttm.modprobe.append(ModprobeSetting(path=path, line=line, module=module, pages=pages))
+    boot_id = _read(root, "/proc/sys/kernel/random/boot_id")
+    ttm.boot_id = boot_id.strip() if boot_id else None
+    state = _read(root, STATE_FILE)
+    if state:
+        record = json.loads(state).get("records", {}).get("ttm")
+        if record:
+            ttm.record = TtmRecord.model_validate(record)
+    return ttm
+
+
+def _version_of(result) -> str | None:
+    text = (result.stdout + "\n" + result.stderr).strip()
+    for line in text.splitlines():
+        if re.search(r"\d+\.\d+|version", line, re.I):
+            return line.strip()
+    return text.splitlines()[0].strip() if text else None
+
+
+def read_tools(root: Root) -> dict[str, Tool]:
+    tools: dict[str, Tool] = {}
+    llama = OJAI_LLAMA_SERVER if root.exists(OJAI_LLAMA_SERVER) else None
+    candidates: list[tuple[str, list[str]]] = [
+        ("llama-server", [llama or "llama-server", "--version"]),
+        ("lemonade", ["lemonade", "--version"]),
+        ("lemond", ["lemond", "--version"]),
+        ("flm", ["flm", "version"]),
+    ]
+    for name, argv in candidates:
+        result = root.run(argv)
+        if not result.found:
+            continue
+        tool = Tool(name=name, path=argv[0] if argv[0].startswith("/") else root.which(argv[0]))
+        if name == "llama-server":
+            from ..llamacpp.dialect import parse_version
+
+            v = parse_version(result.stderr + "\n" + result.stdout)
+            tool.version = v.display() if hasattr(v, "display") else str(v)
+        else:
+            tool.version = _version_of(result)
+        tools[name] = tool
+    return tools
+
+
+def read_amdgpu_dkms(root: Root) -> bool:
+    return bool(root.glob("/var/lib/dkms/amdgpu/*")) or root.exists("/sys/module/amdttm")
+
+
+SECTIONS: dict[str, Callable[[Root], object]] = {
+    "cpu": read_cpu,
+    "memory": read_memory,
+    "kernel": read_kernel,
+    "cmdline": read_cmdline,
+    "rocm_version": read_rocm_version,
+    "bios": read_bios,
+    "distro": read_distro,
+    "gpu": read_gpu,
+    "npu": read_npu,
+    "tools": read_tools,
+    "amdgpu_dkms": read_amdgpu_dkms,
+}
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, FileNotFoundError) and exc.filename:
+        return f"cannot read {exc.filename}: not found"
+    if isinstance(exc, PermissionError) and exc.filename:
+        return f"cannot read {exc.filename}: permission denied (run as root for this fact)"
+    if isinstance(exc, (FileNotFoundError, ValueError)):
+        return str(exc)
+    return f"{type(exc).__name__}: {exc}"
+
+
+def collect(root: Root) -> Facts:
+    """Read every fact; one that cannot be read is recorded as unknown, with the reason."""
+    facts = Facts(root=str(root.path))
+    for name, reader in SECTIONS.items():
+        try:
+            setattr(facts, name, reader(root))
+        except Exception as exc:  # noqa: BLE001 - a fact must never crash doctor
+            facts.unknown[name] = _reason(exc)
+    try:
+        facts.ttm = read_ttm(root, facts.cmdline)
+    except Exception as exc:  # noqa: BLE001
+        facts.unknown["ttm"] = _reason(exc)
+    return facts
