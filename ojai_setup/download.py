@@ -47,7 +47,7 @@ class DownloadError(Exception):
 
 def part_path(target: Path) -> Path:
     """The temp file a download of ``target`` streams into."""
-    return target.with_name(f".{target.name}.part")
+    return target.with_name(f".{target.name.lstrip('.')}.part")
 
 
 def download(

@@ -36,7 +36,7 @@ from pathlib import Path, PurePosixPath
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ojai_setup.actions import InstallArchive
-from ojai_setup.download import USER_AGENT, Progress, download
+from ojai_setup.download import USER_AGENT, Progress, download, part_path
 from ojai_setup.root import Root
 
 REPO = "lemonade-sdk/llamacpp-rocm"
@@ -301,7 +301,7 @@ def execute_install_archive(root: Root, action: InstallArchive, progress: Progre
         return _switch_link(root, action)
 
     parent.mkdir(parents=True, exist_ok=True)
-    _remove(archive, staging, retired)  # leftovers of a run that was killed
+    _remove(part_path(archive), archive, staging, retired)  # leftovers of a killed run
     try:
         download(action.url, archive, sha256=action.sha256, size=action.size,
                  progress=progress, description=f"download {PurePosixPath(action.url).name}")
@@ -362,8 +362,13 @@ def check_archive(zf: zipfile.ZipFile) -> list[zipfile.ZipInfo]:
     return entries
 
 
+def _unix_mode(info: zipfile.ZipInfo) -> int:
+    """The entry's st_mode, or 0 when the zip was not made on Unix (no modes recorded)."""
+    return info.external_attr >> 16 if info.create_system == 3 else 0
+
+
 def _entry_kind(info: zipfile.ZipInfo) -> str:
-    mode = info.external_attr >> 16
+    mode = _unix_mode(info)
     fmt = stat.S_IFMT(mode)
     if info.is_dir() or fmt == stat.S_IFDIR:
         return "dir"
@@ -391,7 +396,7 @@ def _unpack(zf: zipfile.ZipFile, entries: list[zipfile.ZipInfo], staging: Path,
             if kind == "symlink":
                 os.symlink(zf.read(info).decode("utf-8"), out)
             else:
-                mode = (info.external_attr >> 16) & KEEP_MODE or 0o644
+                mode = _unix_mode(info) & KEEP_MODE or 0o644
                 fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
                 with os.fdopen(fd, "wb") as dst, zf.open(info) as src:
                     shutil.copyfileobj(src, dst, 1 << 20)
