@@ -256,7 +256,7 @@ def _rocm_min(facts: Facts, profile: Profile, params: dict) -> Outcome:
 @kind("bios_min")
 def _bios_min(facts: Facts, profile: Profile, params: dict) -> Outcome:
     bios = _need(facts, "bios")
-    board = " ".join(filter(None, [bios.sys_vendor, bios.product_name, bios.board_name]))
+    board = " ".join(dict.fromkeys(filter(None, [bios.sys_vendor, bios.product_name, bios.board_name])))
     match = params.get("product_match", [])
     if match and not any(m.lower() in board.lower() for m in match):
         return Outcome(ok=None, evidence=f"board {board!r} is not one this BIOS rule is for")

@@ -90,6 +90,77 @@ def doctor(
     raise typer.Exit(int(code))
 
 
+@app.command()
+def setup(
+    root: RootOpt = Path("/"),
+    apply: Annotated[bool, typer.Option("--apply", help="Carry out the plan (asks first unless --yes).")] = False,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Apply without asking.")] = False,
+    plan: Annotated[Optional[Path], typer.Option(
+        "--plan", help="With --apply: apply exactly this saved plan; refused when the machine changed since.")] = None,
+    out: Annotated[Optional[Path], typer.Option("--out", help="Save the plan (with its fingerprint) to FILE.")] = None,
+    json_out: JsonOpt = False,
+    profile: ProfileOpt = None,
+    gpu_memory: Annotated[Optional[int], typer.Option(
+        "--gpu-memory", min=1, help="GPU memory budget in GiB (default: the profile's, 48 on the OJAI box).")] = None,
+    llamacpp: Annotated[str, typer.Option(
+        "--llamacpp", help="How to get llama-server: nightly (Lemonade's ROCm builds), source, or none.")] = "nightly",
+    llamacpp_tag: Annotated[Optional[str], typer.Option("--llamacpp-tag", help="Pin a nightly tag (e.g. b1311); default: the latest release.")] = None,
+    llamacpp_src: Annotated[Optional[str], typer.Option("--llamacpp-src", help="Source for --llamacpp source: a git URL, a directory or a .tar.gz.")] = None,
+    llamacpp_ref: Annotated[Optional[str], typer.Option("--llamacpp-ref", help="Git ref to build with --llamacpp source.")] = None,
+    backend: Annotated[Optional[str], typer.Option("--backend", help="Source build backend: hip or cpu (default: hip when ROCm is installed).")] = None,
+    model: Annotated[Optional[str], typer.Option("--model", help="Add the download, pairing check and launch files for this catalog route (see `ojai models`).")] = None,
+    models_dir: Annotated[Optional[str], typer.Option("--models-dir", help="Where models are stored (default /var/lib/ojai/models).")] = None,
+    host: Annotated[str, typer.Option("--host", help="Address the servers ojai writes listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", help="Port of the llama-server route.")] = 8080,
+    systemd: Annotated[bool, typer.Option("--systemd", help="Also write systemd units for the routes.")] = False,
+) -> None:
+    """Plan the setup of this machine as a dry run, or apply it with --apply.
+
+    Shows one line per step (satisfied / will change / blocked), a diff of every file it would
+    change, and what needs a reboot. Exit code: 0 nothing to do, 2 changes pending, 1 error or
+    blocked. Planning needs no root; applying stops before the first change and prints the
+    exact sudo command when it needs root.
+    """
+    from pydantic import ValidationError
+
+    from .provision import run_setup
+    from .settings import Settings
+    from .terminal import Terminal
+
+    term = Terminal(json_mode=json_out)
+    if not root.is_dir():
+        _fail(term, f"--root {root}: not a directory", ExitStatus.USAGE)
+    try:
+        fields = dict(profile=profile, gpu_memory_gib=gpu_memory, llamacpp=llamacpp,
+                      llamacpp_tag=llamacpp_tag, llamacpp_ref=llamacpp_ref,
+                      llamacpp_backend=backend, model=model, host=host, port=port, systemd=systemd)
+        if llamacpp_src:
+            fields["llamacpp_src"] = llamacpp_src
+        if models_dir:
+            fields["models_dir"] = models_dir
+        settings = Settings(**fields)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        _fail(term, f"--{str(err['loc'][0]).replace('_', '-')}: {err['msg']}", ExitStatus.USAGE)
+    try:
+        code = run_setup(term, root, settings, apply=apply, yes=yes, plan_file=plan, out=out)
+    except (ValueError, OSError) as exc:
+        _fail(term, str(exc))
+    raise typer.Exit(int(code))
+
+
+@app.command()
+def rollback(
+    root: RootOpt = Path("/"),
+    force: Annotated[bool, typer.Option("--force", help="Restore even files changed since the apply.")] = False,
+) -> None:
+    """Restore the files the last `ojai setup --apply` changed (from its backups)."""
+    from .provision import run_rollback
+    from .terminal import Terminal
+
+    raise typer.Exit(run_rollback(Terminal(), root, force=force))
+
+
 def main() -> None:
     app()
 

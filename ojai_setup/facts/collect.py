@@ -107,11 +107,11 @@ def read_distro(root: Root) -> Distro:
     if root.is_host:
         d = distro.LinuxDistribution()
     else:
-        d = distro.LinuxDistribution(root_dir=str(root.resolve("/etc")),
+        d = distro.LinuxDistribution(root_dir=str(root.resolve("/")),
                                      include_lsb=False, include_uname=False)
     if not d.id():
         raise FileNotFoundError("no /etc/os-release")
-    root.reads.append("/etc/os-release")
+    root.reads.extend(p for p in ("/etc/os-release", "/usr/lib/os-release") if root.exists(p))
     return Distro(id=d.id(), version=d.version(best=True), name=d.name(pretty=True),
                   like=d.like().split())
 

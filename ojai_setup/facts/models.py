@@ -110,6 +110,8 @@ class ModprobeSetting(_Model):
 class TtmRecord(_Model):
     """What ``ojai setup --apply`` recorded about the TTM limit it configured."""
 
+    model_config = ConfigDict(extra="ignore")
+
     boot_id: str
     expected_pages: int
     module: str = "ttm"

@@ -1,0 +1,140 @@
+"""The GPU memory limit: ``ttm.pages_limit`` (or ``amdttm.pages_limit``) in GRUB.
+
+The iGPU allocates from system memory through TTM, which the kernel caps at about half of RAM.
+This step writes the wanted limit into ``GRUB_CMDLINE_LINUX_DEFAULT`` by key, brings any
+``options ttm pages_limit=`` in /etc/modprobe.d to the same value, and notifies the handlers
+that make the edit reach the next boot (grub.cfg, the initramfs).
+"""
+
+from __future__ import annotations
+
+from ..actions import RunCommand, WriteFile
+from ..checks import load_profile
+from ..facts.models import GIB, PAGE, Facts
+from ..grub import (
+    GrubEditError,
+    bls_enabled,
+    choose_cmdline_var,
+    get_kernel_param,
+    regenerate_commands,
+    remove_kernel_param,
+    set_kernel_param,
+)
+from ..modprobe import find_module_option, set_module_option
+from .base import PlanContext, StepResult
+
+GRUB_DEFAULT = "/etc/default/grub"
+PAGES_PER_GIB = GIB // PAGE  # 262144
+MIN_OS_GIB = 4
+DEPRECATED = ("amdgpu.gttsize", "amdgpu.gtt_size")
+REBOOT = "the kernel reads the TTM limit only at boot"
+
+
+def pages_for(gib: int) -> int:
+    return gib * PAGES_PER_GIB
+
+
+def budget_gib(facts: Facts, settings) -> int:
+    """The GPU memory budget: ``--gpu-memory`` or the profile's default."""
+    if settings.gpu_memory_gib is not None:
+        return settings.gpu_memory_gib
+    from ..checks import detect_profile
+
+    profile = load_profile(settings.profile) if settings.profile else detect_profile(facts)
+    return profile.gpu_budget_gib(facts.memory.total_gib if facts.memory else 0)
+
+
+def _read(ctx: PlanContext, path: str) -> str | None:
+    try:
+        return ctx.root.read_text(path)
+    except FileNotFoundError:
+        return None
+
+
+def _initramfs_command(ctx: PlanContext, facts: Facts) -> list[str]:
+    release = facts.kernel.release if facts.kernel else "all"
+    if ctx.root.which("update-initramfs"):
+        return ["update-initramfs", "-u", "-k", release]
+    if ctx.root.which("dracut"):
+        return ["dracut", "--force", "--kver", release]
+    return ["mkinitcpio", "-P"]
+
+
+class TtmStep:
+    name = "gpu-memory"
+
+    def plan(self, ctx: PlanContext) -> StepResult:
+        facts: Facts = ctx.facts  # type: ignore[assignment]
+        settings = ctx.settings
+        if facts.memory is None:
+            return StepResult.blocked(self.name, "cannot size the GPU memory limit: "
+                                      + facts.unknown.get("memory", "memory size unknown"))
+        total = facts.memory.total_gib
+        gib = budget_gib(facts, settings)
+        if total - gib < MIN_OS_GIB:
+            return StepResult.blocked(
+                self.name, f"a GPU budget of {gib} GiB leaves the OS {total - gib:.1f} GiB of "
+                f"{total:.1f} GiB; keep at least {MIN_OS_GIB} GiB (use --gpu-memory "
+                f"{max(1, int(total) - MIN_OS_GIB)} or less)")
+        pages = pages_for(gib)
+        module = facts.ttm.live_module if facts.ttm and facts.ttm.live_module else "ttm"
+        key, other = f"{module}.pages_limit", ("ttm.pages_limit" if module == "amdttm" else "amdttm.pages_limit")
+        before = _read(ctx, GRUB_DEFAULT)
+        reads = [GRUB_DEFAULT]
+        if before is None:
+            return StepResult.blocked(
+                self.name, f"{GRUB_DEFAULT} does not exist: this machine does not boot through "
+                f"GRUB's defaults file. Add {key}={pages} to the kernel command line by hand "
+                "(systemd-boot: /etc/kernel/cmdline), then reboot.", reads=tuple(reads))
+        try:
+            var = choose_cmdline_var(before)
+            after = set_kernel_param(before, key, str(pages), var=var)
+            for stale in (other, *DEPRECATED):
+                after = remove_kernel_param(after, stale, var=var)
+            current = get_kernel_param(before, key, var=var)
+        except GrubEditError as exc:
+            return StepResult.blocked(self.name, f"{exc} (the file was not changed)", reads=tuple(reads))
+        actions: list = []
+        handlers: dict[str, RunCommand] = {}
+        if after != before:
+            actions.append(WriteFile(
+                path=GRUB_DEFAULT, before=before, after=after, validate_with="grub",
+                reason=f"set {key}={pages} ({gib} GiB for the GPU) in {var}",
+                needs_root=True, needs_reboot=REBOOT, notify=("update-grub",)))
+            distro = facts.distro
+            try:
+                cmds = regenerate_commands(distro.id if distro else "", distro.like if distro else [],
+                                           lambda p: ctx.root.which(p) is not None,
+                                           bls=bls_enabled(before), args=[f"{key}={pages}"])
+            except GrubEditError as exc:
+                return StepResult.blocked(self.name, str(exc), reads=tuple(reads))
+            handlers["update-grub"] = RunCommand(argv=tuple(cmds[0]), needs_root=True,
+                                                 reason=f"regenerate the boot configuration from {GRUB_DEFAULT}")
+        for path in ctx.root.glob("/etc/modprobe.d/*.conf"):
+            text = _read(ctx, path) or ""
+            reads.append(path)
+            new = text
+            for mod in ("ttm", "amdttm"):
+                for _line, value in find_module_option(text, mod, "pages_limit"):
+                    if value != str(pages):
+                        new = set_module_option(new, mod, "pages_limit", str(pages))
+            if new != text:
+                actions.append(WriteFile(
+                    path=path, before=text, after=new, needs_root=True, needs_reboot=REBOOT,
+                    reason=f"bring {path} to the same limit as GRUB ({pages} pages)",
+                    notify=("initramfs",)))
+                handlers["initramfs"] = RunCommand(
+                    argv=tuple(_initramfs_command(ctx, facts)), needs_root=True,
+                    reason="rebuild the initramfs for the kernel that will boot (it carries modprobe.d)")
+        if not actions:
+            how = f"{key}={current}" if current else key
+            return StepResult.satisfied(
+                self.name, f"{how} ({gib} GiB for the GPU) is already set in {GRUB_DEFAULT}"
+                + ("" if not facts.ttm or not facts.ttm.modprobe else " and /etc/modprobe.d agrees"),
+                reads=tuple(reads))
+        sentence = f"set the GPU memory limit to {gib} GiB ({key}={pages})"
+        if facts.ttm and facts.ttm.active_pages:
+            sentence += f"; active now: {facts.ttm.active_pages * PAGE / GIB:.1f} GiB"
+        return StepResult.change(
+            self.name, sentence, actions, reads=tuple(reads), handlers=handlers,
+            records={"ttm": {"expected_pages": pages, "module": module}})
