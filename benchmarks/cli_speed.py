@@ -1,0 +1,65 @@
+"""Median wall time of ojai's read-only commands on the test machines.
+
+    python benchmarks/cli_speed.py [--runs 10]
+
+Prints the median (and min/max) of N runs of each command, each in a fresh process, as a
+user would run them. Targets: `ojai doctor --json` on the OJAI box <= 0.40 s; `ojai setup`
+with nothing to do <= 0.5 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+MACHINES = REPO / "tests" / "machines"
+
+
+def ojai() -> list[str]:
+    exe = Path(sys.executable).parent / "ojai"
+    return [str(exe)] if exe.exists() else [sys.executable, "-m", "ojai_setup.cli"]
+
+
+def timed(argv: list[str], runs: int, ok_codes: tuple[int, ...]) -> list[float]:
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        proc = subprocess.run(argv, capture_output=True, text=True)
+        times.append(time.perf_counter() - start)
+        if proc.returncode not in ok_codes:
+            sys.exit(f"{' '.join(argv)} exited {proc.returncode}:\n{proc.stderr}")
+    return times
+
+
+def report(name: str, times: list[float], target: float) -> None:
+    med = statistics.median(times)
+    verdict = "ok" if med <= target else "OVER TARGET"
+    print(f"{name:<55} median {med:.3f} s  (min {min(times):.3f}, max {max(times):.3f}; "
+          f"target {target:.2f} s: {verdict})")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=10)
+    args = ap.parse_args()
+    base = ojai()
+    times = timed(base + ["doctor", "--json", "--root", str(MACHINES / "ojai-fresh")], args.runs, (0, 1))
+    report("ojai doctor --json --root <ojai-fresh>", times, 0.40)
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp) / "m"
+        shutil.copytree(MACHINES / "ojai-fresh", root, symlinks=True)
+        subprocess.run(base + ["setup", "--apply", "--yes", "--root", str(root), "--llamacpp", "none"],
+                       check=True, capture_output=True)
+        times = timed(base + ["setup", "--root", str(root), "--llamacpp", "none"], args.runs, (0,))
+        report("ojai setup --root <provisioned ojai box> (nothing to do)", times, 0.50)
+
+
+if __name__ == "__main__":
+    main()
