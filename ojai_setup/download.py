@@ -17,28 +17,13 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from pathlib import Path
-from typing import Protocol
+
+from ojai_setup.progress import Progress
 
 CHUNK = 1 << 20
 DEFAULT_TIMEOUT = 60.0
 USER_AGENT = "ojai-setup"
 SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
-
-
-class TaskHandle(Protocol):
-    """One progress bar."""
-
-    def advance(self, n: int) -> None: ...
-
-    def update(self, *, completed: int) -> None: ...
-
-    def done(self) -> None: ...
-
-
-class Progress(Protocol):
-    """Makes progress bars; a rich display for people, silent in tests."""
-
-    def task(self, description: str, total: int | None) -> TaskHandle: ...
 
 
 class DownloadError(Exception):

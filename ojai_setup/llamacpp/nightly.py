@@ -36,7 +36,9 @@ from pathlib import Path, PurePosixPath
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ojai_setup.actions import InstallArchive
-from ojai_setup.download import USER_AGENT, Progress, download, part_path
+from ojai_setup.download import USER_AGENT, download, part_path
+from ojai_setup.executor import ActionOutcome, fault_point
+from ojai_setup.progress import Progress
 from ojai_setup.root import Root
 
 REPO = "lemonade-sdk/llamacpp-rocm"
@@ -281,8 +283,9 @@ def is_installed(root: Root, dest: str, sha256: str) -> bool:
 
 
 # -- the executor -----------------------------------------------------------------------------
-def execute_install_archive(root: Root, action: InstallArchive, progress: Progress) -> bool:
-    """Carry out ``action``; return whether anything changed.
+def execute_install_archive(root: Root, action: InstallArchive,
+                            progress: Progress) -> ActionOutcome:
+    """Carry out ``action``; say whether anything changed.
 
     A verified install already in place is left alone (only the link is corrected if it
     points elsewhere). Otherwise the zip is downloaded next to ``action.dest``, its sha256
@@ -298,7 +301,10 @@ def execute_install_archive(root: Root, action: InstallArchive, progress: Progre
     retired = parent / f".{dest.name}.old"
 
     if is_installed(root, action.dest, action.sha256):
-        return _switch_link(root, action)
+        if _switch_link(root, action):
+            return ActionOutcome(True, f"{action.dest} was already installed and verified; "
+                                       f"{action.link} now points to it")
+        return ActionOutcome(False, f"{action.dest} is already installed and verified")
 
     parent.mkdir(parents=True, exist_ok=True)
     _remove(part_path(archive), archive, staging, retired)  # leftovers of a killed run
@@ -321,7 +327,8 @@ def execute_install_archive(root: Root, action: InstallArchive, progress: Progre
         _remove(archive, staging)
     _remove(retired)
     _switch_link(root, action)
-    return True
+    return ActionOutcome(True, f"installed {PurePosixPath(action.url).name} into {action.dest}"
+                               + (f"; {action.link} points to it" if action.link else ""))
 
 
 def check_archive(zf: zipfile.ZipFile) -> list[zipfile.ZipInfo]:
@@ -427,6 +434,7 @@ def _write_record(staging: Path, action: InstallArchive) -> None:
 
 def _move_into_place(staging: Path, dest: Path, retired: Path) -> None:
     """Rename ``staging`` to ``dest``; an old ``dest`` is set aside and put back if that fails."""
+    fault_point("before-rename")
     if dest.exists() or dest.is_symlink():
         os.rename(dest, retired)
     try:
