@@ -357,18 +357,21 @@ class ApplyResult:
 
     @property
     def message(self) -> str:
+        """One sentence for people: what changed, what ran, whether to reboot."""
+        changed = [a for a in self.actions if a.changed]
         if not self.actions and not self.handlers:
             return "nothing to do: every step is satisfied"
-        changed = [a for a in self.actions if a.changed]
         if not changed and not self.handlers:
             return (f"nothing changed: all {len(self.actions)} action(s) were already "
                     f"in place")
-        text = f"changed {len(changed)} of {len(self.actions)} action(s)"
+        parts = []
+        if self.actions:
+            parts.append(f"changed {len(changed)} of {len(self.actions)} action(s)")
         if self.handlers:
-            text += "; ran " + ", ".join(self.handlers)
+            parts.append("ran " + ", ".join(self.handlers))
         if self.reboot:
-            text += "; reboot needed: " + "; ".join(self.reboot)
-        return text
+            parts.append("reboot needed: " + "; ".join(self.reboot))
+        return "; ".join(parts)
 
 
 def check_privileges(plan: Plan, root: Root, *, euid: int | None = None,
