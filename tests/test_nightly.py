@@ -441,6 +441,15 @@ def test_leftovers_of_a_killed_run_are_cleared(fake_github: FakeGitHub, tmp_path
     assert leftovers(root) == []
 
 
+def test_killed_between_renames_puts_the_old_install_back(fake_github: FakeGitHub, tmp_path: Path,
+                                                          root: Root, installed: InstallArchive) -> None:
+    folder = root.resolve(installed.dest)
+    folder.rename(folder.with_name(f".{folder.name}.old"))
+    assert execute_install_archive(root, installed, RecordingProgress()).changed is False
+    assert is_installed(root, installed.dest, installed.sha256)
+    assert leftovers(root) == []
+
+
 def test_current_that_is_not_a_link_is_left_alone(fake_github: FakeGitHub, tmp_path: Path, root: Root) -> None:
     publish(fake_github, tmp_path, "b1311", small_build())
     (root.resolve(CURRENT_LINK)).mkdir(parents=True)

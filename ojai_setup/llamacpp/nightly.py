@@ -300,6 +300,9 @@ def execute_install_archive(root: Root, action: InstallArchive,
     staging = parent / f".{dest.name}.unpack"
     retired = parent / f".{dest.name}.old"
 
+    if (retired.exists() or retired.is_symlink()) and not (dest.exists() or dest.is_symlink()):
+        os.rename(retired, dest)  # a run killed between its two renames: put the old one back
+
     if is_installed(root, action.dest, action.sha256):
         if _switch_link(root, action):
             return ActionOutcome(True, f"{action.dest} was already installed and verified; "
@@ -308,9 +311,10 @@ def execute_install_archive(root: Root, action: InstallArchive,
 
     parent.mkdir(parents=True, exist_ok=True)
     _remove(part_path(archive), archive, staging, retired)  # leftovers of a killed run
+    name = _archive_name(action.url)
     try:
         download(action.url, archive, sha256=action.sha256, size=action.size,
-                 progress=progress, description=f"download {PurePosixPath(action.url).name}")
+                 progress=progress, description=f"download {name}")
         with zipfile.ZipFile(archive) as zf:
             entries = check_archive(zf)
             staging.mkdir()
@@ -320,14 +324,14 @@ def execute_install_archive(root: Root, action: InstallArchive,
         _write_record(staging, action)
         _move_into_place(staging, dest, retired)
     except zipfile.BadZipFile as exc:
-        raise NightlyError(f"{PurePosixPath(action.url).name} is not a readable zip: {exc}") from exc
+        raise NightlyError(f"{name} is not a readable zip: {exc}") from exc
     except OSError as exc:
         raise NightlyError(f"installing into {action.dest} failed: {exc}") from exc
     finally:
         _remove(archive, staging)
     _remove(retired)
     _switch_link(root, action)
-    return ActionOutcome(True, f"installed {PurePosixPath(action.url).name} into {action.dest}"
+    return ActionOutcome(True, f"installed {name} into {action.dest}"
                                + (f"; {action.link} points to it" if action.link else ""))
 
 
@@ -422,8 +426,12 @@ def _finish_tree(staging: Path) -> None:
     server.chmod(mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH | stat.S_IRUSR)
 
 
+def _archive_name(url: str) -> str:
+    return PurePosixPath(urllib.parse.urlsplit(url).path).name
+
+
 def _write_record(staging: Path, action: InstallArchive) -> None:
-    name = PurePosixPath(urllib.parse.urlsplit(action.url).path).name
+    name = _archive_name(action.url)
     match = ASSET_RE.match(name)
     record = InstallRecord(
         tag=match["tag"] if match else None, family=match["family"] if match else None,
