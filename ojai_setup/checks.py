@@ -293,11 +293,16 @@ def _ttm_active(facts: Facts, profile: Profile, params: dict) -> Outcome:
 @kind("ttm_module_key")
 def _ttm_module_key(facts: Facts, profile: Profile, params: dict) -> Outcome:
     ttm = _need(facts, "ttm")
-    if not ttm.live_module or not ttm.grub_key:
-        return Outcome(ok=True, evidence=f"live module {ttm.live_module}, GRUB key {ttm.grub_key}")
-    want = f"{ttm.live_module}.pages_limit"
-    return Outcome(ok=ttm.grub_key == want, evidence=f"GRUB sets {ttm.grub_key}; the live module "
-                   f"is {ttm.live_module}, which reads {want}")
+    places = [f"GRUB sets {ttm.grub_key}"] if ttm.grub_key else []
+    modules = {ttm.grub_key.split(".")[0]} if ttm.grub_key else set()
+    for m in ttm.modprobe:
+        places.append(f"{m.path}:{m.line} sets {m.module} pages_limit")
+        modules.add(m.module)
+    if not ttm.live_module or not modules:
+        return Outcome(ok=True, evidence=f"live module {ttm.live_module or 'unknown'}; "
+                       + ("; ".join(places) or "no TTM limit configured"))
+    return Outcome(ok=modules == {ttm.live_module}, evidence="; ".join(places)
+                   + f"; the live module is {ttm.live_module}, which reads {ttm.live_module}.pages_limit")
 
 
 @kind("ttm_sources_agree")
@@ -365,10 +370,11 @@ def _npu_firmware(facts: Facts, profile: Profile, params: dict) -> Outcome:
 @kind("npu_memlock")
 def _npu_memlock(facts: Facts, profile: Profile, params: dict) -> Outcome:
     npu = _need(facts, "npu")
-    flm = npu.flm or {}
-    if "memlock_ok" not in flm or flm.get("memlock_ok") is None:
-        return Outcome(ok=None, evidence="memlock limit unknown (FastFlowLM not installed)")
-    return Outcome(ok=bool(flm["memlock_ok"]), evidence=f"memlock limit: {flm.get('memlock') or flm.get('memlock_limit')}")
+    memlock = (npu.flm or {}).get("memlock") or {}
+    if memlock.get("ok") is None:
+        return Outcome(ok=None, evidence="memlock limit unknown (no `flm validate` output)")
+    return Outcome(ok=bool(memlock["ok"]), evidence=f"memlock limit {memlock.get('observed')} "
+                   f"(needs {memlock.get('required')}; from flm validate)")
 
 
 @kind("memory_size")

@@ -73,6 +73,11 @@ LAZY_EXECUTORS: dict[str, tuple[str, str]] = {
     "hub_download": ("ojai_setup.hub", "execute_hub_download"),
 }
 
+#: validator name -> (module, function taking (path, action)) imported on first use
+LAZY_VALIDATORS: dict[str, tuple[str, str]] = {
+    "grub": ("ojai_setup.grub", "validate_grub"),
+}
+
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -138,6 +143,19 @@ def fault_point(stage: str) -> None:
 
 
 # -- lookups ---------------------------------------------------------------------------------
+def _load_validator(name: str) -> None:
+    module_name, function = LAZY_VALIDATORS[name]
+    fn = getattr(importlib.import_module(module_name), function)
+
+    def validate(root: Root, path: Path, action: WriteFile) -> None:
+        try:
+            fn(path, action)
+        except ValueError as exc:
+            raise ValidationError(str(exc)) from None
+
+    VALIDATORS[name] = validate
+
+
 def executor_for(kind: str) -> ExecutorFn:
     """The executor of ``kind``, importing its module on first use."""
     if kind not in EXECUTORS and kind in LAZY_EXECUTORS:
@@ -418,6 +436,8 @@ def apply(plan: Plan, root: Root, progress: Progress, *,
     run_handler = executor_for("run_command")
     for p in planned:
         name = getattr(p.action, "validate_with", None)
+        if name is not None and name not in VALIDATORS and name in LAZY_VALIDATORS:
+            _load_validator(name)
         if name is not None and name not in VALIDATORS:
             raise ApplyError(f"{p.action.describe()}: no validator named {name!r} is registered")
     for p in planned:

@@ -9,7 +9,7 @@ from .plan import Plan, PlanExit, PlanFileError, check_fresh, make_plan
 from .root import Root
 from .settings import Settings
 from .steps.base import PlanContext
-from .terminal import Terminal
+from .terminal import SYMBOLS, Terminal
 
 
 def build_plan(root: Root, settings: Settings) -> Plan:
@@ -32,7 +32,8 @@ def show_plan(term: Terminal, plan: Plan) -> None:
     from rich.syntax import Syntax
 
     for r in plan.steps:
-        term.print(f"{term.styled(r.status):>18} [bold]{escape(r.step)}[/]: {escape(r.sentence)}")
+        pad = " " * (9 - len(SYMBOLS.get(r.status, r.status)))
+        term.print(f"{pad}{term.styled(r.status)} [bold]{escape(r.step)}[/]: {escape(r.sentence)}")
         for a in r.actions:
             root_mark = " (root)" if a.needs_root else ""
             term.print(f"{'':>10} - {escape(a.describe())}{root_mark}")

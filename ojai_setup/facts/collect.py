@@ -159,11 +159,11 @@ def read_npu(root: Root) -> Npu:
 
         status = parse_validate(flm.stdout, flm.exit_code)
         npu.flm = status.model_dump(mode="json")
-        if getattr(status, "firmware_version", None):
-            npu.firmware_version = status.firmware_version
-            npu.firmware_source = "flm validate"
-        if getattr(status, "amdxdna_version", None) and not npu.amdxdna_version:
-            npu.amdxdna_version = status.amdxdna_version
+        if status.firmware.observed:
+            npu.firmware_version = status.firmware.observed
+            npu.firmware_source = " ".join(flm.argv)
+        if status.amdxdna.observed and not npu.amdxdna_version:
+            npu.amdxdna_version = status.amdxdna.observed
     if npu.firmware_version is None:
         xrt = root.run(["xrt-smi", "examine"])
         if xrt.found:
@@ -178,7 +178,7 @@ def read_npu(root: Root) -> Npu:
 
 def read_ttm(root: Root, cmdline: list[str] | None) -> Ttm:
     from ..grub import GrubEditError, cmdline_param, get_kernel_param
-    from ..modprobe import find_module_option
+    from ..modprobe import ModprobeEditError, kmod_order, module_option_settings
 
     ttm = Ttm()
     for module in ("amdttm", "ttm"):
@@ -205,13 +205,17 @@ def read_ttm(root: Root, cmdline: list[str] | None) -> Ttm:
                         ttm.grub_pages, ttm.grub_key = _int(value), key
         except GrubEditError as exc:
             ttm.grub_error = str(exc)
-    for path in root.glob("/etc/modprobe.d/*.conf"):
-        text = _read(root, path) or ""
-        for module in ("ttm", "amdttm"):
-            for line, value in find_module_option(text, module, "pages_limit"):
-                pages = _int(value)
-                if pages is not None:
-                    ttm.modprobe.append(ModprobeSetting(path=path, line=line, module=module, pages=pages))
+    files = [(p, _read(root, p) or "") for p in kmod_order(root.glob("/etc/modprobe.d/*.conf"))]
+    for module in ("ttm", "amdttm"):
+        try:
+            settings = module_option_settings(files, module, "pages_limit")
+        except ModprobeEditError as exc:
+            ttm.grub_error = (ttm.grub_error + "; " if ttm.grub_error else "") + str(exc)
+            continue
+        for s in settings:
+            pages = _int(s.value)
+            if pages is not None:
+                ttm.modprobe.append(ModprobeSetting(path=s.path, line=s.line, module=module, pages=pages))
     boot_id = _read(root, "/proc/sys/kernel/random/boot_id")
     ttm.boot_id = boot_id.strip() if boot_id else None
     state = _read(root, STATE_FILE)

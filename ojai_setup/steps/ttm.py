@@ -20,7 +20,12 @@ from ..grub import (
     remove_kernel_param,
     set_kernel_param,
 )
-from ..modprobe import find_module_option, set_module_option
+from ..modprobe import (
+    ModprobeEditError,
+    module_option_settings,
+    remove_module_option,
+    set_module_option,
+)
 from .base import PlanContext, StepResult
 
 GRUB_DEFAULT = "/etc/default/grub"
@@ -114,10 +119,17 @@ class TtmStep:
             text = _read(ctx, path) or ""
             reads.append(path)
             new = text
-            for mod in ("ttm", "amdttm"):
-                for _line, value in find_module_option(text, mod, "pages_limit"):
-                    if value != str(pages):
-                        new = set_module_option(new, mod, "pages_limit", str(pages))
+            other_mod = "ttm" if module == "amdttm" else "amdttm"
+            try:
+                found = [f for mod in ("ttm", "amdttm")
+                         for f in module_option_settings([(path, text)], mod, "pages_limit")]
+                if any(f.module == other_mod or f.value != str(pages) for f in found):
+                    # one setting, for the module that is live, with the wanted value
+                    new = remove_module_option(new, other_mod, "pages_limit", source=path)
+                    new = set_module_option(new, module, "pages_limit", str(pages), source=path)
+            except ModprobeEditError as exc:
+                return StepResult.blocked(self.name, f"{exc} (the file was not changed)",
+                                          reads=tuple(reads))
             if new != text:
                 actions.append(WriteFile(
                     path=path, before=text, after=new, needs_root=True, needs_reboot=REBOOT,
