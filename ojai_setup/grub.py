@@ -674,6 +674,11 @@ def bls_enabled(text: str, source: str = GRUB_DEFAULT_PATH) -> bool:
 
 # -- validation with real bash ---------------------------------------------------------------
 
+def _read(path: Path) -> str:
+    """A file's text exactly as stored (no newline translation, so CRLF stays visible)."""
+    return path.read_bytes().decode("utf-8")
+
+
 _BASH_READ = 'set -e; . "$1"; printf %s "${!2+x}"; printf %s "${!2}"'
 
 
@@ -730,7 +735,7 @@ def validate_candidate(path: Path, var: str, key: str, value: str | None) -> Non
     the planned literal parameters must appear in bash's list in the same order.
     """
     path = Path(path)
-    planned = parse_grub_default(path.read_text(encoding="utf-8"), str(path)).cmdline(var)
+    planned = parse_grub_default(_read(path), str(path)).cmdline(var)
     actual = parse_cmdline(bash_read_var(path, var))
     hits = [t for t in actual if same_key(param_key(t), key)]
     if value is None:
@@ -760,7 +765,7 @@ def validate_grub(path: Path, action: WriteFile) -> None:
     must appear at most once, exactly as planned, or not at all when the plan removed it.
     """
     path = Path(path)
-    text = path.read_text(encoding="utf-8")
+    text = _read(path)
     if text != action.after:
         raise GrubEditError(f"{path}: the written text differs from the planned text.")
     after = parse_grub_default(text, str(path))
