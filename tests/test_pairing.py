@@ -1,0 +1,118 @@
+"""Pairing proof: a draft head must belong to its main model (GGUF metadata read for real)."""
+
+from __future__ import annotations
+
+import os
+
+import gguf
+import pytest
+
+from ojai_setup.pairing import GGUFError, check_pair, read_model_info
+from tests.support.gguf_files import (
+    MAIN_HIDDEN,
+    OTHER_TOKENS,
+    TOKENS,
+    gemma4_assistant,
+    gemma4_main,
+    good_pair,
+    qwen35,
+)
+
+
+def test_key_names_are_the_converters():
+    # llama.cpp's converter writes these keys (gguf-py/gguf/constants.py, conversion/gemma.py)
+    assert gguf.Keys.LLM.EMBEDDING_LENGTH_OUT.format(arch="gemma4-assistant") == "gemma4-assistant.embedding_length_out"
+    assert gguf.Keys.LLM.NEXTN_PREDICT_LAYERS.format(arch="qwen35") == "qwen35.nextn_predict_layers"
+
+
+def test_read_model_info(tmp_path):
+    main, draft = good_pair(tmp_path)
+    m, d = read_model_info(main), read_model_info(draft)
+    assert (m.architecture, m.embedding_length, m.block_count) == ("gemma4", MAIN_HIDDEN, 6)
+    assert m.head_count_kv == (4, 4, 4, 4, 4, 1)
+    assert m.token_count == len(TOKENS) and m.file_size == main.stat().st_size
+    assert (d.architecture, d.embedding_length_out, d.nextn_predict_layers) == ("gemma4-assistant", MAIN_HIDDEN, 2)
+    assert m.tokens_sha256 == d.tokens_sha256
+
+
+def test_good_pair_ok(tmp_path):
+    main, draft = good_pair(tmp_path)
+    verdict = check_pair(read_model_info(main), read_model_info(draft), "sidecar")
+    assert verdict.ok and verdict.reasons == ()
+
+
+def test_different_tokenizers_rejected(tmp_path):
+    main = read_model_info(gemma4_main(tmp_path / "main.gguf"))
+    draft = read_model_info(gemma4_assistant(tmp_path / "mtp.gguf", tokens=OTHER_TOKENS))
+    verdict = check_pair(main, draft, "sidecar")
+    assert not verdict.ok
+    assert len(verdict.reasons) == 1 and verdict.reasons[0].startswith("tokenizers differ")
+
+
+def test_underscore_architecture_rejected_with_upstream_reason(tmp_path):
+    main = read_model_info(gemma4_main(tmp_path / "main.gguf"))
+    draft = read_model_info(gemma4_assistant(tmp_path / "mtp.gguf", arch="gemma4_assistant"))
+    verdict = check_pair(main, draft, "sidecar")
+    assert not verdict.ok
+    assert "'gemma4_assistant' (underscore) does not load in upstream llama.cpp" in verdict.reasons[0]
+    assert "'gemma4-assistant' (hyphen)" in verdict.reasons[0]
+
+
+def test_hidden_size_mismatch_rejected(tmp_path):
+    main = read_model_info(gemma4_main(tmp_path / "main.gguf"))
+    draft = read_model_info(gemma4_assistant(tmp_path / "mtp.gguf", target_hidden=MAIN_HIDDEN * 2))
+    verdict = check_pair(main, draft, "sidecar")
+    assert verdict.reasons == (f"mtp.gguf: drafts for hidden size {MAIN_HIDDEN * 2}, but main.gguf has hidden "
+                               f"size {MAIN_HIDDEN}: it was trained for another main model",)
+
+
+def test_sidecar_route_without_draft_rejected(tmp_path):
+    main = read_model_info(gemma4_main(tmp_path / "main.gguf"))
+    verdict = check_pair(main, None, "sidecar")
+    assert not verdict.ok and "needs an MTP sidecar" in verdict.reasons[0]
+
+
+def test_draft_given_as_main_rejected(tmp_path):
+    draft = read_model_info(gemma4_assistant(tmp_path / "mtp.gguf"))
+    verdict = check_pair(draft, draft, "sidecar")
+    assert "is itself a gemma4-assistant draft head" in verdict.reasons[0]
+
+
+def test_in_file_heads_ok(tmp_path):
+    verdict = check_pair(read_model_info(qwen35(tmp_path / "q.gguf", nextn_predict_layers=1)), None, "in_file")
+    assert verdict.ok
+
+
+def test_in_file_model_without_nextn_rejected(tmp_path):
+    info = read_model_info(qwen35(tmp_path / "q.gguf", nextn_predict_layers=None))
+    assert info.nextn_predict_layers == 0
+    verdict = check_pair(info, None, "in_file")
+    assert verdict.reasons == ("q.gguf: no MTP heads inside the file (qwen35.nextn_predict_layers is 0 or "
+                               "missing); use the repository's MTP build of this model",)
+
+
+def test_in_file_route_refuses_a_draft_file(tmp_path):
+    main = read_model_info(qwen35(tmp_path / "q.gguf"))
+    draft = read_model_info(gemma4_assistant(tmp_path / "mtp.gguf"))
+    verdict = check_pair(main, draft, "in_file")
+    assert not verdict.ok and "takes no draft file" in verdict.reasons[0]
+
+
+def test_not_a_gguf_names_the_file(tmp_path):
+    bogus = tmp_path / "model.gguf"
+    bogus.write_bytes(b"<html>rate limited</html>")
+    with pytest.raises(GGUFError, match=str(bogus)):
+        read_model_info(bogus)
+    with pytest.raises(GGUFError, match="cannot read"):
+        read_model_info(tmp_path / "absent.gguf")
+
+
+def test_cached_info_follows_a_rewritten_file(tmp_path):
+    path = gemma4_assistant(tmp_path / "mtp.gguf")
+    first = read_model_info(path)
+    assert (tmp_path / ".mtp.gguf.info.json").is_file()
+    assert read_model_info(path) == first
+    gemma4_assistant(path, tokens=OTHER_TOKENS)
+    stat = path.stat()
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000))
+    assert read_model_info(path).tokens_sha256 != first.tokens_sha256
