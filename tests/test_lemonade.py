@@ -1,0 +1,335 @@
+"""Lemonade: config directory, user_models.json / recipe_options.json merges, CLI calls."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ojai_setup.lemonade import (
+    RESERVED_LLAMACPP_FLAGS,
+    ConfigError,
+    LemonadeRoute,
+    LemonadeSettings,
+    detect_layout,
+    join_llamacpp_args,
+    lemonade_commands,
+    lemonade_layout,
+    merge_recipe_options,
+    merge_user_models,
+    recipe_options_action,
+    split_llamacpp_args,
+    user_models_action,
+)
+from ojai_setup.root import Root
+
+DATA = Path(__file__).parent / "data" / "lemonade"
+MAIN = "unsloth/gemma-4-26B-A4B-it-GGUF:UD-Q4_K_M"
+DRAFT = "unsloth/gemma-4-26B-A4B-it-GGUF:mtp-gemma-4-26B-A4B-it.gguf"
+
+
+def _read(name: str) -> str:
+    return (DATA / name).read_text(encoding="utf-8")
+
+
+# -- config directory --------------------------------------------------------------------------
+@pytest.mark.parametrize("facts, mode, config_dir", [
+    ({"system_unit": True, "system_enabled": True, "user_enabled": False},
+     "system-service", "/var/lib/lemonade"),
+    ({"system_unit": True, "system_enabled": False, "user_enabled": False},
+     "system-service", "/var/lib/lemonade"),
+    ({"system_unit": True, "system_enabled": True, "user_enabled": True},
+     "system-service", "/var/lib/lemonade"),
+    ({"system_unit": True, "system_enabled": False, "user_enabled": True},
+     "user-service", "/home/ada/.config/lemonade"),
+    ({"system_unit": False, "system_enabled": False, "user_enabled": False},
+     "standalone", "/home/ada/.config/lemonade"),
+])
+def test_layout_rules(facts, mode, config_dir):
+    layout = lemonade_layout(home="/home/ada", **facts)
+    assert (layout.mode, layout.config_dir) == (mode, config_dir)
+    assert layout.reason
+    assert layout.protects_home is (mode == "system-service")
+
+
+def test_layout_honours_xdg_config_home():
+    layout = lemonade_layout(system_unit=False, system_enabled=False, user_enabled=False,
+                             home="/home/ada", xdg_config_home="/home/ada/cfg")
+    assert layout.config_dir == "/home/ada/cfg/lemonade"
+
+
+def _touch(root: Path, machine_path: str) -> None:
+    path = root / machine_path.lstrip("/")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("")
+
+
+def test_detect_layout_from_a_machine_folder(tmp_path):
+    root = Root(tmp_path)
+    assert detect_layout(root, "/home/ada").mode == "standalone"
+    _touch(tmp_path, "/usr/lib/systemd/user/lemond.service")  # the package ships it disabled
+    assert detect_layout(root, "/home/ada").mode == "standalone"
+    _touch(tmp_path, "/home/ada/.config/systemd/user/default.target.wants/lemond.service")
+    assert detect_layout(root, "/home/ada").mode == "user-service"
+    _touch(tmp_path, "/usr/lib/systemd/system/lemond.service")
+    _touch(tmp_path, "/etc/systemd/system/multi-user.target.wants/lemond.service")
+    layout = detect_layout(root, "/home/ada")
+    assert layout.mode == "system-service" and layout.config_dir == "/var/lib/lemonade"
+
+
+# -- user_models.json --------------------------------------------------------------------------
+def test_new_file():
+    text = merge_user_models(None, "Gemma-4-26B-ojai", MAIN, DRAFT, 18.5, ["chat", "vision"])
+    assert text.endswith("}\n") and text.startswith('{\n  "Gemma-4-26B-ojai": {\n    "')
+    data = json.loads(text)
+    assert data == {"Gemma-4-26B-ojai": {
+        "checkpoints": {"draft": DRAFT, "main": MAIN},
+        "labels": ["chat", "custom", "mtp", "vision"],
+        "recipe": "llamacpp",
+        "size": 18.5,
+        "suggested": True}}
+    assert merge_user_models("", "Gemma-4-26B-ojai", MAIN, DRAFT, 18.5, ["chat", "vision"]) == text
+
+
+def test_hand_edited_file_keeps_every_entry_and_field():
+    before = _read("user_models.hand-edited.json")
+    text = merge_user_models(before, "user.Gemma-4-26B-ojai", MAIN, DRAFT, 18.5, [])
+    old, new = json.loads(before), json.loads(text)
+    assert list(new)[:-1] == list(old)  # order kept, new entry last
+    for key in old:
+        assert new[key] == old[key]
+    assert new["Gemma-4-26B-ojai"]["checkpoints"] == {"draft": DRAFT, "main": MAIN}
+    assert "mtp" in new["Gemma-4-26B-ojai"]["labels"]
+    assert "\n  \"MyKit\": {\n" in text  # two-space indentation, as lemond writes
+
+
+def test_update_keeps_user_fields_and_labels():
+    before = _read("user_models.lemond-written.json")
+    qwen_main = "unsloth/gemma-4-26B-A4B-it-GGUF:UD-Q5_K_M"
+    text = merge_user_models(before, "Gemma-4-26B-A4B-it-MTP", qwen_main, DRAFT, 21.0, ["chat"])
+    entry = json.loads(text)["Gemma-4-26B-A4B-it-MTP"]
+    assert entry["checkpoints"] == {
+        "draft": DRAFT, "main": qwen_main,
+        "mmproj": "unsloth/gemma-4-26B-A4B-it-GGUF:mmproj-F16.gguf"}
+    assert entry["labels"] == ["chat", "custom", "mtp", "tool-calling", "vision"]
+    assert entry["source"] == "huggingface" and entry["size"] == 21.0
+    assert json.loads(text)["Phi-4-mini"] == json.loads(before)["Phi-4-mini"]
+
+
+def test_heads_inside_the_main_file_drop_a_stale_draft_and_single_checkpoint():
+    before = _read("user_models.lemond-written.json")
+    main = "unsloth/Qwen3.6-27B-MTP-GGUF:Qwen3.6-27B-UD-Q4_K_XL.gguf"
+    entry = json.loads(merge_user_models(before, "Gemma-4-26B-A4B-it-MTP", main, None, 17.0,
+                                         []))["Gemma-4-26B-A4B-it-MTP"]
+    assert "draft" not in entry["checkpoints"]
+    entry = json.loads(merge_user_models(before, "Phi-4-mini", main, None, 17.0,
+                                         []))["Phi-4-mini"]
+    assert "checkpoint" not in entry
+    assert entry["checkpoints"] == {"main": main}
+    assert "mtp" in entry["labels"]
+
+
+@pytest.mark.parametrize("name", ["user_models.hand-edited.json", "user_models.lemond-written.json"])
+def test_applying_twice_is_byte_identical(name):
+    once = merge_user_models(_read(name), "Gemma-ojai", MAIN, DRAFT, 18.5, ["chat"])
+    assert once != _read(name)
+    assert merge_user_models(once, "Gemma-ojai", MAIN, DRAFT, 18.5, ["chat"]) == once
+
+
+def test_an_entry_already_as_wanted_leaves_the_file_untouched():
+    before = _read("user_models.lemond-written.json")  # no final newline, as lemond writes it
+    same = merge_user_models(before, "Gemma-4-26B-A4B-it-MTP", MAIN, DRAFT, 18.5,
+                             ["chat", "tool-calling"])
+    assert same == before
+
+
+def test_malformed_user_models_names_file_line_and_column():
+    with pytest.raises(ConfigError) as err:
+        merge_user_models(_read("user_models.malformed.json"), "X", MAIN, DRAFT, 1.0, [],
+                          path="/var/lib/lemonade/user_models.json")
+    assert err.value.path == "/var/lib/lemonade/user_models.json"
+    assert err.value.line == 6 and err.value.column == 3  # the "}" after the trailing comma
+    assert str(err.value).startswith("/var/lib/lemonade/user_models.json:6:3: ")
+    assert "untouched" in str(err.value)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("[]", "JSON object"),
+    ('{"X": 3}', "not an object"),
+    ('{"X": {"checkpoints": "a"}}', "checkpoints"),
+    ('{"X": {"labels": "mtp"}}', "labels"),
+    ('{"X": {}, "X": {}}', "twice"),
+])
+def test_shapes_ojai_will_not_rewrite(text, message):
+    with pytest.raises(ConfigError, match=message):
+        merge_user_models(text, "X", MAIN, None, 1.0, [])
+
+
+@pytest.mark.parametrize("name, main, draft", [
+    ("builtin.Gemma", MAIN, None),
+    ("extra.Gemma", MAIN, None),
+    ("has space", MAIN, None),
+    ("Gemma", "not-a-checkpoint", None),
+    ("Gemma", MAIN, "org/repo"),
+])
+def test_bad_names_and_checkpoints(name, main, draft):
+    with pytest.raises(ConfigError):
+        merge_user_models(None, name, main, draft, 1.0, [])
+
+
+# -- recipe_options.json -----------------------------------------------------------------------
+def test_recipe_options_new_entry_next_to_docs_template():
+    before = _read("recipe_options.docs-template.json")
+    text = merge_recipe_options(before, "user.Gemma-ojai", 16384, "rocm",
+                                ["--spec-draft-n-max", "2", "-fa", "on"])
+    data = json.loads(text)
+    assert data["user.Gemma-ojai"] == {"ctx_size": 16384, "llamacpp_args": "--spec-draft-n-max 2 -fa on",
+                                       "llamacpp_backend": "rocm"}
+    old = json.loads(before)
+    assert {k: data[k] for k in old} == old
+    assert list(data) == [*old, "user.Gemma-ojai"]
+
+
+def test_recipe_options_update_keeps_other_keys():
+    before = _read("recipe_options.lemond-written.json")
+    text = merge_recipe_options(before, "user.Phi-4-mini", 8192, "rocm", ["-fa", "on"])
+    entry = json.loads(text)["user.Phi-4-mini"]
+    assert entry == {"ctx_size": 8192, "llamacpp_args": "-fa on", "llamacpp_backend": "rocm",
+                     "pinned": True}
+    assert merge_recipe_options(text, "user.Phi-4-mini", 8192, "rocm", ["-fa", "on"]) == text
+
+
+def test_recipe_options_args_with_spaces_survive_lemonades_split():
+    args = ["--chat-template-kwargs", '{"enable_thinking": false}', "--alias", "it's mine",
+            "--both", "a'b \"c\""]
+    text = merge_recipe_options(None, "user.X", 4096, "rocm", args)
+    assert split_llamacpp_args(json.loads(text)["user.X"]["llamacpp_args"]) == args
+
+
+@pytest.mark.parametrize("args", [
+    ["-m", "/models/x.gguf"],
+    ["--model=/models/x.gguf"],
+    ["-c", "8192"],
+    ["--ctx-size", "8192"],
+    ["--port", "8081"],
+    ["--jinja"],
+    ["--metrics"],
+    ["-md", "mtp.gguf"],
+    ["--model-draft", "mtp.gguf"],
+    ["--spec-draft-model", "mtp.gguf"],
+    ["-fa", "on", "--device", "ROCm0"],
+])
+def test_reserved_flags_are_refused(args):
+    before = _read("recipe_options.docs-template.json")
+    with pytest.raises(ConfigError, match="Lemonade sets itself") as err:
+        merge_recipe_options(before, "user.X", 4096, "rocm", args)
+    flag = next(a for a in args if a.split("=")[0] in RESERVED_LLAMACPP_FLAGS).split("=")[0]
+    assert flag in str(err.value)
+
+
+def test_values_that_look_like_reserved_flags_are_fine():
+    text = merge_recipe_options(None, "user.X", 4096, "rocm",
+                                ["--spec-type", "draft-mtp", "--spec-draft-n-max", "2",
+                                 "--temp", "-1", "-ngl", "99"])
+    assert json.loads(text)["user.X"]["llamacpp_args"].startswith("--spec-type draft-mtp")
+
+
+def test_recipe_options_refuses_bad_keys_and_sizes():
+    with pytest.raises(ConfigError, match="canonical id"):
+        merge_recipe_options(None, "X", 4096, "rocm", [])
+    with pytest.raises(ConfigError, match="ctx_size"):
+        merge_recipe_options(None, "user.X", 0, "rocm", [])
+    with pytest.raises(ConfigError, match="empty argument"):
+        merge_recipe_options(None, "user.X", 4096, "rocm", ["--alias", ""])
+    assert json.loads(merge_recipe_options(None, "user.X", -1, "rocm", []))["user.X"]["ctx_size"] == -1
+
+
+def test_malformed_recipe_options_names_the_line():
+    broken = '{\n  "user.X": {\n    "ctx_size": 4096\n    "llamacpp_backend": "rocm"\n  }\n}\n'
+    with pytest.raises(ConfigError) as err:
+        merge_recipe_options(broken, "user.X", 4096, "rocm", [], path="/home/ada/.config/lemonade/recipe_options.json")
+    assert err.value.line == 4
+    assert "/home/ada/.config/lemonade/recipe_options.json:4:" in str(err.value)
+
+
+@given(st.lists(st.text(alphabet=st.characters(blacklist_categories=("Cs",)), min_size=1,
+                        max_size=10), max_size=6))
+def test_join_and_split_round_trip(args):
+    assert split_llamacpp_args(join_llamacpp_args(args)) == args
+
+
+def test_split_matches_lemonades_rules():
+    assert split_llamacpp_args("  -fa on  --alias \"a b\" x'y z'w ") == ["-fa", "on", "--alias", "a b", "xy zw"]
+    assert split_llamacpp_args("\"\" a") == ["a"]
+
+
+# -- lemonade CLI calls ------------------------------------------------------------------------
+SYSTEM = lemonade_layout(system_unit=True, system_enabled=True, user_enabled=False, home="/home/ada")
+STANDALONE = lemonade_layout(system_unit=False, system_enabled=False, user_enabled=False,
+                             home="/home/ada")
+
+
+def test_commands_nightly_llamacpp():
+    route = LemonadeRoute(name="gemma", engine="llamacpp")
+    assert lemonade_commands(route, LemonadeSettings(layout=SYSTEM)) == [
+        ["lemonade", "config", "set", "rocm_channel=nightly"],
+        ["lemonade", "backends", "install", "llamacpp:rocm"]]
+
+
+def test_commands_ojai_llama_server():
+    route = LemonadeRoute(name="gemma", engine="llamacpp")
+    settings = LemonadeSettings(layout=SYSTEM, llama_server="/opt/ojai/llama/current/llama-server")
+    assert lemonade_commands(route, settings) == [
+        ["lemonade", "config", "set", "llamacpp.rocm_bin=/opt/ojai/llama/current"]]
+
+
+def test_commands_refuse_a_home_binary_for_the_system_service():
+    route = LemonadeRoute(name="gemma", engine="llamacpp")
+    home_binary = "/home/ada/llama.cpp/build/bin/llama-server"
+    with pytest.raises(ConfigError, match="ProtectHome"):
+        lemonade_commands(route, LemonadeSettings(layout=SYSTEM, llama_server=home_binary))
+    assert lemonade_commands(route, LemonadeSettings(layout=STANDALONE, llama_server=home_binary)) == [
+        ["lemonade", "config", "set", "llamacpp.rocm_bin=/home/ada/llama.cpp/build/bin"]]
+    with pytest.raises(ConfigError, match="absolute"):
+        lemonade_commands(route, LemonadeSettings(layout=STANDALONE, llama_server="bin/llama-server"))
+
+
+def test_commands_flm():
+    route = LemonadeRoute(name="npu", engine="flm")
+    assert lemonade_commands(route, LemonadeSettings(layout=SYSTEM, system_flm=True)) == [
+        ["lemonade", "config", "set", "flm.prefer_system=true"]]
+    assert lemonade_commands(route, LemonadeSettings(layout=SYSTEM)) == [
+        ["lemonade", "backends", "install", "flm:npu"]]
+
+
+# -- actions on a machine folder ---------------------------------------------------------------
+def test_actions_on_a_system_service_machine(tmp_path):
+    root = Root(tmp_path)
+    (tmp_path / "var/lib/lemonade").mkdir(parents=True)
+    existing = _read("user_models.lemond-written.json")
+    (tmp_path / "var/lib/lemonade/user_models.json").write_text(existing)
+    action = user_models_action(root, SYSTEM, "Gemma-ojai", MAIN, DRAFT, 18.5, ["chat"])
+    assert action is not None
+    assert action.path == "/var/lib/lemonade/user_models.json"
+    assert action.before == existing and action.needs_root
+    assert "Gemma-ojai" in json.loads(action.after)
+    options = recipe_options_action(root, SYSTEM, "user.Gemma-ojai", 16384, "rocm", ["-fa", "on"])
+    assert options is not None and options.before is None
+    assert options.path == "/var/lib/lemonade/recipe_options.json"
+    # once written, nothing left to do
+    (tmp_path / "var/lib/lemonade/user_models.json").write_text(action.after)
+    assert user_models_action(root, SYSTEM, "Gemma-ojai", MAIN, DRAFT, 18.5, ["chat"]) is None
+
+
+def test_malformed_file_on_a_machine_is_left_untouched(tmp_path):
+    root = Root(tmp_path)
+    target = tmp_path / "home/ada/.config/lemonade/user_models.json"
+    target.parent.mkdir(parents=True)
+    broken = _read("user_models.malformed.json")
+    target.write_text(broken)
+    with pytest.raises(ConfigError, match=r"/home/ada/.config/lemonade/user_models.json:6:3"):
+        user_models_action(root, STANDALONE, "Gemma-ojai", MAIN, DRAFT, 18.5, [])
+    assert target.read_text() == broken
+    assert sorted(p.name for p in target.parent.iterdir()) == ["user_models.json"]
