@@ -207,8 +207,15 @@ def _gpu_target(facts: Facts, profile: Profile, params: dict) -> Outcome:
         return Outcome(ok=False, evidence=f"{gpu.rocminfo_error}; sysfs: {cards}")
     seen = ", ".join(f"{a.name} ({a.marketing_name})" for a in gpu.agents) or "no GPU agent"
     if gpu.hsa_override:
-        return Outcome(ok=None, evidence=f"rocminfo reports {seen}, but HSA_OVERRIDE_GFX_VERSION="
-                       f"{gpu.hsa_override} makes it report an overridden target")
+        # rocminfo reports the overridden target: judge by the PCI id in sysfs instead
+        note = (f"rocminfo reports {seen}, but HSA_OVERRIDE_GFX_VERSION={gpu.hsa_override} "
+                "makes it report an overridden target")
+        if not profile.pci_devices:
+            return Outcome(ok=None, evidence=note)
+        ids = [c.pci_device for c in gpu.cards]
+        return Outcome(ok=any(i in profile.pci_devices for i in ids),
+                       evidence=f"{note}; sysfs PCI ids {', '.join(filter(None, ids)) or 'none'}, "
+                       f"profile's: {', '.join(profile.pci_devices)}")
     if want is None:
         return Outcome(ok=bool(gpu.agents), evidence=f"rocminfo: {seen}")
     return Outcome(ok=want in gpu.targets, evidence=f"want {want}; rocminfo: {seen}")

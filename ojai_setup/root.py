@@ -101,9 +101,9 @@ class Root:
         return self.resolve(machine_path).exists()
 
     def read_text(self, machine_path: str) -> str:
-        """Read a text file; raises OSError as open() does."""
+        """Read a text file exactly (line ends kept); raises OSError as open() does."""
         self.reads.append(machine_path)
-        return self.resolve(machine_path).read_text(encoding="utf-8", errors="replace")
+        return self.resolve(machine_path).read_bytes().decode("utf-8", errors="replace")
 
     def read_bytes(self, machine_path: str) -> bytes:
         self.reads.append(machine_path)

@@ -41,13 +41,14 @@ class Terminal:
 
         return Console(file=self._stdout, no_color=not self.color, highlight=False,
                        force_terminal=self.color or None, emoji=False,
-                       width=None if self.color else 120)
+                       width=None if self.color else 120, soft_wrap=not self.color)
 
     @cached_property
     def err_console(self):
         from rich.console import Console
 
-        return Console(file=self._stderr, no_color=not self.color, highlight=False, emoji=False)
+        return Console(file=self._stderr, no_color=not self.color, highlight=False, emoji=False,
+                       soft_wrap=not self.color)
 
     # -- primitives --------------------------------------------------------------------------
     def emit_json(self, data: Any) -> None:

@@ -19,7 +19,7 @@ import pytest
 MACHINES = Path(__file__).parent / "machines"
 README = MACHINES / "README.md"
 #: the captures the machines are built from (see their SOURCES.md)
-CORPUS = Path(os.environ.get("OJAI_CORPUS", "/work/shared/corpus"))
+CORPUS = Path(os.environ.get("OJAI_CORPUS", Path(__file__).resolve().parents[2] / "shared" / "corpus"))
 
 ROW = re.compile(r"^\| `(?P<path>/[^`]+)` \| (?P<origin>[^|]+?) \| (?P<notes>.*) \|$")
 COPY = re.compile(r"^copy of corpus/(?P<file>\S+)$")
