@@ -1,0 +1,306 @@
+"""Model downloads from the Hugging Face Hub, each checked against the hub's LFS sha256.
+
+Requests go through ``huggingface_hub``: a ``HEAD /{repo}/resolve/{revision}/{file}`` for the
+commit, size and download location (usually a redirect to a CDN, where the token is not sent),
+``POST /api/models/{repo}/paths-info/{commit}`` for the LFS sha256, and a streamed ``GET`` of the
+location. ``HF_ENDPOINT``, ``HF_TOKEN`` and ``HF_HUB_OFFLINE`` are read when a download runs.
+
+Files go to ``<models_dir>/<org>/<repo>/<file>`` (default models dir ``/var/lib/ojai/models``:
+the system ``lemond`` service runs with ``ProtectHome=yes`` and cannot read anything under
+/home). While downloading, the body grows in ``.<file>.<sha256 prefix>.partial`` beside the
+target; an interrupted download leaves it there and the next run resumes it with an HTTP
+``Range`` request. Only a file whose sha256 matches the hub's value is renamed into place; a
+mismatch deletes the download and raises with both digests.
+
+A verified file gets a small ``.<file>.sha256`` record keyed by its size and mtime, so later
+runs recognise it without re-reading many gigabytes and without asking the hub.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import httpx2
+from huggingface_hub import HfApi, get_hf_file_metadata, hf_hub_url
+from huggingface_hub import constants as hf_constants
+from huggingface_hub.file_download import http_get
+from huggingface_hub.hf_api import RepoFile
+from huggingface_hub.utils import HfHubHTTPError, build_hf_headers
+
+from .actions import HubDownload
+from .catalog import Route, model_path
+from .pairing import GGUFError, PairVerdict, check_pair, read_model_info
+from .progress import Progress, TaskHandle
+from .root import Root
+
+DEFAULT_MODELS_DIR = "/var/lib/ojai/models"
+#: caps the free disk space a download may use (bytes); for tests and for careful people
+DISK_BUDGET_ENV = "OJAI_DISK_BUDGET_BYTES"
+_HASH_CHUNK = 8 << 20
+_TRUE = {"1", "true", "yes", "on"}
+
+
+class HubError(RuntimeError):
+    """A download could not be started, finished or verified; the text says why."""
+
+
+def _endpoint() -> str:
+    return (os.environ.get("HF_ENDPOINT") or hf_constants.ENDPOINT).rstrip("/")
+
+
+def _offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in _TRUE or hf_constants.is_offline_mode()
+
+
+def _gib(n: int) -> str:
+    return f"{n / (1 << 30):.2f} GiB" if n >= 1 << 30 else f"{n} bytes"
+
+
+def remote_file_info(repo_id: str, filename: str, revision: str | None = None) -> tuple[str, int]:
+    """The hub's LFS ``(sha256, size)`` of ``filename`` in ``repo_id`` at ``revision``."""
+    where = f"{repo_id}@{revision or 'main'}:{filename}"
+    if _offline():
+        raise HubError(f"{where}: cannot ask the hub for its sha256: HF_HUB_OFFLINE is set")
+    try:
+        entries = HfApi(endpoint=_endpoint()).get_paths_info(repo_id, [filename], revision=revision)
+    except HfHubHTTPError as exc:
+        raise HubError(f"{where}: the hub refused the file listing: {exc}") from exc
+    except httpx2.TransportError as exc:
+        raise HubError(f"{where}: cannot reach {_endpoint()}: {exc}") from exc
+    for entry in entries:
+        if isinstance(entry, RepoFile) and entry.path == filename:
+            if entry.lfs is None:
+                raise HubError(f"{where}: not stored with LFS, so the hub gives no sha256 for it")
+            return entry.lfs.sha256, entry.lfs.size
+    raise HubError(f"{where}: no such file in the repository")
+
+
+# -- verified-digest records -----------------------------------------------------------------
+
+def _digest_record(path: Path) -> Path:
+    return path.with_name(f".{path.name}.sha256")
+
+
+def verified_digest(path: Path) -> str | None:
+    """The sha256 recorded when ``path`` was verified, if its size and mtime are unchanged."""
+    try:
+        stat = path.stat()
+        record = json.loads(_digest_record(path).read_text(encoding="utf-8"))
+        if record["size"] == stat.st_size and record["mtime_ns"] == stat.st_mtime_ns:
+            return str(record["sha256"])
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    return None
+
+
+def _record_digest(path: Path, digest: str) -> None:
+    stat = path.stat()
+    record = _digest_record(path)
+    tmp = record.with_name(record.name + ".tmp")
+    tmp.write_text(json.dumps({"sha256": digest, "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}),
+                   encoding="utf-8")
+    os.replace(tmp, record)
+
+
+def _hash_file(path: Path, progress: Progress, description: str) -> str:
+    task = progress.task(description, total=path.stat().st_size)
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        while chunk := f.read(_HASH_CHUNK):
+            digest.update(chunk)
+            task.advance(len(chunk))
+    task.done()
+    return digest.hexdigest()
+
+
+# -- executor --------------------------------------------------------------------------------
+
+def _bar_class(task: TaskHandle) -> type:
+    """A tqdm stand-in for ``http_get`` that forwards byte counts to ``task``."""
+
+    class _Bar:
+        def __init__(self, **_: object) -> None:
+            pass
+
+        def __enter__(self) -> _Bar:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            return None
+
+        def update(self, n: float | None = 1) -> None:
+            if n:
+                task.advance(int(n))
+
+    return _Bar
+
+
+def _disk_budget(explicit: int | None) -> int | None:
+    if explicit is not None:
+        return explicit
+    raw = os.environ.get(DISK_BUDGET_ENV)
+    if raw is None or not raw.strip():
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        raise HubError(f"{DISK_BUDGET_ENV}={raw!r} is not a number of bytes") from None
+
+
+def _same_origin(a: str, b: str) -> bool:
+    pa, pb = urlsplit(a), urlsplit(b)
+    return (pa.scheme, pa.hostname, pa.port) == (pb.scheme, pb.hostname, pb.port)
+
+
+def execute_hub_download(root: Root, action: HubDownload, progress: Progress, *,
+                         disk_budget: int | None = None) -> bool:
+    """Make ``action.dest`` a verified copy of the hub file; True when something changed.
+
+    The expected sha256 is ``action.sha256`` when pinned (then ``action.size``, if given, is
+    exact too), else the hub's LFS value. A present file with a verified-digest record (or
+    whose hash matches) is left alone without downloading. ``disk_budget`` (or the
+    ``OJAI_DISK_BUDGET_BYTES`` variable) caps the free space the download may use; the check
+    runs before any byte is fetched.
+    """
+    dest = root.resolve(action.dest)
+    where = f"{action.repo_id}:{action.filename}"
+    pinned = action.sha256.lower() if action.sha256 else None
+
+    if dest.is_file():
+        recorded = verified_digest(dest)
+        size_ok = pinned is None or action.size is None or dest.stat().st_size == action.size
+        if recorded is not None and size_ok and (pinned is None or recorded == pinned):
+            return False
+        if pinned is None:
+            expected_sha, expected_size = remote_file_info(action.repo_id, action.filename, action.revision)
+        else:
+            expected_sha, expected_size = pinned, action.size or dest.stat().st_size
+        if dest.stat().st_size == expected_size:
+            digest = recorded or _hash_file(dest, progress, f"verify {action.filename}")
+            if digest == expected_sha:
+                _record_digest(dest, digest)
+                return False
+
+    if _offline():
+        raise HubError(f"{where}: {action.dest} is missing or does not match, and HF_HUB_OFFLINE is set")
+    endpoint = _endpoint()
+    url = hf_hub_url(action.repo_id, action.filename, revision=action.revision, endpoint=endpoint)
+    try:
+        meta = get_hf_file_metadata(url, endpoint=endpoint)
+    except HfHubHTTPError as exc:
+        raise HubError(f"{where}: the hub refused the file: {exc}") from exc
+    except httpx2.TransportError as exc:
+        raise HubError(f"{where}: cannot reach {endpoint}: {exc}") from exc
+    if pinned is not None:
+        expected_sha = pinned
+        expected_size = action.size or meta.size
+        if expected_size is None:
+            raise HubError(f"{where}: the hub gave no size for the file")
+    else:
+        expected_sha, expected_size = remote_file_info(action.repo_id, action.filename,
+                                                       meta.commit_hash or action.revision)
+    if meta.size is not None and meta.size != expected_size:
+        raise HubError(f"{where}: the hub serves {meta.size} bytes, expected {expected_size}; "
+                       "the file changed upstream, so its pinned sha256 no longer applies")
+
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    part = dest.with_name(f".{dest.name}.{expected_sha[:16]}.partial")
+    for stale in dest.parent.glob(f".{dest.name}.*.partial"):
+        if stale != part:
+            stale.unlink()
+    resume = part.stat().st_size if part.is_file() else 0
+    if resume > expected_size:
+        part.unlink()
+        resume = 0
+
+    need = expected_size - resume
+    free = shutil.disk_usage(dest.parent).free
+    budget = _disk_budget(disk_budget)
+    if budget is not None:
+        free = min(free, budget)
+    if need > free:
+        raise HubError(f"{where}: not enough disk space in {root.machine_path(dest.parent)}: "
+                       f"the download needs {_gib(need)}, {_gib(free)} is free")
+
+    headers = build_hf_headers()
+    if not _same_origin(url, meta.location):
+        headers.pop("authorization", None)  # signed CDN URLs: the token stays on the hub
+    task = progress.task(f"download {action.filename}", total=expected_size)
+    task.update(completed=resume)
+    try:
+        with part.open("r+b" if resume else "wb") as f:
+            f.seek(resume)
+            http_get(meta.location, f, resume_size=resume, headers=headers, expected_size=expected_size,
+                     displayed_filename=action.filename, tqdm_class=_bar_class(task))
+    except (HfHubHTTPError, httpx2.HTTPError, OSError, ValueError) as exc:
+        got = part.stat().st_size if part.is_file() else 0
+        cause = " ".join(str(exc).split())
+        raise HubError(f"{where}: download stopped after {got} of {expected_size} bytes ({cause}); "
+                       "run again to resume it") from exc
+    task.done()
+
+    got = part.stat().st_size
+    if got != expected_size:
+        part.unlink()
+        raise HubError(f"{where}: downloaded {got} bytes, the hub said {expected_size}; the download was deleted")
+    digest = _hash_file(part, progress, f"verify {action.filename}")
+    if digest != expected_sha:
+        part.unlink()
+        raise HubError(f"{where}: sha256 mismatch: expected {expected_sha}, the download has {digest}; "
+                       "the download was deleted")
+    part.chmod(0o644)
+    os.replace(part, dest)
+    _record_digest(dest, digest)
+    return True
+
+
+# -- steps -----------------------------------------------------------------------------------
+
+def _needs_root(real: Path) -> bool:
+    existing = real.parent
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    return not os.access(existing, os.W_OK)
+
+
+def plan_model_downloads(root: Root, route: Route, models_dir: str = DEFAULT_MODELS_DIR) -> list[HubDownload]:
+    """Downloads for the files of ``route`` that are missing or not verified; [] when all are."""
+    actions = []
+    for f in route.files():
+        dest = model_path(models_dir, route.repo, f.file)
+        real = root.resolve(dest)
+        if not real.is_file():
+            reason = "missing"
+        else:
+            recorded = verified_digest(real)
+            if recorded is not None and (f.sha256 is None or recorded == f.sha256):
+                continue
+            reason = ("present, but its sha256 differs from the catalog's pinned value" if recorded
+                      else "present, but not yet checked against the hub's sha256")
+        actions.append(HubDownload(
+            repo_id=route.repo, filename=f.file, revision=route.revision, dest=dest,
+            sha256=f.sha256, size=f.size, needs_root=_needs_root(real),
+            reason=f"{route.name}: {f.file} {reason}",
+        ))
+    return actions
+
+
+def verify_local_pair(root: Root, route: Route, models_dir: str = DEFAULT_MODELS_DIR) -> PairVerdict:
+    """Whether the downloaded files of ``route`` form a matched MTP pair (for ``ojai doctor``)."""
+    main = route.main_path(models_dir)
+    draft = route.draft_path(models_dir)
+    missing = [p for p in (main, draft) if p is not None and not root.resolve(p).is_file()]
+    if missing:
+        return PairVerdict(ok=False, reasons=tuple(f"{p}: missing; `ojai setup --apply` downloads it"
+                                                   for p in missing))
+    try:
+        main_info = read_model_info(root.resolve(main))
+        draft_info = read_model_info(root.resolve(draft)) if draft else None
+    except GGUFError as exc:
+        return PairVerdict(ok=False, reasons=(str(exc),))
+    return check_pair(main_info, draft_info, route.mtp)

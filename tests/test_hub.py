@@ -1,0 +1,211 @@
+"""Verified model downloads against a local hub stand-in (tests/support/fake_hub.py)."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pytest
+from huggingface_hub import HfApi, hf_hub_download
+
+from ojai_setup.actions import HubDownload
+from ojai_setup.catalog import Route
+from ojai_setup.hub import (
+    DEFAULT_MODELS_DIR,
+    HubError,
+    execute_hub_download,
+    plan_model_downloads,
+    remote_file_info,
+    verified_digest,
+    verify_local_pair,
+)
+from ojai_setup.progress import NullProgress
+from ojai_setup.root import Root
+from tests.support.fake_hub import COMMIT, FakeHub, fake_hub  # noqa: F401
+from tests.support.gguf_files import gemma4_assistant, gemma4_main
+
+REPO = "test-org/gemma-4-tiny-it-GGUF"
+MAIN = "gemma-4-tiny-it-Q4_K_M.gguf"
+DRAFT = "mtp-gemma-4-tiny-it.gguf"
+MODELS = DEFAULT_MODELS_DIR
+
+
+@pytest.fixture
+def published(tmp_path: Path, fake_hub: FakeHub) -> FakeHub:
+    """The hub serves a matched pair; the main file is large enough to cut part way."""
+    src = tmp_path / "published"
+    fake_hub.add_path(REPO, MAIN, gemma4_main(src / MAIN, payload_bytes=200_000))
+    fake_hub.add_path(REPO, DRAFT, gemma4_assistant(src / DRAFT))
+    return fake_hub
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Root:
+    (tmp_path / "machine").mkdir()
+    return Root(tmp_path / "machine")
+
+
+def route(**changes: object) -> Route:
+    return Route.model_validate({
+        "name": "gemma-4-tiny", "title": "tiny", "repo": REPO, "mtp": "sidecar",
+        "main": [{"file": MAIN, "size": 200_000}], "draft": {"file": DRAFT, "size": 4_000},
+        "lemonade_checkpoint": f"{REPO}:Q4_K_M", "lemonade_draft_checkpoint": f"{REPO}:{DRAFT}",
+        "kv": {"full_layers": 1, "full_kv_heads": 1, "full_head_dim": 64},
+        "context_size": 4096, "max_context": 8192, "sizes_estimated": True, **changes,
+    })
+
+
+def action(name: str = MAIN, **changes: object) -> HubDownload:
+    return HubDownload(repo_id=REPO, filename=name, dest=f"{MODELS}/{REPO}/{name}", **changes)
+
+
+def dest(root: Root, name: str = MAIN) -> Path:
+    return root.resolve(f"{MODELS}/{REPO}/{name}")
+
+
+def leftovers(root: Path) -> list[str]:
+    return sorted(p.name for p in root.rglob("*.partial"))
+
+
+def test_stand_in_answers_huggingface_hub_itself(published, tmp_path):
+    info = HfApi(endpoint=published.url).model_info(REPO, files_metadata=True)
+    siblings = {s.rfilename: s for s in info.siblings}
+    assert info.sha == COMMIT
+    assert siblings[MAIN].lfs.sha256 == published.files[(REPO, MAIN)].sha256
+    got = hf_hub_download(REPO, DRAFT, local_dir=tmp_path / "plain", endpoint=published.url)
+    assert Path(got).read_bytes() == published.files[(REPO, DRAFT)].data
+
+
+def test_remote_file_info_gives_lfs_sha256_and_size(published):
+    entry = published.files[(REPO, MAIN)]
+    assert remote_file_info(REPO, MAIN) == (entry.sha256, len(entry.data))
+    assert published.requests_to("hub", "POST")[0].path == f"/api/models/{REPO}/paths-info/main"
+    with pytest.raises(HubError, match="no such file in the repository"):
+        remote_file_info(REPO, "absent.gguf")
+
+
+def test_plan_download_verify_and_replan(published, root):
+    r = route()
+    actions = plan_model_downloads(root, r, MODELS)
+    assert [(a.filename, a.reason) for a in actions] == [
+        (MAIN, f"gemma-4-tiny: {MAIN} missing"), (DRAFT, f"gemma-4-tiny: {DRAFT} missing")]
+    assert actions[0].dest == f"{MODELS}/{REPO}/{MAIN}" and not actions[0].needs_root
+    assert verify_local_pair(root, r, MODELS).reasons == tuple(
+        f"{MODELS}/{REPO}/{n}: missing; `ojai setup --apply` downloads it" for n in (MAIN, DRAFT))
+
+    assert all(execute_hub_download(root, a, NullProgress()) for a in actions)
+
+    for name in (MAIN, DRAFT):
+        data = published.files[(REPO, name)].data
+        assert dest(root, name).read_bytes() == data
+        assert verified_digest(dest(root, name)) == hashlib.sha256(data).hexdigest()
+    assert leftovers(root.path) == []
+    assert plan_model_downloads(root, r, MODELS) == []
+    assert verify_local_pair(root, r, MODELS).ok
+
+
+def test_second_call_is_a_noop_without_any_request(published, root):
+    assert execute_hub_download(root, action(), NullProgress()) is True
+    published.requests.clear()
+    assert execute_hub_download(root, action(), NullProgress()) is False
+    assert published.requests == []
+
+
+def test_present_unverified_file_is_hashed_not_downloaded(published, root):
+    dest(root).parent.mkdir(parents=True)
+    dest(root).write_bytes(published.files[(REPO, MAIN)].data)
+    [planned, _] = plan_model_downloads(root, route(), MODELS)
+    assert planned.reason.endswith("present, but not yet checked against the hub's sha256")
+    assert execute_hub_download(root, planned, NullProgress()) is False
+    assert published.requests_to("cdn") == []
+    assert verified_digest(dest(root)) == published.files[(REPO, MAIN)].sha256
+
+
+def test_present_wrong_file_is_replaced(published, root):
+    dest(root).parent.mkdir(parents=True)
+    dest(root).write_bytes(b"an older upload")
+    assert execute_hub_download(root, action(), NullProgress()) is True
+    assert dest(root).read_bytes() == published.files[(REPO, MAIN)].data
+
+
+def test_corrupted_download_is_deleted_with_the_reason(published, root):
+    published.corrupt(REPO, MAIN)
+    entry = published.files[(REPO, MAIN)]
+    with pytest.raises(HubError) as err:
+        execute_hub_download(root, action(), NullProgress())
+    bad = hashlib.sha256(entry.body).hexdigest()
+    assert str(err.value) == (f"{REPO}:{MAIN}: sha256 mismatch: expected {entry.sha256}, the download has "
+                              f"{bad}; the download was deleted")
+    assert not dest(root).exists()
+    assert leftovers(root.path) == []
+
+
+def test_pinned_sha256_is_checked_too(published, root):
+    with pytest.raises(HubError, match="sha256 mismatch: expected 0{64}"):
+        execute_hub_download(root, action(sha256="0" * 64), NullProgress())
+    assert not dest(root).exists()
+
+
+def test_interrupted_download_resumes_on_the_next_call(published, root, tmp_path):
+    # huggingface_hub writes in 10 MiB chunks, so the file is cut after more than one chunk
+    big = "gemma-4-big-it-Q4_K_M.gguf"
+    entry = published.add_path(REPO, big, gemma4_main(tmp_path / big, payload_bytes=12 << 20))
+    published.cut_next_download(after=11 << 20)
+    with pytest.raises(HubError, match=r"download stopped after \d+ of \d+ bytes .*run again to resume it"):
+        execute_hub_download(root, action(big), NullProgress())
+    [partial] = root.path.rglob("*.partial")
+    kept = partial.stat().st_size
+    assert partial.name == f".{big}.{entry.sha256[:16]}.partial"
+    assert 0 < kept < len(entry.data)
+    assert entry.data.startswith(partial.read_bytes())
+    assert not dest(root, big).exists()
+
+    published.restore()
+    published.requests.clear()
+    assert execute_hub_download(root, action(big), NullProgress()) is True
+    [get] = published.requests_to("cdn", "GET")
+    assert get.headers.get("range") == f"bytes={kept}-"
+    assert dest(root, big).read_bytes() == entry.data
+    assert leftovers(root.path) == []
+
+
+def test_small_disk_refused_before_download(published, root, monkeypatch):
+    size = len(published.files[(REPO, MAIN)].data)
+    monkeypatch.setenv("OJAI_DISK_BUDGET_BYTES", str(size - 1))
+    with pytest.raises(HubError, match=f"not enough disk space in {MODELS}/{REPO}: the download needs "
+                                       f"{size} bytes, {size - 1} bytes is free"):
+        execute_hub_download(root, action(), NullProgress())
+    assert published.requests_to("cdn") == []
+    with pytest.raises(HubError, match="not enough disk space"):
+        execute_hub_download(root, action(), NullProgress(), disk_budget=10)
+    monkeypatch.setenv("OJAI_DISK_BUDGET_BYTES", str(size))
+    assert execute_hub_download(root, action(), NullProgress()) is True
+
+
+def test_token_goes_to_the_hub_not_the_cdn(published, root, monkeypatch):
+    published.token = "hf_testtoken"
+    monkeypatch.setenv("HF_TOKEN", "hf_testtoken")
+    assert execute_hub_download(root, action(DRAFT), NullProgress()) is True
+    assert all(r.headers.get("authorization") == "Bearer hf_testtoken" for r in published.requests_to("hub"))
+    assert all("authorization" not in r.headers for r in published.requests_to("cdn"))
+
+
+def test_offline_mode(published, root, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(HubError, match="HF_HUB_OFFLINE is set"):
+        execute_hub_download(root, action(), NullProgress())
+    assert published.requests == []
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    execute_hub_download(root, action(), NullProgress())
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert execute_hub_download(root, action(), NullProgress()) is False
+
+
+def test_verify_local_pair_reports_a_mismatched_draft(published, root, tmp_path):
+    for a in plan_model_downloads(root, route(), MODELS):
+        execute_hub_download(root, a, NullProgress())
+    gemma4_assistant(dest(root, DRAFT), target_hidden=128)
+    verdict = verify_local_pair(root, route(), MODELS)
+    assert not verdict.ok and "drafts for hidden size 128" in verdict.reasons[0]
+    # the rewritten draft no longer matches its verified-digest record, so it is planned again
+    assert [a.filename for a in plan_model_downloads(root, route(), MODELS)] == [DRAFT]
