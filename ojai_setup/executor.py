@@ -42,7 +42,7 @@ from ojai_setup.actions import (
     Symlink,
     WriteFile,
 )
-from ojai_setup.journal import ActionRecord, HandlerRecord, Journal, read_state
+from ojai_setup.journal import ActionRecord, HandlerRecord, Journal, JournalError, read_state
 from ojai_setup.plan import Plan, describe_digest, path_digest, text_digest
 from ojai_setup.progress import Progress
 from ojai_setup.root import Root
@@ -60,8 +60,9 @@ class ActionOutcome:
 
 
 ExecutorFn = Callable[[Root, Any, Progress], "ActionOutcome | bool | None"]
-#: a validator gets the temporary file holding the new content and raises ValidationError
-Validator = Callable[[Root, Path, WriteFile], None]
+#: a validator gets the temporary file holding the new content and the action, and raises an
+#: exception (ValueError) whose message says what is wrong
+Validator = Callable[[Path, WriteFile], None]
 
 EXECUTORS: dict[str, ExecutorFn] = {}
 VALIDATORS: dict[str, Validator] = {}
@@ -73,7 +74,7 @@ LAZY_EXECUTORS: dict[str, tuple[str, str]] = {
     "hub_download": ("ojai_setup.hub", "execute_hub_download"),
 }
 
-#: validator name -> (module, function taking (path, action)) imported on first use
+#: validator name -> (module, function) imported on first use
 LAZY_VALIDATORS: dict[str, tuple[str, str]] = {
     "grub": ("ojai_setup.grub", "validate_grub"),
 }
@@ -143,38 +144,38 @@ def fault_point(stage: str) -> None:
 
 
 # -- lookups ---------------------------------------------------------------------------------
-def _load_validator(name: str) -> None:
-    module_name, function = LAZY_VALIDATORS[name]
-    fn = getattr(importlib.import_module(module_name), function)
-
-    def validate(root: Root, path: Path, action: WriteFile) -> None:
-        try:
-            fn(path, action)
-        except ValueError as exc:
-            raise ValidationError(str(exc)) from None
-
-    VALIDATORS[name] = validate
+def _load_lazy(registry: dict[str, Any], lazy: dict[str, tuple[str, str]], name: str,
+               what: str) -> None:
+    if name in registry or name not in lazy:
+        return
+    module_name, function = lazy[name]
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ApplyError(f"cannot {what}: {module_name} cannot be imported ({exc})") from None
+    if name not in registry:
+        fn = getattr(module, function, None)
+        if fn is None:
+            raise ApplyError(f"cannot {what}: {module_name} has no {function}()")
+        registry[name] = fn
 
 
 def executor_for(kind: str) -> ExecutorFn:
     """The executor of ``kind``, importing its module on first use."""
-    if kind not in EXECUTORS and kind in LAZY_EXECUTORS:
-        module_name, function = LAZY_EXECUTORS[kind]
-        try:
-            module = importlib.import_module(module_name)
-        except ImportError as exc:
-            raise ApplyError(f"cannot carry out {kind} actions: {module_name} cannot be "
-                             f"imported ({exc})") from None
-        if kind not in EXECUTORS:
-            fn = getattr(module, function, None)
-            if fn is None:
-                raise ApplyError(f"cannot carry out {kind} actions: {module_name} has no "
-                                 f"{function}()")
-            EXECUTORS[kind] = fn
+    _load_lazy(EXECUTORS, LAZY_EXECUTORS, kind, f"carry out {kind} actions")
     try:
         return EXECUTORS[kind]
     except KeyError:
         raise ApplyError(f"no executor is registered for {kind} actions") from None
+
+
+def validator_for(name: str) -> Validator:
+    """The validator called ``name``, importing its module on first use."""
+    _load_lazy(VALIDATORS, LAZY_VALIDATORS, name, f"run the {name!r} check")
+    try:
+        return VALIDATORS[name]
+    except KeyError:
+        raise ApplyError(f"no validator named {name!r} is registered") from None
 
 
 def _outcome(result: ActionOutcome | bool | None, before: list[str | None],
@@ -232,8 +233,8 @@ def execute_write_file(root: Root, action: WriteFile, progress: Progress) -> Act
             os.chown(tmp, original.st_uid, original.st_gid)
         if action.validate_with is not None:
             try:
-                VALIDATORS[action.validate_with](root, tmp, action)
-            except ValidationError as exc:
+                validator_for(action.validate_with)(tmp, action)
+            except Exception as exc:
                 raise ValidationError(f"the new {action.path} failed the "
                                       f"{action.validate_with!r} check, so it was left "
                                       f"unchanged: {exc}") from None
@@ -286,12 +287,12 @@ def execute_run_command(root: Root, action: RunCommand, progress: Progress) -> A
 
 
 @register_validator("json")
-def validate_json(root: Root, path: Path, action: WriteFile) -> None:
+def validate_json(path: Path, action: WriteFile) -> None:
     """The new content parses as JSON."""
     try:
         json.loads(path.read_text(encoding="utf-8"))
     except ValueError as exc:
-        raise ValidationError(f"not valid JSON ({exc})") from None
+        raise ValueError(f"not valid JSON ({exc})") from None
 
 
 # -- conflicts and verification --------------------------------------------------------------
@@ -429,28 +430,33 @@ def apply(plan: Plan, root: Root, progress: Progress, *,
         reasons = "; ".join(f"{r.step}: {r.sentence}" for r in plan.blocked())
         raise ApplyError(f"the plan has blocked steps, so nothing was applied: {reasons}")
     planned = plan.actions()
-    if not planned and not read_state(root, euid=euid).pending_handlers:
+    try:
+        pending_before = read_state(root, euid=euid).pending_handlers
+    except JournalError as exc:
+        raise ApplyError(f"{exc}; nothing was changed") from None
+    if not planned and not pending_before:
         return ApplyResult(apply_id=None)
     check_privileges(plan, root, euid=euid, plan_path=plan_path)
     executors = {p.action.kind: executor_for(p.action.kind) for p in planned}
     run_handler = executor_for("run_command")
     for p in planned:
         name = getattr(p.action, "validate_with", None)
-        if name is not None and name not in VALIDATORS and name in LAZY_VALIDATORS:
-            _load_validator(name)
-        if name is not None and name not in VALIDATORS:
-            raise ApplyError(f"{p.action.describe()}: no validator named {name!r} is registered")
+        if name is not None:
+            validator_for(name)
     for p in planned:
         _precheck(root, p.action)
 
-    journal = Journal(root, "apply", euid=euid, plan_fingerprint=plan.fingerprint.digest)
+    try:
+        journal = Journal(root, "apply", euid=euid, plan_fingerprint=plan.fingerprint.digest)
+    except JournalError as exc:
+        raise ApplyError(f"{exc}; nothing was changed") from None
     result = ApplyResult(apply_id=journal.id,
                          journal=journal.dir / "journal" / f"{journal.id}.json")
     pending: dict[str, HandlerRecord] = {h.name: h for h in journal.state.pending_handlers}
     token = _FAULT_HOOK.set(fault_hook)
     error: str | None = None
+    overall = progress.task("apply plan", total=len(planned))
     try:
-        overall = progress.task("apply plan", total=len(planned))
         for step in plan.steps:
             for action in step.actions:
                 targets = action.targets()
@@ -497,6 +503,7 @@ def apply(plan: Plan, root: Root, progress: Progress, *,
         error = str(exc) or type(exc).__name__
         raise
     finally:
+        overall.done()
         _FAULT_HOOK.reset(token)
         journal.close("failed" if error else "complete", error,
                       pending_handlers=list(pending.values()))

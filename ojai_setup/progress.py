@@ -67,6 +67,7 @@ class _RichTask:
     def __init__(self, owner: RichProgress, task_id: Any) -> None:
         self._owner = owner
         self._id = task_id
+        self._finished = False
 
     def advance(self, n: int = 1) -> None:
         self._owner._bar.advance(self._id, n)
@@ -83,19 +84,23 @@ class _RichTask:
         self._owner._bar.update(self._id, **fields)
 
     def done(self) -> None:
+        if self._finished:
+            return
+        self._finished = True
         bar = self._owner._bar
         for task in bar.tasks:
             if task.id == self._id:
                 finished = task.total if task.total is not None else max(task.completed, 1)
                 bar.update(self._id, total=finished, completed=finished)
                 bar.stop_task(self._id)
+        self._owner._task_done()
 
 
 class RichProgress:
-    """Progress bars on a rich console; the display starts with the first task.
+    """Progress bars on a rich console.
 
-    Use it as a context manager (or call :meth:`close`) so the live display is stopped even
-    when an action fails.
+    The live display starts with the first task and stops when every task is done; use it as
+    a context manager (or call :meth:`close`) to stop it also when a task is left unfinished.
     """
 
     def __init__(self, console: Console | None = None, *, transient: bool = False) -> None:
@@ -135,18 +140,33 @@ class RichProgress:
             transient=transient,
         )
         self._started = False
+        self._open = 0
 
     def task(self, description: str, total: int | None = None) -> TaskHandle:
         if not self._started:
             self._bar.start()
             self._started = True
+        self._open += 1
         return _RichTask(self, self._bar.add_task(description, total=total))
+
+    @property
+    def active(self) -> bool:
+        """Whether the live display is showing."""
+        return self._started
+
+    def _task_done(self) -> None:
+        self._open -= 1
+        if self._open == 0:
+            self.close()
 
     def close(self) -> None:
         """Stop the live display."""
         if self._started:
             self._bar.stop()
+            for task in list(self._bar.tasks):
+                self._bar.remove_task(task.id)
             self._started = False
+        self._open = 0
 
     def __enter__(self) -> RichProgress:
         return self

@@ -378,10 +378,10 @@ def test_validators_are_registered_by_name(tmp_path, monkeypatch):
     seen: list[str] = []
 
     @register_validator("grub-default")
-    def check(root: Root, path: Path, action: WriteFile) -> None:
+    def check(path: Path, action: WriteFile) -> None:
         seen.append(path.read_text())
         if "nomodeset" in path.read_text():
-            raise ValidationError("nomodeset stops amdgpu from binding")
+            raise ValueError("nomodeset stops amdgpu from binding")
 
     root = _machine(tmp_path)
 
@@ -507,3 +507,39 @@ def test_a_plan_for_another_machine_is_refused(tmp_path):
     other = Root(tmp_path / "elsewhere")
     with pytest.raises(ApplyError, match="the plan was made for the machine at"):
         apply(plan, other, NullProgress())
+
+
+def test_named_validators_of_other_modules_are_imported_on_first_use(monkeypatch):
+    from ojai_setup.executor import LAZY_VALIDATORS, validator_for
+    from ojai_setup.grub import validate_grub
+
+    monkeypatch.delitem(VALIDATORS, "grub", raising=False)
+    assert validator_for("grub") is validate_grub
+    monkeypatch.setitem(LAZY_VALIDATORS, "toml", ("ojai_setup.no_such_module", "validate"))
+    with pytest.raises(ApplyError, match="cannot run the 'toml' check: ojai_setup.no_such_module "
+                                         "cannot be imported"):
+        validator_for("toml")
+
+
+def test_rich_progress_draws_bars_and_stops_when_every_task_is_done(tmp_path):
+    import io
+
+    from rich.console import Console
+
+    from ojai_setup.progress import RichProgress
+
+    out = io.StringIO()
+    progress = RichProgress(Console(file=out, force_terminal=True, width=100))
+    root = _machine(tmp_path)
+    plan = _plan(root)
+    apply(plan, root, progress)
+    download = progress.task("download model.gguf", total=3 * 2**20)
+    download.advance(2**20)
+    download.update(completed=3 * 2**20)
+    assert progress.active
+    download.done()
+    assert not progress.active
+    text = out.getvalue()
+    assert "apply plan" in text and "3/3" in text
+    assert "run update-grub" in text
+    assert "download model.gguf" in text and "3.1/3.1 MB" in text
