@@ -276,6 +276,8 @@ def _bios_min(facts: Facts, profile: Profile, params: dict) -> Outcome:
 @kind("ttm_active")
 def _ttm_active(facts: Facts, profile: Profile, params: dict) -> Outcome:
     ttm = _need(facts, "ttm")
+    if facts.gpu is not None and not facts.gpu.cards and not facts.gpu.agents:
+        return Outcome(ok=None, evidence="no AMD GPU: the TTM limit does not matter here")
     configured, active = ttm.configured_pages, ttm.active_pages
     if configured is None:
         return Outcome(ok=False, evidence=f"GPU memory limit not configured; active "

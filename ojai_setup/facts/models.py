@@ -136,7 +136,7 @@ class Ttm(_Model):
             return self.grub_pages
         if self.modprobe:
             return self.modprobe[-1].pages
-        return None
+        return self.cmdline_pages  # set some other way (systemd-boot, NixOS, by hand)
 
 
 class Tool(_Model):
