@@ -15,7 +15,7 @@ one unquoted word) and split into kernel parameters the way the kernel splits
 ``/proc/cmdline`` (whitespace outside ``"`` quotes). Every parameter keeps its exact byte span
 in the file, so an edit touches only the parameter it changes.
 
-What is refused (:class:`GrubEditError`, the text is returned to nobody and nothing changes):
+What is refused with :class:`GrubEditError` (no text is returned, so nothing gets written):
 
 - CRLF line ends (``grub-mkconfig`` would pass a stray carriage return to the kernel);
 - a quote, ``$(``, ``${`` or backquote that is never closed;
@@ -414,7 +414,7 @@ def _decode_double(text: str, start: int, end: int, a: Assignment, source: str) 
             nxt = text[i + 1] if i + 1 < end else ""
             if nxt == "\n":
                 raise _unsafe(source, a, "continues over a backslash line break")
-            if nxt in '$`"\\':
+            if nxt and nxt in '$`"\\':
                 units.append(_Unit(nxt, i, i + 2))
                 i += 2
             else:

@@ -38,7 +38,9 @@ INLINE_HASH = (
 )
 
 
-def settings_of(text: str, module: str = "ttm", key: str = "pages_limit") -> list[tuple[int, str | None]]:
+def settings_of(
+    text: str, module: str = "ttm", key: str = "pages_limit"
+) -> list[tuple[int, str | None]]:
     return [(s.line, s.value) for s in module_option_settings([("f.conf", text)], module, key)]
 
 
@@ -62,7 +64,14 @@ def test_guide_file_changes_one_line():
 def test_a_hash_in_the_middle_of_a_line_is_an_option_to_kmod():
     (amdgpu, ttm) = parse_modprobe_conf(INLINE_HASH)
     assert [o.text for o in ttm.options] == [
-        "pages_limit=30146560", "page_pool_size=30146560", "#", "same,", "in", "4", "KiB", "pages",
+        "pages_limit=30146560",
+        "page_pool_size=30146560",
+        "#",
+        "same,",
+        "in",
+        "4",
+        "KiB",
+        "pages",
     ]
     assert ttm.line == 3 and amdgpu.module == "amdgpu"
     after = set_module_option(INLINE_HASH, "ttm", "pages_limit", GIB48)
@@ -168,10 +177,14 @@ def test_last_setting_across_files_wins():
 def test_crlf_is_refused_and_nothing_changes():
     text = "options ttm pages_limit=1\r\n"
     for edit in (
-        lambda t: set_module_option(t, "ttm", "pages_limit", "5", source="/etc/modprobe.d/ttm.conf"),
+        lambda t: set_module_option(
+            t, "ttm", "pages_limit", "5", source="/etc/modprobe.d/ttm.conf"
+        ),
         lambda t: remove_module_option(t, "ttm", "pages_limit", source="/etc/modprobe.d/ttm.conf"),
     ):
-        with pytest.raises(ModprobeEditError, match=r"/etc/modprobe.d/ttm.conf: line 1 ends in CRLF"):
+        with pytest.raises(
+            ModprobeEditError, match=r"/etc/modprobe.d/ttm.conf: line 1 ends in CRLF"
+        ):
             edit(text)
     assert text == "options ttm pages_limit=1\r\n"
 
@@ -185,10 +198,12 @@ def test_unsafe_names_are_refused():
 # -- properties --------------------------------------------------------------------------------
 
 _WORD = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789_", min_size=1, max_size=8)
-_OPTION = st.builds(lambda k, v: f"{k}={v}", _WORD.filter(lambda w: w not in ("pages_limit",)),
-                    _WORD)
-_KEY_OPTION = st.builds(lambda k, v: f"{k}={v}", st.sampled_from(["pages_limit", "pages-limit"]),
-                        st.integers(0, 2**26))
+_OPTION = st.builds(
+    lambda k, v: f"{k}={v}", _WORD.filter(lambda w: w not in ("pages_limit",)), _WORD
+)
+_KEY_OPTION = st.builds(
+    lambda k, v: f"{k}={v}", st.sampled_from(["pages_limit", "pages-limit"]), st.integers(0, 2**26)
+)
 _GAP = st.sampled_from([" ", "  ", "\t", " \\\n  "])
 
 
@@ -227,12 +242,15 @@ def test_property_set_module_option(case, value):
     text, others = case
     after = set_module_option(text, "ttm", "pages_limit", value)
     options = _ttm_options(after)
-    assert [o for o in options if o.replace("-", "_").startswith("pages_limit=")] == [f"pages_limit={value}"]
+    assert [o for o in options if o.replace("-", "_").startswith("pages_limit=")] == [
+        f"pages_limit={value}"
+    ]
     assert [o for o in options if not o.replace("-", "_").startswith("pages_limit=")] == others
     assert set_module_option(after, "ttm", "pages_limit", value) == after
     for module in ("amdttm", "amdgpu"):
-        assert [o.text for e in parse_modprobe_conf(after) if e.module == module for o in e.options] == \
-            [o.text for e in parse_modprobe_conf(text) if e.module == module for o in e.options]
+        assert [
+            o.text for e in parse_modprobe_conf(after) if e.module == module for o in e.options
+        ] == [o.text for e in parse_modprobe_conf(text) if e.module == module for o in e.options]
     kept = [ln for ln in text.splitlines() if not ln.startswith(("options ttm", " ", "\t"))]
     assert [ln for ln in after.splitlines() if ln in kept] == kept
 
