@@ -72,9 +72,10 @@ _HEAD_DIM = 32
 _SLIDING_WINDOW = 128
 _CONTEXT_LENGTH = 4096
 _RMS_EPS = 1e-6
-# weight of the post-attention and post-FFN norms: keeps those blocks' outputs small
+# gain of the blocks' outputs (post-norm weights, or output-projection scale): keeps
+# attention, FFN and delta-net contributions to the residual stream small
 _BLOCK_GAIN = 0.01
-# scale of the output rows: logits of the successor are ~64 above the runner-up
+# scale of the output rows: the successor's logit leads the runner-up by tens of logits
 _OUTPUT_SCALE = 0.5
 
 
@@ -445,7 +446,7 @@ def write_qwen35_mtp(path: Path, vocab: TinyVocab | None = None) -> Path:
     def dense(shape: tuple[int, int]) -> np.ndarray:
         return _normal(rng, shape, shape[1] ** -0.5)
 
-    def attention_and_ffn(p: str) -> None:
+    def attention(p: str) -> None:
         writer.add_tensor(f"{p}.attn_q.weight", dense((2 * q_dim, n_embd)))  # query and gate
         writer.add_tensor(f"{p}.attn_k.weight", dense((kv_dim, n_embd)))
         writer.add_tensor(f"{p}.attn_v.weight", dense((kv_dim, n_embd)))
@@ -479,11 +480,11 @@ def write_qwen35_mtp(path: Path, vocab: TinyVocab | None = None) -> Path:
 
     # block 1: full attention
     norms_and_ffn("blk.1")
-    attention_and_ffn("blk.1")
+    attention("blk.1")
 
     # block 2: the MTP head
     norms_and_ffn("blk.2")
-    attention_and_ffn("blk.2")
+    attention("blk.2")
     eh_proj = np.concatenate([np.eye(n_embd), small((n_embd, n_embd))], axis=1)
     writer.add_tensor("blk.2.nextn.eh_proj.weight", _f32(eh_proj))
     writer.add_tensor("blk.2.nextn.enorm.weight", _f32(np.ones(n_embd)))
