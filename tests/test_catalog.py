@@ -1,0 +1,158 @@
+"""The route catalog: built-in pairs, user overrides, and the memory-fit arithmetic."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from ojai_setup.catalog import GIB, CatalogError, KvLayout, Route, fit, load_catalog
+
+MIB = 1 << 20
+
+
+def test_builtin_routes_are_the_matched_pairs():
+    catalog = load_catalog(None)
+    assert set(catalog.routes) == {"gemma-4-26b-a4b", "gemma-4-31b", "gemma-4-12b", "qwen3.6-27b", "qwen3.6-35b-a3b"}
+    for r in catalog.routes.values():
+        assert r.lemonade_checkpoint.startswith(r.repo + ":")
+        assert r.draft_n_max == 2 and r.sizes_estimated
+        assert r.memory_need(r.context_size) > r.weights_bytes
+        if r.mtp == "sidecar":
+            assert r.draft is not None and r.draft.file.startswith("mtp-")
+            assert r.lemonade_draft_checkpoint == f"{r.repo}:{r.draft.file}"
+            assert r.repo.startswith("unsloth/gemma-4-")
+        else:
+            assert r.draft is None and r.lemonade_draft_checkpoint is None
+            assert r.repo.endswith("-MTP-GGUF")
+    assert catalog.get("gemma-4-26b-a4b").main[0].file == "gemma-4-26B-A4B-it-UD-Q4_K_M.gguf"
+    assert catalog.get("qwen3.6-27b").lemonade_checkpoint == \
+        "unsloth/Qwen3.6-27B-MTP-GGUF:Qwen3.6-27B-UD-Q4_K_XL.gguf"
+    assert catalog.get("gemma-4-31b").main_path("/var/lib/ojai/models") == \
+        "/var/lib/ojai/models/unsloth/gemma-4-31B-it-GGUF/gemma-4-31B-it-Q4_K_M.gguf"
+
+
+def test_unknown_route_lists_the_known_ones():
+    with pytest.raises(CatalogError, match="no route named 'gemma-5'; known routes: gemma-4-12b, "):
+        load_catalog(None).get("gemma-5")
+
+
+def test_missing_user_file_gives_the_builtin_catalog(tmp_path):
+    assert load_catalog(tmp_path / "absent.toml") == load_catalog(None)
+
+
+def test_user_entry_overrides_one_field(tmp_path):
+    user = tmp_path / "catalog.toml"
+    user.write_text('[routes.gemma-4-31b]\ncontext_size = 65536\n[routes.gemma-4-31b.kv]\nswa_window = 2048\n')
+    builtin = load_catalog(None).get("gemma-4-31b")
+    changed = load_catalog(user).get("gemma-4-31b")
+    assert changed.context_size == 65536 and changed.kv.swa_window == 2048
+    assert changed.model_dump(exclude={"context_size", "kv"}) == builtin.model_dump(exclude={"context_size", "kv"})
+    assert changed.kv.full_layers == builtin.kv.full_layers
+
+
+def test_user_entry_adds_a_route(tmp_path):
+    user = tmp_path / "catalog.toml"
+    user.write_text('''
+[routes."qwen3.6-27b-q8"]
+title = "Qwen3.6 27B Q8_0"
+repo = "unsloth/Qwen3.6-27B-MTP-GGUF"
+main = [{ file = "Qwen3.6-27B-Q8_0.gguf", size = 28_600_000_000, sha256 = "%s" }]
+mtp = "in_file"
+lemonade_checkpoint = "unsloth/Qwen3.6-27B-MTP-GGUF:Qwen3.6-27B-Q8_0.gguf"
+context_size = 16384
+max_context = 262144
+kv = { full_layers = 17, full_kv_heads = 4, full_head_dim = 256 }
+''' % ("ab" * 32))
+    catalog = load_catalog(user)
+    route = catalog.get("qwen3.6-27b-q8")
+    assert route.main[0].sha256 == "ab" * 32 and route.draft_n_max == 2 and route.revision == "main"
+    assert len(catalog.routes) == 6
+
+
+@pytest.mark.parametrize(("text", "field"), [
+    ('[routes.gemma-4-31b]\ncontext_size = "big"\n', "routes.gemma-4-31b.context_size"),
+    ('[routes.gemma-4-31b]\ncontext_sise = 4096\n', "routes.gemma-4-31b.context_sise"),
+    ('[routes.gemma-4-31b]\nmain = [{ file = "x.gguf", size = -1 }]\n', "routes.gemma-4-31b.main.0.size"),
+    ('[routes.gemma-4-31b.draft]\nsha256 = "not-a-digest"\n', "routes.gemma-4-31b.draft.sha256"),
+    ('[routes.new]\ntitle = "x"\n', "routes.new.repo"),
+    ('[routes.gemma-4-31b]\nmtp = "in_file"\n', "routes.gemma-4-31b: Value error, mtp = 'in_file' takes no draft"),
+])
+def test_bad_user_entry_names_file_and_field(tmp_path, text, field):
+    user = tmp_path / "catalog.toml"
+    user.write_text(text)
+    with pytest.raises(CatalogError) as err:
+        load_catalog(user)
+    assert str(err.value).startswith(f"{user}: ")
+    assert field in str(err.value)
+
+
+def test_bad_toml_names_the_file(tmp_path):
+    user = tmp_path / "catalog.toml"
+    user.write_text("[routes.x\n")
+    with pytest.raises(CatalogError, match=f"^{user}: not valid TOML"):
+        load_catalog(user)
+    user.write_text("[model]\nname = 1\n")
+    with pytest.raises(CatalogError, match=r"unknown top-level key\(s\) model"):
+        load_catalog(user)
+
+
+def test_route_rules():
+    with pytest.raises(ValueError, match="swa_layers needs swa_kv_heads"):
+        KvLayout(full_layers=1, full_kv_heads=1, full_head_dim=1, swa_layers=3)
+    with pytest.raises(ValueError, match="needs a draft file"):
+        _route(draft=None, lemonade_draft_checkpoint=None)
+    with pytest.raises(ValueError, match="exact size"):
+        _route(main=[{"file": "m.gguf", "size": 10 * GIB, "sha256": "0" * 64}], sizes_estimated=True)
+    with pytest.raises(ValueError, match="no leading '/'"):
+        _route(main=[{"file": "../m.gguf", "size": 1}])
+
+
+def _route(**changes: object) -> Route:
+    """Weights 10 GiB + 1 GiB, overhead 1 GiB; KV 1024 B/token (full) + 512 B/token up to 1024."""
+    return Route.model_validate({
+        "name": "round", "title": "round numbers", "repo": "org/round-GGUF", "mtp": "sidecar",
+        "main": [{"file": "m.gguf", "size": 10 * GIB}], "draft": {"file": "mtp-m.gguf", "size": GIB},
+        "lemonade_checkpoint": "org/round-GGUF:Q4_K_M", "lemonade_draft_checkpoint": "org/round-GGUF:mtp-m.gguf",
+        "kv": {"full_layers": 2, "full_kv_heads": 1, "full_head_dim": 128,
+               "swa_layers": 1, "swa_kv_heads": 1, "swa_head_dim": 128, "swa_window": 1024},
+        "context_size": 8192, "max_context": 16384, "overhead_bytes": GIB, **changes,
+    })
+
+
+def test_kv_bytes():
+    kv = _route().kv
+    assert kv.bytes_for(8192) == 8192 * 1024 + 1024 * 512
+    assert kv.bytes_for(512) == 512 * 1024 + 512 * 512
+    assert kv.bytes_for(8192, "q8_0") == math.ceil((8192 * 1024 + 1024 * 512) / 2 * 34 / 32)  # elements x 34/32
+    assert KvLayout(full_layers=1, full_kv_heads=1, full_head_dim=1, state_bytes=7).bytes_for(10) == 2 * 2 * 10 + 7
+
+
+def test_fit_when_it_fits():
+    r = _route()
+    f = fit(r, 8192, 13 * GIB)
+    assert f.fits and f.shortfall_bytes == 0
+    assert f.need_bytes == 12 * GIB + 8 * MIB + 512 * 1024
+    assert f.max_ctx == 16384  # the route's max context fits too
+    assert f.sentence().endswith(": fits.")
+
+
+def test_fit_miss_says_by_how_much_and_what_fits():
+    r = _route()
+    budget = 12 * GIB + 4 * MIB + 512 * 1024  # exactly ctx 4096
+    small = _route(name="small", main=[{"file": "s.gguf", "size": 5 * GIB}])
+    too_big = _route(name="too-big", main=[{"file": "b.gguf", "size": 20 * GIB}])
+    f = fit(r, 8192, budget, alternatives=[r, small, too_big])
+    assert not f.fits
+    assert f.shortfall_bytes == 4 * MIB
+    assert f.max_ctx == 4096
+    assert f.smaller_routes == ("small",)
+    assert "0.0 GiB short; ctx 4096 fits; routes that fit: small." in f.sentence()
+
+
+def test_fit_miss_when_not_even_the_weights_fit():
+    f = fit(_route(), 4096, 11 * GIB)
+    assert not f.fits and f.max_ctx is None and f.shortfall_bytes == GIB + 4 * MIB + 512 * 1024
+    assert f.sentence().endswith("no smaller context or listed route fits.")
+    with pytest.raises(ValueError, match="context size must be positive"):
+        fit(_route(), 0, GIB)
