@@ -248,11 +248,17 @@ class _Log:
             self.write(str(exc))
             raise self.failure(f"{what}: cannot run {argv[0]} ({exc.strerror})") from exc
         assert proc.stdout is not None
-        with proc.stdout:
-            for line in proc.stdout:
-                self.write(line)
-                if on_line:
-                    on_line(line)
+        try:
+            with proc.stdout:
+                for line in proc.stdout:
+                    self.write(line)
+                    if on_line:
+                        on_line(line)
+        except BaseException:
+            # interrupted (Ctrl-C, a failing progress callback): do not leave the build running
+            proc.kill()
+            proc.wait()
+            raise
         code = proc.wait()
         if code != 0:
             raise self.failure(f"{what} failed (exit {code})")
@@ -463,7 +469,7 @@ def execute_build_from_source(root: Root, action: BuildFromSource,
 
         stage = work / "stage"
         files = _stage(build / "bin", stage)
-        _check_libraries(stage, work, log)
+        _check_libraries(stage, build, log)
         ver = root.run([root.machine_path(stage / SERVER), "--version"])
         try:
             version = parse_version(ver.stderr + "\n" + ver.stdout)

@@ -23,6 +23,13 @@ from ojai_setup.root import Root
 
 REMOVED_MARKER = "the argument has been removed."
 
+# Names one setting has had across builds, newest first (common/arg.cpp).
+DRAFT_MODEL_FLAGS = ("--spec-draft-model", "--model-draft", "-md")
+DRAFT_N_MAX_FLAGS = ("--spec-draft-n-max", "--draft-max", "--draft-n", "--draft")
+DRAFT_N_MIN_FLAGS = ("--spec-draft-n-min", "--draft-min", "--draft-n-min")
+DRAFT_CACHE_K_FLAGS = ("--spec-draft-type-k", "--cache-type-k-draft", "-ctkd")
+DRAFT_CACHE_V_FLAGS = ("--spec-draft-type-v", "--cache-type-v-draft", "-ctvd")
+
 #: ``    # 2026-05-17 10:32:17.832 | `` - a log timestamp (and a YAML comment) pasted before
 #: every line of an excerpt.
 _PASTE_PREFIX = re.compile(
@@ -138,23 +145,15 @@ class Dialect(BaseModel):
 
     @property
     def draft_model_flag(self) -> str | None:
-        return self.first_live("--spec-draft-model", "--model-draft", "-md")
+        return self.first_live(*DRAFT_MODEL_FLAGS)
 
     @property
     def draft_n_max_flag(self) -> str | None:
-        return self.first_live("--spec-draft-n-max", "--draft-max", "--draft-n", "--draft")
+        return self.first_live(*DRAFT_N_MAX_FLAGS)
 
     @property
     def draft_n_min_flag(self) -> str | None:
-        return self.first_live("--spec-draft-n-min", "--draft-min", "--draft-n-min")
-
-    @property
-    def draft_cache_type_k_flag(self) -> str | None:
-        return self.first_live("--spec-draft-type-k", "--cache-type-k-draft", "-ctkd")
-
-    @property
-    def draft_cache_type_v_flag(self) -> str | None:
-        return self.first_live("--spec-draft-type-v", "--cache-type-v-draft", "-ctvd")
+        return self.first_live(*DRAFT_N_MIN_FLAGS)
 
     @property
     def fork_mtp_head(self) -> bool:
@@ -319,7 +318,7 @@ def parse_help(text: str, version: LlamaVersion | None = None) -> Dialect:
 
     complete = find("--help") is not None
     cache_types = _allowed_values(find("--cache-type-k", "-ctk"))
-    draft_cache_types = _allowed_values(find("--spec-draft-type-k", "--cache-type-k-draft", "-ctkd"))
+    draft_cache_types = _allowed_values(find(*DRAFT_CACHE_K_FLAGS))
     return Dialect(
         version=version,
         complete=complete,

@@ -16,7 +16,14 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from ojai_setup.llamacpp.dialect import Dialect
+from ojai_setup.llamacpp.dialect import (
+    DRAFT_CACHE_K_FLAGS,
+    DRAFT_CACHE_V_FLAGS,
+    DRAFT_MODEL_FLAGS,
+    DRAFT_N_MAX_FLAGS,
+    DRAFT_N_MIN_FLAGS,
+    Dialect,
+)
 
 #: speculative types that draft from a separate model file
 NEEDS_DRAFT_FILE = frozenset({"draft-simple", "draft-eagle3", "draft-dflash", "draft-dspark"})
@@ -132,8 +139,8 @@ class _Renderer:
             self._gpu_layers(r.n_gpu_layers)
         if r.flash_attn is not None:
             self._flash_attn(r.flash_attn)
-        self._cache_type("--cache-type-k", ("--cache-type-k", "-ctk"), r.cache_type_k, d.cache_types)
-        self._cache_type("--cache-type-v", ("--cache-type-v", "-ctv"), r.cache_type_v, d.cache_types)
+        self._cache_type(("--cache-type-k", "-ctk"), r.cache_type_k, d.cache_types)
+        self._cache_type(("--cache-type-v", "-ctv"), r.cache_type_v, d.cache_types)
         if r.load_mode is not None:
             self._load_mode(r.load_mode)
         self._speculative()
@@ -161,14 +168,14 @@ class _Renderer:
         else:
             raise self.refuse("--flash-attn", "has no flash-attention option")
 
-    def _cache_type(self, label: str, names: tuple[str, ...], value: str | None,
+    def _cache_type(self, names: tuple[str, ...], value: str | None,
                     allowed: tuple[str, ...]) -> None:
         if value is None:
             return
         flag = self.flag("KV cache type", *names)
         if value not in allowed:
             listed = ", ".join(allowed) if allowed else "none listed"
-            raise self.refuse(label, f"does not support KV cache type {value!r} "
+            raise self.refuse(names[0], f"does not support KV cache type {value!r} "
                               f"(allowed: {listed})")
         self.args += [flag, value]
 
@@ -202,19 +209,13 @@ class _Renderer:
             raise self.refuse("--spec-type", f"has no --spec-type, so it cannot use "
                               f"{r.spec_type}")
         if r.draft_model:
-            self.add("draft model", ("--spec-draft-model", "--model-draft", "-md"), r.draft_model)
+            self.add("draft model", DRAFT_MODEL_FLAGS, r.draft_model)
         if d.has("--spec-type"):
             self.args += ["--spec-type", r.spec_type]
         if r.draft_n_max is not None:
-            self.add("draft length", ("--spec-draft-n-max", "--draft-max", "--draft-n", "--draft"),
-                     str(r.draft_n_max))
+            self.add("draft length", DRAFT_N_MAX_FLAGS, str(r.draft_n_max))
         if r.draft_n_min is not None:
-            self.add("minimum draft length", ("--spec-draft-n-min", "--draft-min", "--draft-n-min"),
-                     str(r.draft_n_min))
+            self.add("minimum draft length", DRAFT_N_MIN_FLAGS, str(r.draft_n_min))
         allowed = d.draft_cache_types or d.cache_types
-        self._cache_type("--spec-draft-type-k",
-                         ("--spec-draft-type-k", "--cache-type-k-draft", "-ctkd"),
-                         r.draft_cache_type_k, allowed)
-        self._cache_type("--spec-draft-type-v",
-                         ("--spec-draft-type-v", "--cache-type-v-draft", "-ctvd"),
-                         r.draft_cache_type_v, allowed)
+        self._cache_type(DRAFT_CACHE_K_FLAGS, r.draft_cache_type_k, allowed)
+        self._cache_type(DRAFT_CACHE_V_FLAGS, r.draft_cache_type_v, allowed)
