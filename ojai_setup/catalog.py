@@ -70,7 +70,7 @@ class ModelFile(_Model):
     """One file of a route, as named in its Hugging Face repository."""
 
     file: str = Field(min_length=1)
-    #: bytes; exact when ``sha256`` is given, otherwise the catalog's best estimate
+    #: bytes; an estimate when the route says ``sizes_estimated``
     size: int = Field(gt=0)
     #: the hub's LFS sha256, when pinned; otherwise the hub's value is fetched at download time
     sha256: str | None = Field(default=None, pattern=_SHA256_RE)

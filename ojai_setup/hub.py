@@ -34,6 +34,7 @@ from huggingface_hub.utils import HfHubHTTPError, build_hf_headers
 
 from .actions import HubDownload
 from .catalog import Route, model_path
+from .executor import fault_point
 from .pairing import GGUFError, PairVerdict, check_pair, read_model_info
 from .progress import Progress, TaskHandle
 from .root import Root
@@ -161,9 +162,10 @@ def execute_hub_download(root: Root, action: HubDownload, progress: Progress, *,
                          disk_budget: int | None = None) -> bool:
     """Make ``action.dest`` a verified copy of the hub file; True when something changed.
 
-    The expected sha256 is ``action.sha256`` when pinned (then ``action.size``, if given, is
-    exact too), else the hub's LFS value. A present file with a verified-digest record (or
-    whose hash matches) is left alone without downloading. ``disk_budget`` (or the
+    The expected sha256 is ``action.sha256`` when pinned, else the hub's LFS value; the
+    expected size is ``action.size`` when given (it must agree with the hub), else the hub's.
+    A present file with a verified-digest record (or whose hash matches) is left alone
+    without downloading. ``disk_budget`` (or the
     ``OJAI_DISK_BUDGET_BYTES`` variable) caps the free space the download may use; the check
     runs before any byte is fetched.
     """
@@ -173,11 +175,12 @@ def execute_hub_download(root: Root, action: HubDownload, progress: Progress, *,
 
     if dest.is_file():
         recorded = verified_digest(dest)
-        size_ok = pinned is None or action.size is None or dest.stat().st_size == action.size
+        size_ok = action.size is None or dest.stat().st_size == action.size
         if recorded is not None and size_ok and (pinned is None or recorded == pinned):
             return False
         if pinned is None:
-            expected_sha, expected_size = remote_file_info(action.repo_id, action.filename, action.revision)
+            expected_sha, hub_size = remote_file_info(action.repo_id, action.filename, action.revision)
+            expected_size = action.size or hub_size
         else:
             expected_sha, expected_size = pinned, action.size or dest.stat().st_size
         if dest.stat().st_size == expected_size:
@@ -196,17 +199,18 @@ def execute_hub_download(root: Root, action: HubDownload, progress: Progress, *,
         raise HubError(f"{where}: the hub refused the file: {exc}") from exc
     except httpx2.TransportError as exc:
         raise HubError(f"{where}: cannot reach {endpoint}: {exc}") from exc
+    hub_size = meta.size
     if pinned is not None:
         expected_sha = pinned
-        expected_size = action.size or meta.size
-        if expected_size is None:
-            raise HubError(f"{where}: the hub gave no size for the file")
     else:
-        expected_sha, expected_size = remote_file_info(action.repo_id, action.filename,
-                                                       meta.commit_hash or action.revision)
-    if meta.size is not None and meta.size != expected_size:
-        raise HubError(f"{where}: the hub serves {meta.size} bytes, expected {expected_size}; "
-                       "the file changed upstream, so its pinned sha256 no longer applies")
+        expected_sha, hub_size = remote_file_info(action.repo_id, action.filename,
+                                                  meta.commit_hash or action.revision)
+    expected_size = action.size or hub_size
+    if expected_size is None:
+        raise HubError(f"{where}: the hub gave no size for the file")
+    if hub_size is not None and hub_size != expected_size:
+        raise HubError(f"{where}: the hub serves {hub_size} bytes, the plan expected {expected_size}; "
+                       "the file changed upstream or the catalog's size is wrong")
 
     dest.parent.mkdir(parents=True, exist_ok=True)
     part = dest.with_name(f".{dest.name}.{expected_sha[:16]}.partial")
@@ -254,6 +258,7 @@ def execute_hub_download(root: Root, action: HubDownload, progress: Progress, *,
         raise HubError(f"{where}: sha256 mismatch: expected {expected_sha}, the download has {digest}; "
                        "the download was deleted")
     part.chmod(0o644)
+    fault_point("before-rename")
     os.replace(part, dest)
     _record_digest(dest, digest)
     return True
@@ -282,10 +287,11 @@ def plan_model_downloads(root: Root, route: Route, models_dir: str = DEFAULT_MOD
                 continue
             reason = ("present, but its sha256 differs from the catalog's pinned value" if recorded
                       else "present, but not yet checked against the hub's sha256")
+        exact = f.sha256 is not None or not route.sizes_estimated
         actions.append(HubDownload(
             repo_id=route.repo, filename=f.file, revision=route.revision, dest=dest,
-            sha256=f.sha256, size=f.size, needs_root=_needs_root(real),
-            reason=f"{route.name}: {f.file} {reason}",
+            sha256=f.sha256, size=f.size if exact else None, needs_root=_needs_root(real),
+            reason=f"{route.name}: {f.file} {reason}" + ("" if exact else f" (about {f.size / 1e9:.1f} GB)"),
         ))
     return actions
 

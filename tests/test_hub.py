@@ -10,6 +10,7 @@ from huggingface_hub import HfApi, hf_hub_download
 
 from ojai_setup.actions import HubDownload
 from ojai_setup.catalog import Route
+from ojai_setup.executor import executor_for, verify_action
 from ojai_setup.hub import (
     DEFAULT_MODELS_DIR,
     HubError,
@@ -87,8 +88,9 @@ def test_remote_file_info_gives_lfs_sha256_and_size(published):
 def test_plan_download_verify_and_replan(published, root):
     r = route()
     actions = plan_model_downloads(root, r, MODELS)
-    assert [(a.filename, a.reason) for a in actions] == [
-        (MAIN, f"gemma-4-tiny: {MAIN} missing"), (DRAFT, f"gemma-4-tiny: {DRAFT} missing")]
+    assert [(a.filename, a.reason, a.size) for a in actions] == [
+        (MAIN, f"gemma-4-tiny: {MAIN} missing (about 0.0 GB)", None),
+        (DRAFT, f"gemma-4-tiny: {DRAFT} missing (about 0.0 GB)", None)]
     assert actions[0].dest == f"{MODELS}/{REPO}/{MAIN}" and not actions[0].needs_root
     assert verify_local_pair(root, r, MODELS).reasons == tuple(
         f"{MODELS}/{REPO}/{n}: missing; `ojai setup --apply` downloads it" for n in (MAIN, DRAFT))
@@ -115,7 +117,7 @@ def test_present_unverified_file_is_hashed_not_downloaded(published, root):
     dest(root).parent.mkdir(parents=True)
     dest(root).write_bytes(published.files[(REPO, MAIN)].data)
     [planned, _] = plan_model_downloads(root, route(), MODELS)
-    assert planned.reason.endswith("present, but not yet checked against the hub's sha256")
+    assert planned.reason == f"gemma-4-tiny: {MAIN} present, but not yet checked against the hub's sha256 (about 0.0 GB)"
     assert execute_hub_download(root, planned, NullProgress()) is False
     assert published.requests_to("cdn") == []
     assert verified_digest(dest(root)) == published.files[(REPO, MAIN)].sha256
@@ -144,6 +146,22 @@ def test_pinned_sha256_is_checked_too(published, root):
     with pytest.raises(HubError, match="sha256 mismatch: expected 0{64}"):
         execute_hub_download(root, action(sha256="0" * 64), NullProgress())
     assert not dest(root).exists()
+
+
+def test_exact_sizes_are_planned_and_checked_before_downloading(published, root):
+    size = len(published.files[(REPO, MAIN)].data)
+    exact = route(sizes_estimated=False, main=[{"file": MAIN, "size": size}])
+    [planned, _] = plan_model_downloads(root, exact, MODELS)
+    assert planned.size == size and planned.reason == f"gemma-4-tiny: {MAIN} missing"
+    with pytest.raises(HubError, match=f"the hub serves {size} bytes, the plan expected {size + 1}"):
+        execute_hub_download(root, action(size=size + 1), NullProgress())
+    assert published.requests_to("cdn") == []
+    assert execute_hub_download(root, planned, NullProgress()) is True
+    assert verify_action(root, planned) is None
+
+
+def test_the_executor_finds_this_executor():
+    assert executor_for("hub_download") is execute_hub_download
 
 
 def test_interrupted_download_resumes_on_the_next_call(published, root, tmp_path):
