@@ -2,13 +2,15 @@
 from __future__ import annotations
 
 import json
+import os
+import shlex
 from pathlib import Path
 
 import gguf
 import numpy as np
 import pytest
 from support.llama import llama_server_bin  # noqa: F401 - a fixture
-from support.server import ServerError, llama_server
+from support.server import ServerError, free_port, llama_server, serve
 from support.tiny_models import (
     TinyPair,
     tiny_vocab,
@@ -155,3 +157,20 @@ def test_llama_server_failing_to_load_raises_with_log(tmp_path: Path, llama_serv
         with llama_server(llama_server_bin, ["-m", str(missing)], tmp_path):
             pytest.fail("a server without a model became healthy")
     assert "missing.gguf" in str(err.value)
+
+
+@pytest.mark.slow
+def test_serve_runs_a_launch_script_and_stops_its_children(tmp_path: Path, llama_server_bin: Path) -> None:
+    """A launch script that does not ``exec`` still has its server stopped with it."""
+    pair = write_mtp_pair(tmp_path / "models")
+    port = free_port()
+    script = tmp_path / "launch.sh"
+    command = " ".join(shlex.quote(a) for a in [str(llama_server_bin), *pair.server_args()])
+    script.write_text(f"#!/bin/sh\n{command} --host 127.0.0.1 --port {port} -np 1\necho ended\n")
+    script.chmod(0o755)
+    with serve([script], port, tmp_path / "launch.log") as server:
+        timings = server.post_json("/completion", {"prompt": "the", "n_predict": 8, "ignore_eos": True})["timings"]
+        group = server.process.pid
+    assert timings["draft_n"] > 0
+    with pytest.raises(ProcessLookupError):
+        os.killpg(group, 0)

@@ -108,20 +108,31 @@ def _wait_healthy(server: RunningServer, ready_timeout: float) -> None:
     raise ServerError(f"/health not 200 after {ready_timeout:.0f} s (last: {last}):\n{_tail(server.log_path)}")
 
 
-def _stop(process: subprocess.Popen[bytes], stop_timeout: float) -> None:
-    """Terminate the process group started for the server; kill it if it lingers."""
-    if process.poll() is None:
-        os.killpg(process.pid, signal.SIGTERM)
+def _group_gone(process: subprocess.Popen[bytes], timeout: float) -> bool:
+    """Wait up to ``timeout`` s for every process of the server's group to be gone."""
+    deadline = time.monotonic() + timeout
+    while True:
+        process.poll()  # reap the group leader once it exits
         try:
-            process.wait(timeout=stop_timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait(timeout=stop_timeout)
-    # children left behind by a launch script that did not exec the server
-    try:
-        os.killpg(process.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
+            os.killpg(process.pid, 0)
+        except ProcessLookupError:
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
+
+
+def _stop(process: subprocess.Popen[bytes], stop_timeout: float) -> None:
+    """Terminate the server's process group (a launch script and its children included);
+    kill whatever is left after ``stop_timeout`` s."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(process.pid, sig)
+        except ProcessLookupError:
+            return
+        if _group_gone(process, stop_timeout):
+            return
+    raise ServerError(f"process group {process.pid} survived SIGKILL for {stop_timeout:.0f} s")
 
 
 @contextmanager
