@@ -165,9 +165,8 @@ def execute_hub_download(root: Root, action: HubDownload, progress: Progress, *,
     The expected sha256 is ``action.sha256`` when pinned, else the hub's LFS value; the
     expected size is ``action.size`` when given (it must agree with the hub), else the hub's.
     A present file with a verified-digest record (or whose hash matches) is left alone
-    without downloading. ``disk_budget`` (or the
-    ``OJAI_DISK_BUDGET_BYTES`` variable) caps the free space the download may use; the check
-    runs before any byte is fetched.
+    without downloading. ``disk_budget`` (or the ``OJAI_DISK_BUDGET_BYTES`` variable) caps the
+    free space the download may use; the check runs before any byte is fetched.
     """
     dest = root.resolve(action.dest)
     where = f"{action.repo_id}:{action.filename}"
