@@ -103,7 +103,12 @@ class TinyVocab:
 
     def draft_succ(self, miss_every: int = 0) -> np.ndarray:
         """The successors a draft predicts: ``succ``, except that for every ``miss_every``-th
-        word piece it skips one ahead (0: never), so that some drafts get rejected."""
+        word piece it skips one ahead (0: never), so that some drafts get rejected.
+
+        Choose ``miss_every`` coprime to ``n_max + 1`` (``--spec-draft-n-max``, default 3): a fully
+        accepted round advances ``n_max + 1`` tokens and never drafts from its last one, so with
+        ``miss_every = 4`` most misses fall on that position and go unseen.
+        """
         drafted = self.succ.copy()
         if miss_every > 0:
             missed = self.pieces[::miss_every]
