@@ -113,6 +113,8 @@ def setup(
     host: Annotated[str, typer.Option("--host", help="Address the servers ojai writes listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", help="Port of the llama-server route.")] = 8080,
     systemd: Annotated[bool, typer.Option("--systemd", help="Also write systemd units for the routes.")] = False,
+    npu: Annotated[bool, typer.Option("--npu/--no-npu", help="Set up the FastFlowLM route on the NPU when it is ready.")] = True,
+    catalog: Annotated[Optional[str], typer.Option("--catalog", help="User catalog of routes (TOML; default ~/.config/ojai/catalog.toml).")] = None,
 ) -> None:
     """Plan the setup of this machine as a dry run, or apply it with --apply.
 
@@ -133,7 +135,8 @@ def setup(
     try:
         fields = dict(profile=profile, gpu_memory_gib=gpu_memory, llamacpp=llamacpp,
                       llamacpp_tag=llamacpp_tag, llamacpp_ref=llamacpp_ref,
-                      llamacpp_backend=backend, model=model, host=host, port=port, systemd=systemd)
+                      llamacpp_backend=backend, model=model, host=host, port=port, systemd=systemd,
+                      npu=npu, user_catalog=catalog)
         if llamacpp_src:
             fields["llamacpp_src"] = llamacpp_src
         if models_dir:
@@ -147,6 +150,50 @@ def setup(
     except (ValueError, OSError) as exc:
         _fail(term, str(exc))
     raise typer.Exit(int(code))
+
+
+@app.command()
+def models(
+    root: RootOpt = Path("/"),
+    json_out: JsonOpt = False,
+    profile: ProfileOpt = None,
+    gpu_memory: Annotated[Optional[int], typer.Option("--gpu-memory", min=1, help="GPU memory budget in GiB to fit against (default: the profile's).")] = None,
+    models_dir: Annotated[Optional[str], typer.Option("--models-dir", help="Where models are stored (default /var/lib/ojai/models).")] = None,
+    catalog: Annotated[Optional[str], typer.Option("--catalog", help="User catalog of routes (TOML; default ~/.config/ojai/catalog.toml).")] = None,
+) -> None:
+    """List the routes ojai knows: whether each fits this machine's GPU budget and is downloaded."""
+    from .catalog import CatalogError
+    from .modelsview import run_models
+    from .settings import Settings
+    from .terminal import Terminal
+
+    term = Terminal(json_mode=json_out)
+    fields = dict(profile=profile, gpu_memory_gib=gpu_memory, user_catalog=catalog)
+    if models_dir:
+        fields["models_dir"] = models_dir
+    try:
+        code = run_models(term, root, Settings(**fields))
+    except CatalogError as exc:
+        _fail(term, str(exc))
+    raise typer.Exit(code)
+
+
+@app.command()
+def verify(
+    root: RootOpt = Path("/"),
+    json_out: JsonOpt = False,
+    route: Annotated[Optional[str], typer.Option("--route", help="Check only this route.")] = None,
+    timeout: Annotated[float, typer.Option("--timeout", help="Seconds to wait for each route's health.")] = 10.0,
+    n_predict: Annotated[int, typer.Option("--tokens", min=1, help="Tokens to generate in the test completion.")] = 64,
+) -> None:
+    """Check each route ojai wrote: health, one short completion, and from its timings the
+    draft acceptance, tokens/s and the speedup the standard model predicts (a prediction, not a
+    measurement). Exit code 1 when a route does not answer."""
+    from .terminal import Terminal
+    from .verify import run_verify
+
+    raise typer.Exit(run_verify(Terminal(json_mode=json_out), root, only=route, timeout=timeout,
+                                n_predict=n_predict))
 
 
 @app.command()

@@ -7,7 +7,6 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 DEFAULT_MODELS_DIR = "/var/lib/ojai/models"
-DEFAULT_INSTALL_DIR = "/opt/ojai/llama.cpp"
 
 
 class Settings(BaseModel):
@@ -20,7 +19,6 @@ class Settings(BaseModel):
     llamacpp_src: str = "https://github.com/ggml-org/llama.cpp"
     llamacpp_ref: str | None = None
     llamacpp_backend: Literal["hip", "cpu"] | None = None  # None: hip where ROCm is, else cpu
-    install_dir: str = DEFAULT_INSTALL_DIR
     model: str | None = None
     models_dir: str = DEFAULT_MODELS_DIR
     user_catalog: str | None = None

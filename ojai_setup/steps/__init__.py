@@ -8,7 +8,11 @@ from .base import Step
 
 
 def build_steps(settings: Settings, facts: Facts) -> list[Step]:
+    from .lemonade import LemonadeStep
+    from .llamacpp import LlamacppStep
+    from .models import ModelStep
+    from .npu import NpuStep
+    from .routes import RoutesStep
     from .ttm import TtmStep
 
-    steps: list[Step] = [TtmStep()]
-    return steps
+    return [TtmStep(), LlamacppStep(), ModelStep(), RoutesStep(), LemonadeStep(), NpuStep()]

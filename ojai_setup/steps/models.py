@@ -1,0 +1,66 @@
+"""Download a catalog route's main model and its MTP draft head, and prove they belong together."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..catalog import Catalog, CatalogError, Route, fit, load_catalog, model_path
+from ..facts.models import GIB, Facts
+from .base import PlanContext, StepResult
+
+USER_CATALOG = "~/.config/ojai/catalog.toml"
+
+
+def catalog_for(settings) -> Catalog:
+    """The built-in catalog plus the user's (``--catalog FILE``, else ~/.config/ojai/catalog.toml)."""
+    path = Path(settings.user_catalog or USER_CATALOG).expanduser()
+    return load_catalog(path if (settings.user_catalog or path.is_file()) else None)
+
+
+def chosen_route(settings) -> Route | None:
+    return catalog_for(settings).get(settings.model) if settings.model else None
+
+
+class ModelStep:
+    name = "model"
+
+    def plan(self, ctx: PlanContext) -> StepResult:
+        from ..hub import plan_model_downloads, verify_local_pair
+        from .ttm import budget_gib
+
+        facts: Facts = ctx.facts  # type: ignore[assignment]
+        settings = ctx.settings
+        if not settings.model:
+            return StepResult.satisfied(self.name, "no model route asked for (add --model NAME; "
+                                        "`ojai models` lists them)")
+        try:
+            catalog = catalog_for(settings)
+            route = catalog.get(settings.model)
+        except CatalogError as exc:
+            return StepResult.blocked(self.name, str(exc))
+        budget = budget_gib(facts, settings) * GIB
+        verdict = fit(route, route.context_size, budget, alternatives=catalog.routes.values())
+        if not verdict.fits:
+            return StepResult.blocked(self.name, "does not fit the GPU memory budget: "
+                                      + verdict.sentence())
+        downloads = plan_model_downloads(ctx.root, route, settings.models_dir)
+        on_disk = [p for p in (route.main_path(settings.models_dir),
+                               route.draft_path(settings.models_dir))
+                   if p and ctx.root.exists(p)]
+        if len(on_disk) == (2 if route.draft else 1):
+            pair = verify_local_pair(ctx.root, route, settings.models_dir)
+            if not pair.ok:
+                return StepResult.blocked(self.name, f"{route.name}: the files on disk are not a "
+                                          "matched MTP pair: " + "; ".join(pair.reasons)
+                                          + ". Delete them to download the right files.")
+        if downloads:
+            pending = {a.dest for a in downloads}
+            total = sum(f.size for f in route.files()
+                        if model_path(settings.models_dir, route.repo, f.file) in pending)
+            return StepResult.change(
+                self.name, f"download {route.title} ({len(downloads)} file(s), about "
+                f"{total / GIB:.1f} GiB) into {settings.models_dir}; {verdict.sentence()}",
+                downloads)
+        what = "main file with in-file MTP heads" if route.mtp == "in_file" else "main and MTP draft"
+        return StepResult.satisfied(self.name, f"{route.name}: {what} present, verified and "
+                                    f"paired in {settings.models_dir}")

@@ -1,0 +1,73 @@
+"""The NPU path: a FastFlowLM launch script for a small always-on model, when the NPU is ready."""
+
+from __future__ import annotations
+
+from ..facts.models import GIB, Facts
+from .base import PlanContext, StepResult
+from .routes import ROUTES_DIR, _write
+
+FLM = "/usr/bin/flm"
+
+
+def flm_route_name(tag: str) -> str:
+    return "flm-" + tag.replace(":", "-").replace(".", "_")
+
+
+class NpuStep:
+    name = "npu"
+
+    def plan(self, ctx: PlanContext) -> StepResult:
+        from ..flm import (
+            FLM_MODELS,
+            FlmStatus,
+            NoModelFits,
+            NpuStackFacts,
+            choose_model,
+            missing_npu_stack,
+        )
+        from ..launch import render_flm_script
+        from .lemonade import config_commands, home_dir, lemonade_installed
+        from .ttm import budget_gib
+
+        facts: Facts = ctx.facts  # type: ignore[assignment]
+        settings = ctx.settings
+        if not settings.npu:
+            return StepResult.satisfied(self.name, "the NPU path is not asked for (--no-npu)")
+        status = FlmStatus.model_validate(facts.npu.flm) if facts.npu and facts.npu.flm else None
+        if status is None or not status.ready:
+            todo = missing_npu_stack(status, NpuStackFacts(
+                cmdline=" ".join(facts.cmdline or []),
+                distro_id=facts.distro.id if facts.distro else "",
+                lemonade_installed=lemonade_installed(facts)))
+            what = "FastFlowLM is not installed" if status is None else \
+                "the NPU is not ready (" + ", ".join(status.failed()) + ")"
+            return StepResult.satisfied(self.name, f"NPU path not set up: {what}. To get it: "
+                                        + "; ".join(todo))
+        total = facts.memory.total_bytes if facts.memory else 0
+        budget = total - budget_gib(facts, settings) * GIB - 4 * GIB
+        try:
+            tag = choose_model([m.tag for m in FLM_MODELS], budget)
+        except NoModelFits as exc:
+            return StepResult.satisfied(self.name, f"NPU path not set up: {exc}")
+        ctx_len = next(m.context for m in FLM_MODELS if m.tag == tag)
+        name = flm_route_name(tag)
+        script = f"{ROUTES_DIR}/{name}.sh"
+        actions: list = []
+        a = _write(ctx, script, render_flm_script(tag, ctx_len=ctx_len, host=settings.host, flm=FLM),
+                   0o755, f"launch script of FastFlowLM route {tag} on the NPU")
+        if a:
+            actions.append(a)
+        handlers: dict = {}
+        if lemonade_installed(facts):
+            from ..lemonade import LemonadeRoute, LemonadeSettings, detect_layout, lemonade_commands
+
+            layout = detect_layout(ctx.root, home_dir(ctx))
+            commands = lemonade_commands(LemonadeRoute(name=tag, engine="flm"),
+                                         LemonadeSettings(layout=layout, system_flm=True))
+            runs, handlers, _ = config_commands(ctx, layout, commands)
+            actions.extend(runs)
+        if not actions:
+            return StepResult.satisfied(self.name, f"FastFlowLM route {tag} (port 52625) is in place: {script}")
+        return StepResult.change(self.name, f"write the FastFlowLM launch script for {tag} "
+                                 "(port 52625)", actions, handlers=handlers,
+                                 records={"npu": {"tag": tag, "script": script, "port": 52625}})

@@ -1,0 +1,173 @@
+"""What actually serves: launch scripts for the model's routes and Lemonade's configuration.
+
+Two routes per catalog model, in the installed llama-server's own dialect:
+
+- ``<model>-mtp``: one slot with MTP drafting (MTP gains invert under concurrency);
+- ``<model>``: the plain route, several slots, no speculation, on the next port.
+
+The arguments are rendered for the installed binary (probed with ``--help``). When the binary
+is not installed yet (it is in the same plan), they are rendered for the upstream llama.cpp
+build ojai was tested against, and the plan made after applying checks them against the real
+binary.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from ..actions import RunCommand, WriteFile
+from ..facts.models import Facts
+from .base import PlanContext, StepResult
+from .llamacpp import SERVER
+
+ROUTES_DIR = "/opt/ojai/routes"
+UNITS_DIR = "/etc/systemd/system"
+PLAIN_SLOTS = 4
+REFERENCE_HELP = Path(__file__).resolve().parent.parent / "llamacpp" / "reference-help-b11434.txt"
+#: HSA_OVERRIDE_GFX_VERSION for a GPU whose own target the binary lacks
+OVERRIDES = {"gfx1150": "11.5.0", "gfx1151": "11.5.1"}
+
+
+def route_names(model: str) -> tuple[str, str]:
+    return f"{model}-mtp", model
+
+
+def script_path(route: str) -> str:
+    return f"{ROUTES_DIR}/{route}.sh"
+
+
+def _binary(ctx: PlanContext, settings) -> tuple[str | None, bool]:
+    """The llama-server the routes run, and whether it is installed already."""
+    if ctx.root.exists(SERVER):
+        return SERVER, True
+    if settings.llamacpp != "none":
+        return SERVER, False
+    found = ctx.root.which("llama-server")
+    return found, found is not None
+
+
+def _dialect(ctx: PlanContext, binary: str, installed: bool):
+    from ..llamacpp.dialect import ProbeError, parse_help, parse_version, probe
+
+    if installed:
+        d = probe(ctx.root, binary)
+        if isinstance(d, ProbeError):
+            raise ValueError(f"cannot read what {binary} supports: {d.describe()}")
+        return d, ""
+    text = REFERENCE_HELP.read_text(encoding="utf-8")
+    version = parse_version("version: 0.6.0-dev (build 11434, commit unknown)")
+    return parse_help(text, version), (" (flags of upstream llama.cpp build 11434; checked "
+                                       "against the installed binary after apply)")
+
+
+def _binary_targets(ctx: PlanContext, binary: str) -> set[str] | None:
+    """The GPU targets an ojai-installed binary was built for, from its install record."""
+    record = ctx.root.resolve(str(Path(binary).parent)) / "ojai-install.json"
+    try:
+        data = json.loads(record.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    targets = {t for t in (data.get("family"), data.get("gpu_target")) if t}
+    return targets or ({"cpu"} if data.get("backend") == "cpu" else None)
+
+
+def _environment(ctx: PlanContext, facts: Facts, settings, binary: str) -> dict[str, str]:
+    from ..llamacpp.nightly import NightlyError, family_for_target
+    from .llamacpp import gpu_target
+
+    target = gpu_target(facts, settings)
+    built_for = _binary_targets(ctx, binary)
+    if target is None or built_for is None or "cpu" in built_for:
+        return {}
+    try:
+        covered = target in built_for or family_for_target(target) in built_for
+    except NightlyError:
+        covered = target in built_for
+    if covered or target not in OVERRIDES:
+        return {}
+    return {"HSA_OVERRIDE_GFX_VERSION": OVERRIDES[target]}
+
+
+def _write(ctx: PlanContext, path: str, text: str, mode: int, reason: str,
+           notify: tuple[str, ...] = ()) -> WriteFile | None:
+    before = ctx.root.read_text(path) if ctx.root.exists(path) else None
+    real = ctx.root.resolve(path)
+    if before == text and real.exists() and (real.stat().st_mode & 0o777) == mode:
+        return None
+    return WriteFile(path=path, before=before, after=text, mode=mode, needs_root=True,
+                     reason=reason, notify=notify)
+
+
+class RoutesStep:
+    name = "routes"
+
+    def plan(self, ctx: PlanContext) -> StepResult:
+        from ..llamacpp.render import Route, UnsupportedRoute, render_args
+        from ..launch import LaunchError, has_bundled_libs, render_llama_script, render_llama_unit
+        from .models import chosen_route
+
+        facts: Facts = ctx.facts  # type: ignore[assignment]
+        settings = ctx.settings
+        if not settings.model:
+            return StepResult.satisfied(self.name, "no model route asked for, so no launch "
+                                        "scripts (add --model NAME)")
+        try:
+            model = chosen_route(settings)
+        except ValueError as exc:
+            return StepResult.blocked(self.name, str(exc))
+        binary, installed = _binary(ctx, settings)
+        if binary is None:
+            return StepResult.blocked(self.name, "no llama-server to launch: let ojai install "
+                                      "one (--llamacpp nightly or source) or put one on PATH")
+        try:
+            dialect, note = _dialect(ctx, binary, installed)
+        except ValueError as exc:
+            return StepResult.blocked(self.name, str(exc))
+        main = model.main_path(settings.models_dir)
+        draft = model.draft_path(settings.models_dir)
+        mtp_name, plain_name = route_names(model.name)
+        routes = [
+            Route(name=mtp_name, model=main, draft_model=draft, spec_type="draft-mtp",
+                  draft_n_max=model.draft_n_max, ctx_size=model.context_size, parallel=1,
+                  n_gpu_layers="all" if facts.gpu and facts.gpu.agents else None,
+                  host=settings.host, port=settings.port),
+            Route(name=plain_name, model=main, ctx_size=model.context_size * PLAIN_SLOTS,
+                  parallel=PLAIN_SLOTS, n_gpu_layers="all" if facts.gpu and facts.gpu.agents else None,
+                  host=settings.host, port=settings.port + 1),
+        ]
+        env = _environment(ctx, facts, settings, binary)
+        bundled = has_bundled_libs(ctx.root, binary) or (not installed and settings.llamacpp == "nightly")
+        actions: list = []
+        records: dict[str, dict] = {}
+        handlers: dict[str, RunCommand] = {}
+        for r in routes:
+            try:
+                args = render_args(r, dialect)
+                script = render_llama_script(binary, args, env, r.name, bundled_libs=bundled)
+            except (UnsupportedRoute, LaunchError) as exc:
+                return StepResult.blocked(self.name, f"route {r.name}: {exc}")
+            path = script_path(r.name)
+            a = _write(ctx, path, script, 0o755, f"launch script of route {r.name}{note}")
+            if a:
+                actions.append(a)
+            records[r.name] = {"script": path, "host": r.host, "port": r.port,
+                               "spec_type": r.spec_type, "draft_n_max": r.draft_n_max,
+                               "slots": r.parallel, "model": model.name}
+            if settings.systemd:
+                unit = render_llama_unit(path, r.name, os.environ.get("SUDO_USER") or "root")
+                a = _write(ctx, f"{UNITS_DIR}/ojai-{r.name}.service", unit, 0o644,
+                           f"systemd unit for route {r.name}", notify=("systemd",))
+                if a:
+                    actions.append(a)
+                    handlers["systemd"] = RunCommand(argv=("systemctl", "daemon-reload"),
+                                                     needs_root=True, reason="load the new units")
+        if not actions:
+            return StepResult.satisfied(self.name, f"launch scripts for {mtp_name} (port "
+                                        f"{settings.port}) and {plain_name} (port "
+                                        f"{settings.port + 1}) are in place in {ROUTES_DIR}")
+        return StepResult.change(
+            self.name, f"write launch scripts for {mtp_name} (MTP, 1 slot, port {settings.port}) "
+            f"and {plain_name} ({PLAIN_SLOTS} slots, port {settings.port + 1}){note}", actions,
+            handlers=handlers, records={"routes": records})
