@@ -276,10 +276,17 @@ def _split_options(lines: list[str]) -> list[HelpOption]:
 def _allowed_values(opt: HelpOption | None) -> tuple[str, ...]:
     if opt is None:
         return ()
-    m = _ALLOWED_VALUES.search(opt.help)
-    if not m:
-        return ()
-    return tuple(v.strip() for v in m.group(1).split(",") if v.strip())
+    lines = opt.help.splitlines()
+    for i, line in enumerate(lines):
+        if m := _ALLOWED_VALUES.search(line):
+            listed = m.group(1).strip()
+            # help text wraps at 70 columns: a list ending in a comma goes on
+            for more in lines[i + 1:]:
+                if not listed.endswith(","):
+                    break
+                listed += " " + more.strip()
+            return tuple(v.strip() for v in listed.split(",") if v.strip())
+    return ()
 
 
 def _spec_types(opt: HelpOption | None) -> tuple[str, ...] | None:
