@@ -31,7 +31,7 @@ import shlex
 import stat
 import tempfile
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, Callable, TypeVar
 
 from ojai_setup.actions import (
@@ -321,6 +321,18 @@ def _precheck(root: Root, action: Any) -> None:
                 "symlink:" + action.target)
 
 
+def _links_to(root: Root, link: str, dest: str) -> bool:
+    """Whether machine path ``link`` is a symlink to ``dest`` (a relative target counts from
+    the link's folder, which keeps links valid inside a machine root)."""
+    digest = path_digest(root, link)
+    if digest is None or not digest.startswith("symlink:"):
+        return False
+    target = PurePosixPath(digest.removeprefix("symlink:"))
+    if not target.is_absolute():
+        target = PurePosixPath(link).parent / target
+    return os.path.normpath(str(target)) == os.path.normpath(dest)
+
+
 def verify_action(root: Root, action: Any) -> str | None:
     """Why ``action``'s targets are not as planned after applying, or None when they are."""
     if isinstance(action, WriteFile):
@@ -339,7 +351,7 @@ def verify_action(root: Root, action: Any) -> str | None:
     elif isinstance(action, (InstallArchive, BuildFromSource)):
         if path_digest(root, action.dest) != "directory":
             return f"{action.dest} is not a folder after installing"
-        if action.link and path_digest(root, action.link) != "symlink:" + action.dest:
+        if action.link and not _links_to(root, action.link, action.dest):
             return f"{action.link} does not point to {action.dest} after installing"
     elif isinstance(action, HubDownload):
         real = root.resolve(action.dest)
