@@ -63,7 +63,8 @@ class NpuStep:
 
             layout = detect_layout(ctx.root, home_dir(ctx))
             commands = lemonade_commands(LemonadeRoute(name=tag, engine="flm"),
-                                         LemonadeSettings(layout=layout, system_flm=True))
+                                         LemonadeSettings(layout=layout,
+                                                          system_flm=ctx.root.which("flm") is not None))
             runs, handlers, _ = config_commands(ctx, layout, commands)
             actions.extend(runs)
         if not actions:
