@@ -403,3 +403,15 @@ def _tool_present(facts: Facts, profile: Profile, params: dict) -> Outcome:
     if tool is None:
         return Outcome(ok=False, evidence=f"{params['tool']} not found")
     return Outcome(ok=True, evidence=f"{tool.path or params['tool']}: {tool.version or 'version unknown'}")
+
+
+@kind("model_pairs")
+def _model_pairs(facts: Facts, profile: Profile, params: dict) -> Outcome:
+    if not facts.models:
+        return Outcome(ok=None, evidence="no model route set up yet")
+    bad = [m for m in facts.models if not m.ok]
+    if bad:
+        return Outcome(ok=False, evidence="; ".join(f"{m.route}: " + "; ".join(m.reasons) for m in bad))
+    return Outcome(ok=True, evidence=", ".join(
+        f"{m.route} ({'main + MTP draft' if m.draft else 'MTP heads in the main file'}) matched"
+        for m in facts.models))

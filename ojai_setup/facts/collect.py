@@ -24,6 +24,7 @@ from .models import (
     Gpu,
     Kernel,
     Memory,
+    ModelPair,
     ModprobeSetting,
     Npu,
     Tool,
@@ -236,27 +237,55 @@ def _version_of(result) -> str | None:
 
 def read_tools(root: Root) -> dict[str, Tool]:
     tools: dict[str, Tool] = {}
-    llama = OJAI_LLAMA_SERVER if root.exists(OJAI_LLAMA_SERVER) else None
+    llama = OJAI_LLAMA_SERVER if root.exists(OJAI_LLAMA_SERVER) else "llama-server"
     candidates: list[tuple[str, list[str]]] = [
-        ("llama-server", [llama or "llama-server", "--version"]),
         ("lemonade", ["lemonade", "--version"]),
         ("lemond", ["lemond", "--version"]),
         ("flm", ["flm", "version"]),
     ]
+    from ..llamacpp.dialect import ProbeError, probe
+
+    dialect = probe(root, llama)
+    if not isinstance(dialect, ProbeError):
+        tools["llama-server"] = Tool(
+            name="llama-server", path=llama if llama.startswith("/") else root.which(llama),
+            version=dialect.version_label(), detail={"dialect": dialect.summary_lines()})
+    elif dialect.exit_code != 127:
+        tools["llama-server"] = Tool(name="llama-server", path=llama,
+                                     detail={"error": dialect.describe()})
     for name, argv in candidates:
         result = root.run(argv)
         if not result.found:
             continue
-        tool = Tool(name=name, path=argv[0] if argv[0].startswith("/") else root.which(argv[0]))
-        if name == "llama-server":
-            from ..llamacpp.dialect import parse_version
-
-            v = parse_version(result.stderr + "\n" + result.stdout)
-            tool.version = v.display() if hasattr(v, "display") else str(v)
-        else:
-            tool.version = _version_of(result)
-        tools[name] = tool
+        tools[name] = Tool(name=name, path=root.which(argv[0]), version=_version_of(result))
     return tools
+
+
+def read_models(root: Root) -> list[ModelPair]:
+    """Every model route ojai set up (recorded at apply): are its files a matched pair?"""
+    text = _read(root, STATE_FILE)
+    routes = json.loads(text).get("records", {}).get("routes", {}) if text else {}
+    pairs: dict[str, ModelPair] = {}
+    for record in routes.values():
+        if not isinstance(record, dict) or not record.get("main") or record.get("model") in pairs:
+            continue
+        main, draft = record["main"], record.get("draft")
+        pair = ModelPair(route=record["model"], main=main, draft=draft)
+        missing = [p for p in (main, draft) if p and not root.exists(p)]
+        if missing:
+            pair.ok, pair.reasons = False, [f"{p}: missing" for p in missing]
+        else:
+            from ..pairing import GGUFError, check_pair, read_model_info
+
+            try:
+                verdict = check_pair(read_model_info(root.resolve(main)),
+                                     read_model_info(root.resolve(draft)) if draft else None,
+                                     record.get("mtp") or ("sidecar" if draft else "in_file"))
+                pair.ok, pair.reasons = verdict.ok, list(verdict.reasons)
+            except GGUFError as exc:
+                pair.ok, pair.reasons = False, [str(exc)]
+        pairs[pair.route] = pair
+    return list(pairs.values())
 
 
 def read_amdgpu_dkms(root: Root) -> bool:
@@ -275,6 +304,7 @@ SECTIONS: dict[str, Callable[[Root], object]] = {
     "npu": read_npu,
     "tools": read_tools,
     "amdgpu_dkms": read_amdgpu_dkms,
+    "models": read_models,
 }
 
 

@@ -146,6 +146,16 @@ class Tool(_Model):
     detail: dict | None = None  # e.g. the llama-server dialect summary
 
 
+class ModelPair(_Model):
+    """A model route ojai set up, and whether its files are a matched MTP pair."""
+
+    route: str
+    main: str
+    draft: str | None = None
+    ok: bool | None = None
+    reasons: list[str] = Field(default_factory=list)
+
+
 class Facts(_Model):
     schema_version: int = FACTS_SCHEMA
     root: str
@@ -161,4 +171,5 @@ class Facts(_Model):
     ttm: Ttm | None = None
     tools: dict[str, Tool] = Field(default_factory=dict)
     amdgpu_dkms: bool | None = None
+    models: list[ModelPair] = Field(default_factory=list)
     unknown: dict[str, str] = Field(default_factory=dict)

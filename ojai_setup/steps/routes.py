@@ -154,7 +154,8 @@ class RoutesStep:
                 actions.append(a)
             records[r.name] = {"script": path, "host": r.host, "port": r.port,
                                "spec_type": r.spec_type, "draft_n_max": r.draft_n_max,
-                               "slots": r.parallel, "model": model.name}
+                               "slots": r.parallel, "model": model.name,
+                               "main": main, "draft": draft, "mtp": model.mtp}
             if settings.systemd:
                 unit = render_llama_unit(path, r.name, os.environ.get("SUDO_USER") or "root")
                 a = _write(ctx, f"{UNITS_DIR}/ojai-{r.name}.service", unit, 0o644,
