@@ -17,6 +17,8 @@ from .base import PlanContext, StepResult
 from .llamacpp import SERVER
 
 STATE_KEY = "lemonade"
+#: the NPU step's Lemonade settings (a step's records replace its keys whole)
+NPU_STATE_KEY = "lemonade-npu"
 
 
 def lemonade_installed(facts: Facts) -> bool:
@@ -53,9 +55,15 @@ def _done_before(ctx: PlanContext) -> dict:
     from ..journal import read_state
 
     try:
-        return dict(read_state(ctx.root).records.get(STATE_KEY, {}).get("config", {}))
+        records = read_state(ctx.root).records
     except Exception:  # noqa: BLE001 - an unreadable state only means "not done before"
         return {}
+    done: dict = {}
+    for key in (STATE_KEY, NPU_STATE_KEY):
+        record = records.get(key)
+        if isinstance(record, dict):
+            done.update(record.get("config", {}))
+    return done
 
 
 def config_commands(ctx: PlanContext, layout, commands: list[list[str]]
@@ -116,7 +124,7 @@ class LemonadeStep:
             writes = [a for a in (
                 user_models_action(ctx.root, layout, model.name, model.lemonade_checkpoint,
                                    model.lemonade_draft_checkpoint,
-                                   round(model.weights_bytes / GIB, 1), ["mtp"]),
+                                   max(round(model.weights_bytes / GIB, 2), 0.01), ["mtp"]),
                 recipe_options_action(ctx.root, layout, f"user.{model.name}", model.context_size,
                                       "rocm", args),
             ) if a is not None]

@@ -26,7 +26,7 @@ class NpuStep:
             missing_npu_stack,
         )
         from ..launch import render_flm_script
-        from .lemonade import config_commands, home_dir, lemonade_installed
+        from .lemonade import NPU_STATE_KEY, config_commands, home_dir, lemonade_installed
         from .ttm import budget_gib
 
         facts: Facts = ctx.facts  # type: ignore[assignment]
@@ -58,6 +58,7 @@ class NpuStep:
         if a:
             actions.append(a)
         handlers: dict = {}
+        done: dict = {}
         if lemonade_installed(facts):
             from ..lemonade import LemonadeRoute, LemonadeSettings, detect_layout, lemonade_commands
 
@@ -65,10 +66,11 @@ class NpuStep:
             commands = lemonade_commands(LemonadeRoute(name=tag, engine="flm"),
                                          LemonadeSettings(layout=layout,
                                                           system_flm=ctx.root.which("flm") is not None))
-            runs, handlers, _ = config_commands(ctx, layout, commands)
+            runs, handlers, done = config_commands(ctx, layout, commands)
             actions.extend(runs)
         if not actions:
             return StepResult.satisfied(self.name, f"FastFlowLM route {tag} (port 52625) is in place: {script}")
         return StepResult.change(self.name, f"write the FastFlowLM launch script for {tag} "
                                  "(port 52625)", actions, handlers=handlers,
-                                 records={"npu": {"tag": tag, "script": script, "port": 52625}})
+                                 records={"npu": {"tag": tag, "script": script, "port": 52625},
+                                          NPU_STATE_KEY: {"config": done}})
