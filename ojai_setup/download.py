@@ -18,6 +18,7 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
+from ojai_setup.executor import ApplyError
 from ojai_setup.progress import Progress
 
 CHUNK = 1 << 20
@@ -26,7 +27,7 @@ USER_AGENT = "ojai-setup"
 SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 
 
-class DownloadError(Exception):
+class DownloadError(ApplyError):
     """A download failed or its content was not the expected one. Nothing was left behind."""
 
 

@@ -34,7 +34,7 @@ from huggingface_hub.utils import HfHubHTTPError, build_hf_headers
 
 from .actions import HubDownload
 from .catalog import Route, model_path
-from .executor import fault_point
+from .executor import ApplyError, fault_point
 from .pairing import GGUFError, PairVerdict, check_pair, read_model_info
 from .progress import Progress, TaskHandle
 from .root import Root
@@ -46,7 +46,7 @@ _HASH_CHUNK = 8 << 20
 _TRUE = {"1", "true", "yes", "on"}
 
 
-class HubError(RuntimeError):
+class HubError(ApplyError):
     """A download could not be started, finished or verified; the text says why."""
 
 

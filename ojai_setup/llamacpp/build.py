@@ -40,7 +40,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from ojai_setup.actions import BuildFromSource
-from ojai_setup.executor import ActionOutcome, fault_point
+from ojai_setup.executor import ActionOutcome, ApplyError, fault_point
 from ojai_setup.llamacpp.dialect import DialectParseError, parse_version
 from ojai_setup.progress import Progress
 from ojai_setup.root import Root
@@ -59,7 +59,7 @@ _GIT_URL = re.compile(r"^(?:https?|git|ssh|file)://|^[\w.-]+@[\w.-]+:")
 _SHA = re.compile(r"^[0-9a-f]{7,40}$")
 
 
-class BuildError(RuntimeError):
+class BuildError(ApplyError):
     """Building or installing llama-server failed; nothing already installed was changed."""
 
 

@@ -37,7 +37,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ojai_setup.actions import InstallArchive
 from ojai_setup.download import USER_AGENT, download, part_path
-from ojai_setup.executor import ActionOutcome, fault_point
+from ojai_setup.executor import ActionOutcome, ApplyError, fault_point
 from ojai_setup.progress import Progress
 from ojai_setup.root import Root
 
@@ -64,7 +64,7 @@ API_TIMEOUT = 30.0
 KEEP_MODE = 0o755
 
 
-class NightlyError(Exception):
+class NightlyError(ApplyError):
     """A nightly release could not be resolved or installed; the message says why and what to do."""
 
 
