@@ -6,11 +6,13 @@ atomically, so a failed install leaves the previous one working.
 
 from __future__ import annotations
 
+import os
 import re
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 
 from ..actions import BuildFromSource
 from ..facts.models import Facts
+from ..root import Root
 from .base import PlanContext, StepResult
 
 INSTALL_BASE = "/opt/ojai/llama.cpp"
@@ -92,15 +94,55 @@ class LlamacppStep:
                                  [action])
 
     def _source(self, ctx: PlanContext, facts: Facts, settings) -> StepResult:
-        from ..llamacpp.build import is_built
-
         try:
             action = source_action(facts, settings)
         except ValueError as exc:
             return StepResult.blocked(self.name, str(exc))
         folder = PurePosixPath(action.dest).name
-        if is_built(ctx.root, action) and self._current_target(ctx) in (folder, action.dest):
-            return StepResult.satisfied(self.name, f"llama-server built from {action.source} is "
-                                        f"installed in {action.dest}", reads=(action.dest, CURRENT))
+        built = built_sentence(ctx.root, action)
+        if built is not None and self._current_target(ctx) in (folder, action.dest):
+            return StepResult.satisfied(self.name, built, reads=(action.dest, CURRENT))
         return StepResult.change(self.name, action.reason + " (takes minutes; progress is shown)",
                                  [action])
+
+
+def _newest_mtime_ns(folder: Path) -> int:
+    """The latest modification time of any file or folder under ``folder`` (``.git`` aside)."""
+    newest = folder.lstat().st_mtime_ns
+    for dirpath, dirnames, filenames in os.walk(folder):
+        dirnames[:] = [d for d in dirnames if d != ".git"]
+        for name in dirnames + filenames:
+            newest = max(newest, os.lstat(os.path.join(dirpath, name)).st_mtime_ns)
+    return newest
+
+
+def built_sentence(root: Root, action: BuildFromSource) -> str | None:
+    """Why ``action.dest`` already holds the build ``action`` asks for, or None to build it.
+
+    A tarball or a git tag/commit is the same build when its digest or ref is
+    (:func:`~ojai_setup.llamacpp.build.is_built`). A directory is rebuilt only when a file in it
+    changed after the install; a git branch is not followed once built (pin a tag or commit
+    with ``--llamacpp-ref`` to move on), since an apply must leave nothing to do behind it.
+    """
+    from ..llamacpp.build import INSTALL_RECORD, SERVER as BINARY, is_built, read_install_record
+
+    done = f"llama-server built from {action.source} is installed in {action.dest}"
+    if is_built(root, action):
+        return done
+    record = read_install_record(root, action.dest)
+    dest = root.resolve(action.dest)
+    if record is None or not (dest / BINARY).is_file() or (
+            record.source, record.ref, record.backend, record.gpu_target, record.extra_cmake_args
+    ) != (action.source, action.ref, action.backend, action.gpu_target, action.cmake_args):
+        return None
+    if record.source_kind == "directory":
+        source = root.resolve(action.source)
+        if not source.is_dir() or \
+                _newest_mtime_ns(source) > (dest / INSTALL_RECORD).stat().st_mtime_ns:
+            return None
+        return done + " (no source file changed since)"
+    if record.source_kind == "git":
+        at = f"{action.ref} at commit {record.git_commit}" if action.ref else \
+            f"commit {record.git_commit} of the default branch"
+        return (f"{done} ({at}; to update, pin a newer tag or commit with --llamacpp-ref)")
+    return None

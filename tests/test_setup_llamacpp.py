@@ -1,0 +1,380 @@
+"""The llama.cpp step through ``ojai setup`` on copies of the test machines: Lemonade's nightly
+zips from a local stand-in for GitHub, and source builds of a tiny CMake project."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import tarfile
+from pathlib import Path
+
+import pytest
+from support.fake_github import (  # noqa: F401 - fake_github is a fixture
+    Entry,
+    FakeGitHub,
+    fake_github,
+    make_zip,
+    nightly_entries_from_build,
+)
+from support.llama import llama_server_bin  # noqa: F401 - a fixture
+from typer.testing import CliRunner
+
+from ojai_setup.cli import app
+from ojai_setup.llamacpp.nightly import asset_name
+
+BASE = "/opt/ojai/llama.cpp"
+#: prints a version line in the old form, whatever it is asked
+FAKE_SERVER = b"#!/bin/sh\necho 'version: 1311 (abc1234)' >&2\n"
+FAMILIES = ("gfx1150", "gfx1151", "gfx110X")
+
+
+def ojai(*args: str):
+    return CliRunner().invoke(app, list(args))
+
+
+def plan_json(root: Path, *args: str) -> dict:
+    result = ojai("setup", "--root", str(root), "--json", "--no-npu", *args)
+    assert result.exit_code in (0, 1, 2), result.output
+    data = json.loads(result.stdout)
+    assert data["exit_code"] == result.exit_code
+    return data
+
+
+def step(plan: dict, name: str = "llama.cpp") -> dict:
+    return next(s for s in plan["steps"] if s["step"] == name)
+
+
+def apply(root: Path, *args: str):
+    return ojai("setup", "--root", str(root), "--apply", "--yes", "--no-npu", *args)
+
+
+def small_zip(tmp_path: Path, tag: str, family: str) -> bytes:
+    """A tiny zip in the nightly layout: llama-server, a library and its version link."""
+    folder = tmp_path / "zips"
+    folder.mkdir(exist_ok=True)
+    return make_zip(folder / f"{tag}-{family}.zip", [
+        Entry("llama-server", FAKE_SERVER, 0o100755),
+        Entry("libllama.so.0.6.0", f"{tag} {family}".encode(), 0o100755),
+        Entry.symlink("libllama.so.0", "libllama.so.0.6.0"),
+    ])
+
+
+def publish(fake: FakeGitHub, tmp_path: Path, tag: str, *, latest: bool = True) -> None:
+    fake.add_release(tag, {asset_name(tag, f): small_zip(tmp_path, tag, f) for f in FAMILIES},
+                     latest=latest)
+
+
+@pytest.fixture
+def releases(fake_github: FakeGitHub, tmp_path: Path) -> FakeGitHub:
+    """b1300 (older) and b1311 (the latest), each with zips for three families."""
+    publish(fake_github, tmp_path, "b1300", latest=False)
+    publish(fake_github, tmp_path, "b1311")
+    return fake_github
+
+
+def installed(root: Path) -> list[str]:
+    base = root / BASE.lstrip("/")
+    return sorted(p.name for p in base.iterdir()) if base.is_dir() else []
+
+
+# -- nightly: planning ------------------------------------------------------------------------
+def test_plan_resolves_latest_tag_and_gfx1150_asset_on_the_ojai_box(machine, releases):
+    root = machine("ojai-fresh")
+    plan = plan_json(root)
+    s = step(plan)
+    assert s["status"] == "change", s
+    assert "b1311 for gfx1150" in s["sentence"] and "sha256 checked" in s["sentence"]
+    [action] = s["actions"]
+    asset = releases.asset("b1311", asset_name("b1311", "gfx1150"))
+    assert action["kind"] == "install_archive"
+    assert action["url"].endswith("/releases/download/b1311/llama-b1311-ubuntu-rocm-gfx1150-x64.zip")
+    assert action["sha256"] == asset.digest.removeprefix("sha256:")
+    assert action["size"] == len(asset.body)
+    assert action["dest"] == f"{BASE}/b1311-gfx1150" and action["link"] == f"{BASE}/current"
+    assert any(r.path.endswith("/releases/latest") for r in releases.requests)
+    assert releases.downloads() == []  # planning fetches no archive
+    assert installed(root) == []
+
+
+def test_plan_pins_a_tag(machine, releases):
+    root = machine("ojai-fresh")
+    s = step(plan_json(root, "--llamacpp-tag", "b1300"))
+    assert s["status"] == "change"
+    [action] = s["actions"]
+    assert action["dest"] == f"{BASE}/b1300-gfx1150"
+    assert "/b1300/llama-b1300-ubuntu-rocm-gfx1150-x64.zip" in action["url"]
+    assert not any(r.path.endswith("/releases/latest") for r in releases.requests)
+
+
+def test_plan_unknown_pinned_tag_is_blocked(machine, releases):
+    root = machine("ojai-fresh")
+    plan = plan_json(root, "--llamacpp-tag", "b9999")
+    s = step(plan)
+    assert plan["exit_code"] == 1 and s["status"] == "blocked"
+    assert "no release b9999 in lemonade-sdk/llamacpp-rocm" in s["sentence"]
+
+
+def test_plan_picks_gfx1151_on_strix_halo(machine, releases):
+    root = machine("strix-halo-dkms")
+    [action] = step(plan_json(root))["actions"]
+    assert action["dest"] == f"{BASE}/b1311-gfx1151"
+    assert action["url"].endswith("llama-b1311-ubuntu-rocm-gfx1151-x64.zip")
+
+
+def test_unreachable_api_blocks_the_step_with_a_sentence(machine, monkeypatch):
+    with socket.socket() as s:  # a port on which nothing listens
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv("OJAI_GITHUB_API", f"http://127.0.0.1:{port}")
+    root = machine("ojai-fresh")
+    result = ojai("setup", "--root", str(root), "--no-npu")
+    assert result.exit_code == 1, result.output
+    assert f"could not reach the GitHub API at http://127.0.0.1:{port}" in result.stdout
+    assert "blocked" in result.stdout
+    # the other steps are still planned and shown
+    assert "ttm.pages_limit=12582912" in result.stdout
+
+
+def test_llamacpp_none_is_satisfied_without_asking_github(machine, fake_github):
+    root = machine("ojai-fresh")
+    s = step(plan_json(root, "--llamacpp", "none"))
+    assert s["status"] == "satisfied"
+    assert s["sentence"] == "llama.cpp is not managed by ojai here (--llamacpp none)"
+    assert fake_github.requests == []
+
+
+# -- nightly: applying ------------------------------------------------------------------------
+def test_apply_installs_then_second_apply_has_nothing_to_do(machine, releases):
+    root = machine("ojai-fresh")
+    first = apply(root)
+    assert first.exit_code == 0, first.output
+    dest = root / BASE.lstrip("/") / "b1311-gfx1150"
+    assert (dest / "llama-server").read_bytes() == FAKE_SERVER
+    assert os.access(dest / "llama-server", os.X_OK)
+    assert os.readlink(dest / "libllama.so.0") == "libllama.so.0.6.0"
+    assert os.readlink(root / BASE.lstrip("/") / "current") == "b1311-gfx1150"
+    record = json.loads((dest / "ojai-install.json").read_text())
+    assert record["tag"] == "b1311" and record["family"] == "gfx1150"
+    assert installed(root) == ["b1311-gfx1150", "current"]  # no leftovers
+    assert len(releases.downloads()) == 1
+
+    second = apply(root)
+    assert second.exit_code == 0, second.output
+    assert "nothing to do" in second.stdout
+    assert "llama.cpp nightly b1311 for gfx1150 is installed and verified" in second.stdout
+    assert len(releases.downloads()) == 1
+
+
+def test_new_release_switches_current_and_keeps_the_old_folder(machine, releases, tmp_path):
+    root = machine("ojai-fresh")
+    assert apply(root).exit_code == 0
+    publish(releases, tmp_path, "b1320")
+    s = step(plan_json(root))
+    assert s["status"] == "change" and "b1320" in s["sentence"]
+    result = apply(root)
+    assert result.exit_code == 0, result.output
+    assert os.readlink(root / BASE.lstrip("/") / "current") == "b1320-gfx1150"
+    assert installed(root) == ["b1311-gfx1150", "b1320-gfx1150", "current"]
+
+
+def test_tampered_install_is_planned_again(machine, releases):
+    root = machine("ojai-fresh")
+    assert apply(root).exit_code == 0
+    (root / BASE.lstrip("/") / "b1311-gfx1150" / "libllama.so.0.6.0").unlink()
+    s = step(plan_json(root))
+    assert s["status"] == "change"
+    result = apply(root)
+    assert result.exit_code == 0, result.output
+    assert (root / BASE.lstrip("/") / "b1311-gfx1150" / "libllama.so.0.6.0").is_file()
+
+
+def test_wrong_digest_fails_installs_nothing_and_the_fixed_release_installs(machine, releases):
+    root = machine("ojai-fresh")
+    asset = releases.asset("b1311", asset_name("b1311", "gfx1150"))
+    good = asset.digest
+    asset.digest = "sha256:" + "0" * 64
+    failed = apply(root)
+    assert failed.exit_code == 1, failed.output
+    assert "sha256" in failed.stderr and "0" * 64 in failed.stderr
+    assert "apply failed" in failed.stderr
+    assert installed(root) == []  # no folder, no link, no partial download
+
+    asset.digest = good
+    fixed = apply(root)
+    assert fixed.exit_code == 0, fixed.output
+    assert os.readlink(root / BASE.lstrip("/") / "current") == "b1311-gfx1150"
+
+
+def test_wrong_digest_keeps_the_previous_install_working(machine, releases, tmp_path):
+    root = machine("ojai-fresh")
+    assert apply(root).exit_code == 0
+    publish(releases, tmp_path, "b1320")
+    releases.asset("b1320", asset_name("b1320", "gfx1150")).digest = "sha256:" + "1" * 64
+    failed = apply(root)
+    assert failed.exit_code == 1
+    assert os.readlink(root / BASE.lstrip("/") / "current") == "b1311-gfx1150"
+    assert installed(root) == ["b1311-gfx1150", "current"]
+
+
+def test_truncated_download_fails_and_the_next_apply_works(machine, releases):
+    root = machine("ojai-fresh")
+    asset = releases.asset("b1311", asset_name("b1311", "gfx1150"))
+    asset.cut_after = len(asset.body) // 2
+    failed = apply(root)
+    assert failed.exit_code == 1, failed.output
+    assert installed(root) == []
+    asset.cut_after = None
+    assert apply(root).exit_code == 0
+
+
+@pytest.mark.slow
+def test_apply_the_real_binary_zip(machine, fake_github, tmp_path, llama_server_bin):
+    body = make_zip(tmp_path / "real.zip",
+                    nightly_entries_from_build(llama_server_bin.parent, llama_server_bin))
+    fake_github.add_release("b1311", {asset_name("b1311", "gfx1150"): body})
+    root = machine("ojai-fresh")
+    result = apply(root)
+    assert result.exit_code == 0, result.output
+    server = root / BASE.lstrip("/") / "current" / "llama-server"
+    version = subprocess.run([str(server), "--version"], capture_output=True, text=True,
+                             timeout=60, env={"PATH": os.environ["PATH"]})
+    assert version.returncode == 0, version.stderr
+    assert "build 11434" in version.stderr
+    doctor = json.loads(ojai("doctor", "--json", "--root", str(root)).stdout)
+    assert "11434" in json.dumps(doctor["facts"]["tools"]["llama-server"])
+    assert "nothing to do" in apply(root).stdout
+
+
+# -- source builds ----------------------------------------------------------------------------
+CMAKE = """\
+cmake_minimum_required(VERSION 3.14)
+project(fake_llama C)
+option(BUILD_SHARED_LIBS "build shared libraries" ON)
+set(CMAKE_RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bin)
+set(CMAKE_LIBRARY_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bin)
+add_library(llama lib.c)
+set_target_properties(llama PROPERTIES VERSION 0.6.0 SOVERSION 0)
+add_executable(llama-server server.c)
+target_link_libraries(llama-server llama)
+"""
+SERVER_C = """\
+#include <stdio.h>
+int llama_offset(void);
+int main(void) {
+    fprintf(stderr, "version: 0.6.0-fake (build %d, commit fake123)\\n", 7 + llama_offset());
+    return 0;
+}
+"""
+
+
+def write_fake_source(where: Path) -> Path:
+    """A tiny C project shaped like llama.cpp that builds a ``llama-server``."""
+    (where / "include").mkdir(parents=True)
+    (where / "include" / "llama.h").write_text("int llama_offset(void);\n")
+    (where / "CMakeLists.txt").write_text(CMAKE)
+    (where / "server.c").write_text(SERVER_C)
+    (where / "lib.c").write_text("int llama_offset(void) { return 0; }\n")
+    return where
+
+
+def fake_tarball(root: Path, tmp_path: Path) -> str:
+    """The tiny project as ``/srv/fake-llama.tar.gz`` on the machine; returns its machine path."""
+    src = write_fake_source(tmp_path / "fake-llama")
+    (root / "srv").mkdir()
+    with tarfile.open(root / "srv" / "fake-llama.tar.gz", "w:gz") as tar:
+        tar.add(src, arcname="fake-llama")
+    return "/srv/fake-llama.tar.gz"
+
+
+def test_source_plan_defaults_to_hip_for_the_gpu_target(machine):
+    root = machine("ojai-fresh")
+    s = step(plan_json(root, "--llamacpp", "source", "--llamacpp-ref", "b11434"))
+    [action] = s["actions"]
+    assert action["kind"] == "build_from_source"
+    assert action["backend"] == "hip" and action["gpu_target"] == "gfx1150"
+    assert action["source"] == "https://github.com/ggml-org/llama.cpp" and action["ref"] == "b11434"
+    assert action["dest"] == f"{BASE}/src-b11434-hip-gfx1150"
+
+
+def test_source_plan_cpu_backend_without_gpu(machine):
+    root = machine("no-amd-gpu")
+    s = step(plan_json(root, "--llamacpp", "source"))
+    [action] = s["actions"]
+    assert action["backend"] == "cpu" and action["gpu_target"] is None
+
+
+def test_source_tarball_builds_installs_and_second_apply_is_a_no_op(machine, tmp_path):
+    root = machine("ojai-fresh")
+    src = fake_tarball(root, tmp_path)
+    args = ("--llamacpp", "source", "--backend", "cpu", "--llamacpp-src", src)
+    s = step(plan_json(root, *args))
+    assert s["status"] == "change" and "takes minutes" in s["sentence"]
+    [action] = s["actions"]
+    assert action["kind"] == "build_from_source" and action["backend"] == "cpu"
+    assert action["gpu_target"] is None and action["source"] == src
+    dest = f"{BASE}/src-fake-llama-cpu"
+    assert action["dest"] == dest
+
+    first = apply(root, *args)
+    assert first.exit_code == 0, first.output
+    real = root / dest.lstrip("/")
+    out = subprocess.run([str(real / "llama-server")], capture_output=True, text=True, timeout=30)
+    assert "version: 0.6.0-fake (build 7" in out.stderr
+    assert os.readlink(root / BASE.lstrip("/") / "current") == "src-fake-llama-cpu"
+    record = json.loads((real / "ojai-install.json").read_text())
+    assert record["source_kind"] == "tarball" and record["backend"] == "cpu"
+
+    second = apply(root, *args)
+    assert second.exit_code == 0, second.output
+    assert "nothing to do" in second.stdout
+    assert f"llama-server built from {src} is installed in {dest}" in second.stdout
+
+
+def test_source_directory_builds_once_and_again_after_an_edit(machine, tmp_path):
+    root = machine("ojai-fresh")
+    src = write_fake_source(root / "srv" / "llama.cpp")
+    args = ("--llamacpp", "source", "--backend", "cpu", "--llamacpp-src", "/srv/llama.cpp")
+    result = apply(root, *args)
+    assert result.exit_code == 0, result.output  # the plan after applying is empty
+    assert os.readlink(root / BASE.lstrip("/") / "current") == "src-llama.cpp-cpu"
+    s = step(plan_json(root, *args))
+    assert s["status"] == "satisfied" and "no source file changed since" in s["sentence"]
+
+    (src / "lib.c").write_text("int llama_offset(void) { return 1; }\n")
+    s = step(plan_json(root, *args))
+    assert s["status"] == "change"
+    assert apply(root, *args).exit_code == 0
+    out = subprocess.run([str(root / BASE.lstrip("/") / "current" / "llama-server")],
+                         capture_output=True, text=True, timeout=30)
+    assert "(build 8, commit fake123)" in out.stderr
+
+
+def test_source_git_branch_builds_once(machine, tmp_path):
+    repo = write_fake_source(tmp_path / "upstream")
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
+    subprocess.run(["git", "init", "--quiet", "-b", "master", str(repo)], check=True)
+    subprocess.run([*git, "add", "."], check=True)
+    subprocess.run([*git, "commit", "--quiet", "-m", "fake llama"], check=True)
+    commit = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True,
+                            check=True).stdout.strip()
+    root = machine("ojai-fresh")
+    args = ("--llamacpp", "source", "--backend", "cpu", "--llamacpp-src", f"file://{repo}")
+    result = apply(root, *args)
+    assert result.exit_code == 0, result.output
+    second = apply(root, *args)
+    assert second.exit_code == 0 and "nothing to do" in second.stdout
+    assert f"commit {commit} of the default branch" in second.stdout
+    assert "pin a newer tag or commit with --llamacpp-ref" in second.stdout
+
+
+def test_source_build_failure_keeps_the_nightly_install(machine, releases, tmp_path):
+    root = machine("ojai-fresh")
+    assert apply(root).exit_code == 0
+    broken = write_fake_source(root / "srv" / "broken")
+    (broken / "server.c").write_text("this is not C\n")
+    result = apply(root, "--llamacpp", "source", "--backend", "cpu", "--llamacpp-src", "/srv/broken")
+    assert result.exit_code == 1, result.output
+    assert "building llama-server failed" in result.stderr
+    assert os.readlink(root / BASE.lstrip("/") / "current") == "b1311-gfx1150"
