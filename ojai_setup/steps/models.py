@@ -25,14 +25,13 @@ class ModelStep:
     name = "model"
 
     def plan(self, ctx: PlanContext) -> StepResult:
-        from ..hub import plan_model_downloads, verify_local_pair
-        from .ttm import budget_gib
-
         facts: Facts = ctx.facts  # type: ignore[assignment]
         settings = ctx.settings
         if not settings.model:
             return StepResult.satisfied(self.name, "no model route asked for (add --model NAME; "
                                         "`ojai models` lists them)")
+        from ..hub import plan_model_downloads, verify_local_pair
+        from .ttm import budget_gib
         try:
             catalog = catalog_for(settings)
             route = catalog.get(settings.model)
