@@ -25,7 +25,11 @@ import shutil
 from pathlib import Path
 from urllib.parse import urlsplit
 
-import httpx2
+# ojai talks to the hub only to download what the plan lists: no usage reports, unless the
+# user asks for them. (huggingface_hub reads this when it is first imported.)
+os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+
+import httpx2  # noqa: E402 - after the environment default above
 from huggingface_hub import HfApi, get_hf_file_metadata, hf_hub_url
 from huggingface_hub import constants as hf_constants
 from huggingface_hub.file_download import http_get
