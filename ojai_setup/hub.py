@@ -157,6 +157,22 @@ def _disk_budget(explicit: int | None) -> int | None:
         raise HubError(f"{DISK_BUDGET_ENV}={raw!r} is not a number of bytes") from None
 
 
+def free_bytes(folder: Path, disk_budget: int | None = None) -> int:
+    """Bytes a download into ``folder`` (or, while it does not exist, its nearest existing
+    parent) may use: the free disk space, capped by ``disk_budget`` or ``OJAI_DISK_BUDGET_BYTES``."""
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    free = shutil.disk_usage(folder).free
+    budget = _disk_budget(disk_budget)
+    return free if budget is None else min(free, budget)
+
+
+def partial_bytes(dest: Path) -> int:
+    """Bytes already fetched by an interrupted download of ``dest`` (kept for resuming)."""
+    return max((p.stat().st_size for p in dest.parent.glob(f".{dest.name}.*.partial")
+                if p.is_file()), default=0) if dest.parent.is_dir() else 0
+
+
 def _same_origin(a: str, b: str) -> bool:
     pa, pb = urlsplit(a), urlsplit(b)
     return (pa.scheme, pa.hostname, pa.port) == (pb.scheme, pb.hostname, pb.port)
@@ -226,10 +242,7 @@ def execute_hub_download(root: Root, action: HubDownload, progress: Progress, *,
         resume = 0
 
     need = expected_size - resume
-    free = shutil.disk_usage(dest.parent).free
-    budget = _disk_budget(disk_budget)
-    if budget is not None:
-        free = min(free, budget)
+    free = free_bytes(dest.parent, disk_budget)
     if need > free:
         raise HubError(f"{where}: not enough disk space in {root.machine_path(dest.parent)}: "
                        f"the download needs {_gib(need)}, {_gib(free)} is free")

@@ -17,6 +17,10 @@ def catalog_for(settings) -> Catalog:
     return load_catalog(path if (settings.user_catalog or path.is_file()) else None)
 
 
+def _size(n: int) -> str:
+    return f"{n / GIB:.1f} GiB" if n >= GIB else f"{n} bytes"
+
+
 def chosen_route(settings) -> Route | None:
     return catalog_for(settings).get(settings.model) if settings.model else None
 
@@ -30,7 +34,7 @@ class ModelStep:
         if not settings.model:
             return StepResult.satisfied(self.name, "no model route asked for (add --model NAME; "
                                         "`ojai models` lists them)")
-        from ..hub import plan_model_downloads, verify_local_pair
+        from ..hub import HubError, free_bytes, partial_bytes, plan_model_downloads, verify_local_pair
         from .ttm import budget_gib
         try:
             catalog = catalog_for(settings)
@@ -56,6 +60,16 @@ class ModelStep:
             pending = {a.dest for a in downloads}
             total = sum(f.size for f in route.files()
                         if model_path(settings.models_dir, route.repo, f.file) in pending)
+            need = total - sum(partial_bytes(ctx.root.resolve(d)) for d in pending)
+            try:
+                free = free_bytes(ctx.root.resolve(settings.models_dir))
+            except HubError as exc:
+                return StepResult.blocked(self.name, str(exc))
+            if need > free:
+                return StepResult.blocked(
+                    self.name, f"not enough disk space in {settings.models_dir} for {route.name}: "
+                    f"the downloads need {_size(need)}, {_size(free)} is free; free some space or "
+                    "choose another folder with --models-dir")
             return StepResult.change(
                 self.name, f"download {route.title} ({len(downloads)} file(s), about "
                 f"{total / GIB:.1f} GiB) into {settings.models_dir}; {verdict.sentence()}",
