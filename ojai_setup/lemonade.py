@@ -135,13 +135,20 @@ def lemonade_layout(*, system_unit: bool, system_enabled: bool, user_enabled: bo
                                  "~/.config/lemonade")
 
 
+def _linked(root: Root, path: str) -> bool:
+    """Whether the enablement link ``path`` is there: ``systemctl enable`` makes an absolute
+    link, which under a machine root that is not ``/`` points out of it, so the link itself
+    counts, not its target."""
+    return root.resolve(path).is_symlink() or root.exists(path)
+
+
 def detect_layout(root: Root, home: str, xdg_config_home: str | None = None) -> LemonadeLayout:
     """:func:`lemonade_layout` from the unit files and enablement links on ``root``."""
     user_wants = (*_USER_WANTS, f"{home.rstrip('/')}/.config/systemd/user/default.target.wants/lemond.service")
     return lemonade_layout(
         system_unit=any(root.exists(p) for p in _SYSTEM_UNITS),
-        system_enabled=root.exists(_SYSTEM_WANTS),
-        user_enabled=any(root.exists(p) for p in user_wants),
+        system_enabled=_linked(root, _SYSTEM_WANTS),
+        user_enabled=any(_linked(root, p) for p in user_wants),
         home=home, xdg_config_home=xdg_config_home)
 
 

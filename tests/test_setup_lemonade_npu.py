@@ -1,0 +1,292 @@
+"""The Lemonade and NPU steps through ``ojai setup`` on copies of the test machines: Lemonade's
+registry files merged with the user's own entries kept, its CLI calls, malformed files left
+alone; the FastFlowLM launch script where the NPU is ready, advice where it is not."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+from support.fake_hub import FakeHub, fake_hub  # noqa: F401 - fake_hub is a fixture
+from support.gguf_files import gemma4_assistant, gemma4_main
+from typer.testing import CliRunner
+
+from ojai_setup.cli import app
+from ojai_setup.root import COMMANDS_DIR, command_key
+
+REPO = "ojai-test/tiny-gemma4-GGUF"
+ROUTE = "tiny-gemma"
+MAIN = "gemma-4-tiny-it-Q4_K_M.gguf"
+DRAFT = "mtp-gemma-4-tiny-it.gguf"
+CONFIG = "var/lib/lemonade"
+HELP = Path(__file__).resolve().parent.parent / "ojai_setup" / "llamacpp" / "reference-help-b11434.txt"
+FLM_SCRIPT = "opt/ojai/routes/flm-gemma4-it-e4b.sh"
+
+USER_MODELS = """\
+{
+  "my-coder": {
+    "checkpoint": "someone/coder-GGUF:Q4_K_M",
+    "recipe": "llamacpp",
+    "size": 9.1,
+    "labels": [
+      "custom"
+    ]
+  }
+}
+"""
+RECIPE_OPTIONS = """\
+{
+  "user.my-coder": {
+    "ctx_size": 8192,
+    "llamacpp_backend": "vulkan",
+    "llamacpp_args": "-fa on"
+  }
+}
+"""
+#: the lemonade and systemctl calls the plan makes on the OJAI box with Lemonade as a service
+COMMANDS = ("lemonade config set rocm_channel=nightly", "lemonade backends install llamacpp:rocm",
+            "lemonade config set flm.prefer_system=true", "systemctl restart lemond")
+
+
+def ojai(*args: object):
+    return CliRunner().invoke(app, [str(a) for a in args])
+
+
+def give_llama_server(root: Path) -> None:
+    """ojai's llama-server place holds a stand-in that answers ``--version`` and ``--help`` as
+    upstream build 11434 does (the version line of REFERENCE.md, the reference help shipped
+    with ojai), so the routes step can render launch scripts for it."""
+    server = root / "opt/ojai/llama.cpp/current/llama-server"
+    server.parent.mkdir(parents=True)
+    server.write_text("#!/bin/sh\n"
+                      'case "$1" in\n'
+                      "  --version) echo 'version: 0.6.0-dev (build 11434, commit abc1234)' >&2 ;;\n"
+                      f"  --help) cat '{HELP}' ;;\n"
+                      "  *) exit 1 ;;\n"
+                      "esac\n")
+    server.chmod(0o755)
+
+
+def give_lemonade(root: Path, *, user_models: str | None = USER_MODELS,
+                  recipe_options: str | None = RECIPE_OPTIONS) -> None:
+    """Lemonade installed from its PPA, running as the enabled system service lemond, with the
+    user's own model registered.
+
+    Composed, not captured: the unit file is the one lemond.service.in describes (REFERENCE.md:
+    user lemonade, ProtectHome=yes, StateDirectory=lemonade), the enablement link is the one
+    ``systemctl enable`` makes, ``lemonade --version`` prints a version line of v11.7.0, and the
+    ``config set``, ``backends install`` and ``systemctl restart`` calls succeed without output
+    (their output is not read)."""
+    unit = root / "usr/lib/systemd/system/lemond.service"
+    unit.parent.mkdir(parents=True, exist_ok=True)
+    unit.write_text("[Unit]\nDescription=Lemonade Server\n\n[Service]\nUser=lemonade\n"
+                    "StateDirectory=lemonade\nProtectHome=yes\nExecStart=/usr/bin/lemond\n\n"
+                    "[Install]\nWantedBy=multi-user.target\n")
+    wants = root / "etc/systemd/system/multi-user.target.wants"
+    wants.mkdir(parents=True, exist_ok=True)
+    (wants / "lemond.service").symlink_to("/usr/lib/systemd/system/lemond.service")
+    for argv, stdout in (("lemonade --version", "lemonade version 11.7.0\n"),
+                         *((c, "") for c in COMMANDS)):
+        folder = root / COMMANDS_DIR / command_key(argv.split())
+        folder.mkdir(parents=True)
+        (folder / "stdout").write_text(stdout)
+        (folder / "exit_code").write_text("0\n")
+    config = root / CONFIG
+    config.mkdir(parents=True)
+    if user_models is not None:
+        (config / "user_models.json").write_text(user_models)
+    if recipe_options is not None:
+        (config / "recipe_options.json").write_text(recipe_options)
+
+
+@pytest.fixture
+def catalog(tmp_path: Path, fake_hub: FakeHub) -> Path:
+    """A user catalog with one tiny Gemma 4 route whose pair the stand-in hub serves."""
+    main = gemma4_main(tmp_path / "published" / MAIN)
+    draft = gemma4_assistant(tmp_path / "published" / DRAFT)
+    fake_hub.add_path(REPO, MAIN, main)
+    fake_hub.add_path(REPO, DRAFT, draft)
+    path = tmp_path / "catalog.toml"
+    path.write_text(f"""\
+[routes.{ROUTE}]
+title = "Tiny Gemma 4 + MTP assistant (test route)"
+repo = "{REPO}"
+main = [{{ file = "{MAIN}", size = {main.stat().st_size} }}]
+draft = {{ file = "{DRAFT}", size = {draft.stat().st_size} }}
+mtp = "sidecar"
+lemonade_checkpoint = "{REPO}:{MAIN}"
+lemonade_draft_checkpoint = "{REPO}:{DRAFT}"
+context_size = 4096
+max_context = 8192
+overhead_bytes = 0
+sizes_estimated = false
+[routes.{ROUTE}.kv]
+full_layers = 1
+full_kv_heads = 1
+full_head_dim = 64
+""")
+    return path
+
+
+def setup(root: Path, catalog: Path, *extra: object):
+    return ojai("setup", "--root", root, "--llamacpp", "none", "--catalog", catalog,
+                "--model", ROUTE, *extra)
+
+
+def plan_json(root: Path, catalog: Path, *extra: object) -> dict:
+    result = setup(root, catalog, "--json", *extra)
+    data = json.loads(result.stdout)
+    assert data["exit_code"] == result.exit_code
+    return data
+
+
+def step(plan: dict, name: str) -> dict:
+    return next(s for s in plan["steps"] if s["step"] == name)
+
+
+@pytest.fixture
+def box(machine) -> Path:
+    root = machine("ojai-fresh")
+    give_llama_server(root)
+    give_lemonade(root)
+    return root
+
+
+# -- Lemonade ---------------------------------------------------------------------------------
+def test_plan_shows_diffs_that_keep_the_user_entries(box, catalog):
+    plan = plan_json(box, catalog)
+    assert plan["exit_code"] == 2
+    s = step(plan, "lemonade")
+    assert s["status"] == "change"
+    assert f"register user.{ROUTE} (label mtp) with Lemonade in /var/lib/lemonade" in s["sentence"]
+    assert "the system service lemond is enabled" in s["sentence"]
+    writes = {a["path"]: a for a in s["actions"] if a["kind"] == "write_file"}
+    assert set(writes) == {"/var/lib/lemonade/user_models.json", "/var/lib/lemonade/recipe_options.json"}
+    assert all(a["needs_root"] and a["notify"] == ["lemond-restart"] for a in writes.values())
+    runs = [a["argv"] for a in s["actions"] if a["kind"] == "run_command"]
+    assert runs == [["lemonade", "config", "set", "rocm_channel=nightly"]]
+    assert plan["handlers"]["lemonade-backends"]["argv"] == ["lemonade", "backends", "install", "llamacpp:rocm"]
+    assert plan["handlers"]["lemond-restart"]["argv"] == ["systemctl", "restart", "lemond"]
+
+    models_diff = next(d for d in plan["diffs"] if "user_models.json" in d)
+    removed = [ln for ln in models_diff.splitlines() if ln.startswith("-") and not ln.startswith("---")]
+    assert removed == []  # the user's entry stays line for line; the route is added
+    assert f'+  "{ROUTE}": {{' in models_diff
+    assert f'+      "draft": "{REPO}:{DRAFT}"' in models_diff
+    recipe_diff = next(d for d in plan["diffs"] if "recipe_options.json" in d)
+    assert '"llamacpp_backend": "vulkan"' in recipe_diff and not any(
+        line.startswith("-") and "vulkan" in line for line in recipe_diff.splitlines())
+    assert f'+  "user.{ROUTE}": {{' in recipe_diff
+    # the plan changed nothing
+    assert (box / CONFIG / "user_models.json").read_text() == USER_MODELS
+
+
+def test_apply_writes_the_entries_and_second_apply_changes_nothing(box, catalog):
+    first = setup(box, catalog, "--apply", "--yes")
+    assert first.exit_code == 0, first.output
+    assert "ran lemonade-backends, lemond-restart" in first.stdout \
+        or ("lemonade-backends" in first.stdout and "lemond-restart" in first.stdout)
+    models = json.loads((box / CONFIG / "user_models.json").read_text())
+    assert models["my-coder"] == json.loads(USER_MODELS)["my-coder"]
+    assert list(models) == ["my-coder", ROUTE]
+    assert models[ROUTE]["checkpoints"] == {"main": f"{REPO}:{MAIN}", "draft": f"{REPO}:{DRAFT}"}
+    assert models[ROUTE]["recipe"] == "llamacpp" and "mtp" in models[ROUTE]["labels"]
+    assert models[ROUTE]["size"] > 0
+    options = json.loads((box / CONFIG / "recipe_options.json").read_text())
+    assert options["user.my-coder"] == json.loads(RECIPE_OPTIONS)["user.my-coder"]
+    assert options[f"user.{ROUTE}"] == {"ctx_size": 4096, "llamacpp_args": "--spec-draft-n-max 2",
+                                        "llamacpp_backend": "rocm"}
+    written = {p: (box / CONFIG / p).read_bytes() for p in ("user_models.json", "recipe_options.json")}
+
+    second = setup(box, catalog, "--apply", "--yes")
+    assert second.exit_code == 0, second.output
+    assert "nothing to do" in second.stdout
+    assert f"already serves user.{ROUTE}" in second.stdout
+    assert {p: (box / CONFIG / p).read_bytes() for p in written} == written
+
+
+def test_apply_creates_the_files_when_lemonade_has_none_yet(machine, catalog):
+    root = machine("ojai-fresh")
+    give_llama_server(root)
+    give_lemonade(root, user_models=None, recipe_options=None)
+    result = setup(root, catalog, "--apply", "--yes")
+    assert result.exit_code == 0, result.output
+    assert list(json.loads((root / CONFIG / "user_models.json").read_text())) == [ROUTE]
+    assert "nothing to do" in setup(root, catalog, "--apply", "--yes").stdout
+
+
+@pytest.mark.parametrize("name, text, line", [
+    ("user_models.json", USER_MODELS.replace('"size": 9.1,', '"size": 9.1,,'), 5),
+    ("recipe_options.json", RECIPE_OPTIONS.replace('"-fa on"', '"-fa on",'), 6),
+])
+def test_malformed_json_blocks_the_plan_and_stays_untouched(machine, catalog, name, text, line):
+    root = machine("ojai-fresh")
+    give_llama_server(root)
+    give_lemonade(root)
+    (root / CONFIG / name).write_text(text)
+    plan = plan_json(root, catalog)
+    s = step(plan, "lemonade")
+    assert plan["exit_code"] == 1 and s["status"] == "blocked"
+    assert f"/var/lib/lemonade/{name}:{line}:" in s["sentence"]
+    assert "not valid JSON" in s["sentence"] and "nothing was overwritten" in s["sentence"]
+    result = setup(root, catalog, "--apply", "--yes")
+    assert result.exit_code == 1
+    assert (root / CONFIG / name).read_text() == text
+
+
+def test_without_lemonade_the_step_says_how_to_add_it(machine, catalog):
+    root = machine("ojai-fresh")
+    give_llama_server(root)
+    s = step(plan_json(root, catalog), "lemonade")
+    assert s["status"] == "satisfied"
+    assert "Lemonade is not installed" in s["sentence"]
+    assert "ppa:lemonade-team/stable" in s["sentence"]
+
+
+# -- NPU --------------------------------------------------------------------------------------
+def test_ready_npu_gets_an_flm_launch_script_on_port_52625(machine):
+    root = machine("ojai-fresh")
+    result = ojai("setup", "--root", root, "--llamacpp", "none", "--json")
+    s = step(json.loads(result.stdout), "npu")
+    assert s["status"] == "change" and "port 52625" in s["sentence"]
+    [write] = s["actions"]
+    assert write["path"] == "/" + FLM_SCRIPT and write["mode"] == 0o755
+
+    applied = ojai("setup", "--root", root, "--llamacpp", "none", "--apply", "--yes")
+    assert applied.exit_code == 0, applied.output
+    script = root / FLM_SCRIPT
+    subprocess.run(["bash", "-n", str(script)], check=True)
+    text = script.read_text()
+    assert "/usr/bin/flm serve gemma4-it:e4b" in " ".join(text.split())
+    assert "--port 52625" in text and "--host 127.0.0.1" in text
+    again = ojai("setup", "--root", root, "--llamacpp", "none", "--json")
+    assert step(json.loads(again.stdout), "npu")["status"] == "satisfied"
+
+
+def test_ready_npu_with_lemonade_prefers_the_system_flm(box, catalog):
+    s = step(plan_json(box, catalog), "npu")
+    runs = [a["argv"] for a in s["actions"] if a["kind"] == "run_command"]
+    assert runs == [["lemonade", "config", "set", "flm.prefer_system=true"]]
+    assert setup(box, catalog, "--apply", "--yes").exit_code == 0
+    assert step(plan_json(box, catalog), "npu")["status"] == "satisfied"
+
+
+def test_no_npu_option_skips_the_step(machine):
+    root = machine("ojai-fresh")
+    s = step(json.loads(ojai("setup", "--root", root, "--llamacpp", "none", "--no-npu",
+                             "--json").stdout), "npu")
+    assert s["status"] == "satisfied" and "--no-npu" in s["sentence"]
+
+
+def test_machine_without_fastflowlm_is_told_what_is_missing_without_blocking(machine):
+    root = machine("strix-halo-dkms")
+    result = ojai("setup", "--root", root, "--llamacpp", "none", "--json")
+    plan = json.loads(result.stdout)
+    s = step(plan, "npu")
+    assert s["status"] == "satisfied" and s["actions"] == []
+    assert s["sentence"].startswith("NPU path not set up: FastFlowLM is not installed. To get it: ")
+    assert "fastflowlm" in s["sentence"].lower()
+    assert plan["exit_code"] == 2  # the other steps still plan their changes
+    assert not (root / "opt/ojai/routes").exists()
