@@ -14,6 +14,11 @@ and downloads live with their subject (``ojai_setup.llamacpp.nightly``,
 an action (:data:`LAZY_EXECUTORS`). An executor calls :func:`fault_point` just before the step
 that makes its change visible (the rename), so that tests can inject a crash there.
 
+A ``WriteFile`` with ``validate_with="<name>"`` has its new content checked, in the temporary
+file, by the validator of that name: ``fn(path, action)`` raising an exception (ValueError)
+whose message says what is wrong. Register one with :func:`register_validator`, or list it in
+:data:`LAZY_VALIDATORS` (``"grub"`` is ``ojai_setup.grub.validate_grub``).
+
 :func:`apply` checks privileges, executors, validators and that every target is still what the
 plan saw, all before the first change; then it runs the actions in plan order with a journal
 (backups of changed files), runs the notified handlers once, records the steps' state records,
