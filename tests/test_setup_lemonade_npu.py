@@ -290,3 +290,21 @@ def test_machine_without_fastflowlm_is_told_what_is_missing_without_blocking(mac
     assert "fastflowlm" in s["sentence"].lower()
     assert plan["exit_code"] == 2  # the other steps still plan their changes
     assert not (root / "opt/ojai/routes").exists()
+
+
+def test_systemd_option_adds_a_unit_for_the_flm_route(machine):
+    root = machine("ojai-fresh")
+    reload = root / COMMANDS_DIR / command_key(["systemctl", "daemon-reload"])
+    reload.mkdir(parents=True)  # composed: daemon-reload prints nothing and succeeds
+    (reload / "exit_code").write_text("0\n")
+    args = ("setup", "--root", root, "--llamacpp", "none", "--systemd")
+    s = step(json.loads(ojai(*args, "--json").stdout), "npu")
+    unit = "/etc/systemd/system/ojai-flm-gemma4-it-e4b.service"
+    assert [a["path"] for a in s["actions"]] == ["/" + FLM_SCRIPT, unit]
+    applied = ojai(*args, "--apply", "--yes")
+    assert applied.exit_code == 0, applied.output
+    assert "ran update-grub, systemd" in applied.stdout
+    text = (root / unit.lstrip("/")).read_text()
+    assert f"ExecStart=/{FLM_SCRIPT}" in text.replace('"', "")
+    assert "LimitMEMLOCK=infinity" in text
+    assert "nothing to do" in ojai(*args, "--apply", "--yes").stdout

@@ -1,10 +1,14 @@
-"""The NPU path: a FastFlowLM launch script for a small always-on model, when the NPU is ready."""
+"""The NPU path: a FastFlowLM launch script (and with ``--systemd`` a unit) for a small always-on
+model, when the NPU is ready."""
 
 from __future__ import annotations
 
+import os
+
+from ..actions import RunCommand
 from ..facts.models import GIB, Facts
 from .base import PlanContext, StepResult
-from .routes import ROUTES_DIR, _write
+from .routes import ROUTES_DIR, UNITS_DIR, _write
 
 FLM = "/usr/bin/flm"
 
@@ -25,7 +29,7 @@ class NpuStep:
             choose_model,
             missing_npu_stack,
         )
-        from ..launch import render_flm_script
+        from ..launch import render_flm_script, render_flm_unit
         from .lemonade import NPU_STATE_KEY, config_commands, home_dir, lemonade_installed
         from .ttm import budget_gib
 
@@ -58,6 +62,14 @@ class NpuStep:
         if a:
             actions.append(a)
         handlers: dict = {}
+        if settings.systemd:
+            unit = render_flm_unit(script, tag, os.environ.get("SUDO_USER") or "root")
+            a = _write(ctx, f"{UNITS_DIR}/ojai-{name}.service", unit, 0o644,
+                       f"systemd unit for FastFlowLM route {tag}", notify=("systemd",))
+            if a:
+                actions.append(a)
+                handlers["systemd"] = RunCommand(argv=("systemctl", "daemon-reload"),
+                                                 needs_root=True, reason="load the new units")
         done: dict = {}
         if lemonade_installed(facts):
             from ..lemonade import LemonadeRoute, LemonadeSettings, detect_layout, lemonade_commands
