@@ -33,6 +33,8 @@ import json
 import os
 import secrets
 import shlex
+import shutil
+import sys
 import stat
 import tempfile
 from dataclasses import dataclass, field
@@ -410,6 +412,17 @@ class ApplyResult:
         return "; ".join(parts)
 
 
+def _ojai_program() -> str:
+    """How to name this ojai to sudo: its full path when it is not on root's usual PATH (a
+    virtualenv), else plain ``ojai``."""
+    argv0 = sys.argv[0] if sys.argv and sys.argv[0].endswith("ojai") else ""
+    found = shutil.which("ojai")
+    path = os.path.abspath(argv0) if argv0 else found
+    if not path or os.path.dirname(path) in ("/usr/bin", "/usr/local/bin", "/bin"):
+        return "ojai"
+    return path
+
+
 def check_privileges(plan: Plan, root: Root, *, euid: int | None = None,
                      plan_path: str | None = None) -> None:
     """Raise :class:`NeedsRoot` when applying ``plan`` to the host needs root and we lack it."""
@@ -418,7 +431,8 @@ def check_privileges(plan: Plan, root: Root, *, euid: int | None = None,
     needing = [p.action for p in plan.actions() if p.action.needs_root]
     if not needing:
         return
-    command = "sudo ojai setup --apply" + (f" --plan {shlex.quote(plan_path)}" if plan_path else "")
+    command = f"sudo {shlex.quote(_ojai_program())} setup --apply" + (
+        f" --plan {shlex.quote(plan_path)}" if plan_path else "")
     touched = ", ".join(dict.fromkeys(
         t for a in needing for t in (a.targets() or [a.describe()])))
     raise NeedsRoot(f"applying this plan needs root (it changes {touched}); nothing was "

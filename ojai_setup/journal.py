@@ -37,7 +37,7 @@ from ojai_setup.root import Root
 #: where ojai keeps its state on a machine
 STATE_DIR = "/var/lib/ojai"
 BOOT_ID = "/proc/sys/kernel/random/boot_id"
-ROLLBACK_FORCE_COMMAND = "ojai setup --rollback --force"
+ROLLBACK_FORCE_COMMAND = "ojai rollback --force"
 JOURNAL_FORMAT = "ojai-journal"
 
 
@@ -375,7 +375,7 @@ def rollback(root: Root, progress: Progress, *, force: bool = False,
     if state.last_apply is None:
         hint = ""
         if directory != root.resolve(STATE_DIR) and _load_state(root.resolve(STATE_DIR)).last_apply:
-            hint = "; the last apply was made as root: run `sudo ojai setup --rollback`"
+            hint = "; the last apply was made as root: run `sudo ojai rollback`"
         raise RollbackError(f"nothing to roll back: no apply is journaled in {directory}{hint}")
     entry = load_entry(root, state.last_apply, euid=euid)
 

@@ -178,7 +178,7 @@ def test_rollback_refuses_when_a_file_changed_after_the_apply_unless_forced(tmp_
     message = str(err.value)
     assert message.startswith(f"{GRUB} changed since apply ")
     assert "nothing was restored" in message
-    assert "`ojai setup --rollback --force`" in message
+    assert "`ojai rollback --force`" in message
     assert root.exists(MODPROBE)  # nothing was restored
 
     rollback(root, NullProgress(), force=True)

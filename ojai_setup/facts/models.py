@@ -69,8 +69,8 @@ class Npu(_Model):
 
 
 class Memory(_Model):
+    # only what does not change while the machine runs: a saved plan compares facts
     total_bytes: int
-    available_bytes: int | None = None
 
     @property
     def total_gib(self) -> float:

@@ -45,7 +45,7 @@ def parse_meminfo(text: str) -> Memory:
             values[m.group(1)] = int(m.group(2)) * (1024 if m.group(3) else 1)
     if "MemTotal" not in values:
         raise ParseError("no MemTotal line in /proc/meminfo")
-    return Memory(total_bytes=values["MemTotal"], available_bytes=values.get("MemAvailable"))
+    return Memory(total_bytes=values["MemTotal"])
 
 
 def parse_kernel_release(release: str) -> Kernel:
