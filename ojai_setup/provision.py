@@ -86,10 +86,22 @@ def run_setup(term: Terminal, root_dir: Path, settings: Settings, *, apply: bool
         term.error("the plan has blocked steps; nothing was applied")
         return PlanExit.ERROR
     if plan.exit_code == PlanExit.NOTHING_TO_DO:
+        from .journal import JournalError, read_state
+
+        try:
+            pending = read_state(root).pending_handlers
+        except JournalError as exc:
+            term.error(str(exc))
+            return PlanExit.ERROR
+        if not pending:
+            if not term.json_mode:
+                term.print("nothing to do: every step is satisfied; nothing was changed")
+            return PlanExit.NOTHING_TO_DO
+        # an earlier apply changed files but failed before its follow-up commands ran
         if not term.json_mode:
-            term.print("nothing to do: every step is satisfied; nothing was changed")
-        return PlanExit.NOTHING_TO_DO
-    if plan_file is None and not yes:
+            term.print("every step is satisfied, but follow-up commands of an earlier apply are "
+                       "still due: " + ", ".join(h.name for h in pending))
+    if plan_file is None and not yes and plan.exit_code == PlanExit.CHANGES:
         if not term.interactive:
             term.error("refusing to apply without review: no terminal to ask on. Review "
                        "`ojai setup`, then run `ojai setup --apply --yes` (or save with --out and "
@@ -104,7 +116,7 @@ def run_setup(term: Terminal, root_dir: Path, settings: Settings, *, apply: bool
     except NeedsRoot as exc:
         term.error(str(exc))
         return PlanExit.ERROR
-    except (ApplyError, OSError) as exc:
+    except (ApplyError, OSError, ValueError) as exc:
         term.error(f"apply failed: {exc}. Changed files were backed up; run `ojai setup --apply` "
                    "again to finish, or `ojai rollback` to undo")
         return PlanExit.ERROR
@@ -122,11 +134,11 @@ def run_setup(term: Terminal, root_dir: Path, settings: Settings, *, apply: bool
 
 
 def run_rollback(term: Terminal, root_dir: Path, *, force: bool) -> int:
-    from .journal import RollbackError, rollback
+    from .journal import JournalError, RollbackError, rollback
 
     try:
         result = rollback(Root(root_dir), term.progress(), force=force)
-    except RollbackError as exc:
+    except (RollbackError, JournalError) as exc:
         term.error(str(exc))
         return 1
     term.print(result.message)

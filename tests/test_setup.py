@@ -217,3 +217,21 @@ def test_tricky_token_list_keeps_everything_else(machine):
     assert tokens == ["quiet", "splash", "ttm.pages_limit=12582912", "nosmt",
                       'acpi_osi="Windows 2020"', "mitigations=off"]
     assert grub.read_text().startswith("EXTRA=nosmt\n")
+
+
+def test_failed_follow_up_command_runs_on_the_next_apply(machine):
+    root = machine("ojai-fresh")
+    exit_code = root / ".ojai/commands/update-grub/exit_code"
+    exit_code.write_text("1\n")
+    failed = ojai("setup", "--root", str(root), "--apply", "--yes", *NO_LLAMA)
+    assert failed.exit_code == 1
+    assert "`update-grub` failed with exit code 1" in failed.stderr
+    assert "ttm.pages_limit=12582912" in (root / "etc/default/grub").read_text()
+
+    exit_code.write_text("0\n")
+    again = ojai("setup", "--root", str(root), "--apply", *NO_LLAMA)  # no --yes needed: no change
+    assert again.exit_code == 0, again.output
+    assert "still due: update-grub" in again.stdout
+    assert "ran update-grub" in again.stdout
+    done = ojai("setup", "--root", str(root), "--apply", *NO_LLAMA)
+    assert "nothing to do" in done.stdout

@@ -66,7 +66,7 @@ def _done_before(ctx: PlanContext) -> dict:
     return done
 
 
-def config_commands(ctx: PlanContext, layout, commands: list[list[str]]
+def config_commands(ctx: PlanContext, layout, commands: list[list[str]], handler: str
                     ) -> tuple[list[RunCommand], dict[str, RunCommand], dict[str, str]]:
     """``config set`` calls still needed (one action each), ``backends install`` calls as a
     handler run after them, and the settings to record as done."""
@@ -84,11 +84,11 @@ def config_commands(ctx: PlanContext, layout, commands: list[list[str]]
             continue
         actions.append(RunCommand(argv=tuple(cmd), needs_root=layout.mode == "system-service",
                                   reason=f"Lemonade setting {key}={value}",
-                                  notify=("lemonade-backends",) if installs else ()))
+                                  notify=(handler,) if installs else ()))
     if installs:
         argv = ("sh", "-c", " && ".join(" ".join(c) for c in installs)) if len(installs) > 1 \
             else tuple(installs[0])
-        handlers["lemonade-backends"] = RunCommand(argv=argv, needs_root=layout.mode == "system-service",
+        handlers[handler] = RunCommand(argv=argv, needs_root=layout.mode == "system-service",
                                                    reason="install the engine Lemonade will use")
     return actions, handlers, settings
 
@@ -134,7 +134,7 @@ class LemonadeStep:
                 LemonadeSettings(layout=layout, llama_server=own))
         except ConfigError as exc:
             return StepResult.blocked(self.name, f"{exc} (nothing was overwritten)")
-        runs, handlers, done = config_commands(ctx, layout, commands)
+        runs, handlers, done = config_commands(ctx, layout, commands, "lemonade-backends")
         actions = [*writes, *runs]
         if writes and layout.mode == "system-service":
             handlers["lemond-restart"] = RunCommand(argv=("systemctl", "restart", "lemond"),

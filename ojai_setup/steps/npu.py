@@ -78,7 +78,7 @@ class NpuStep:
             commands = lemonade_commands(LemonadeRoute(name=tag, engine="flm"),
                                          LemonadeSettings(layout=layout,
                                                           system_flm=ctx.root.which("flm") is not None))
-            runs, handlers, done = config_commands(ctx, layout, commands)
+            runs, handlers, done = config_commands(ctx, layout, commands, "lemonade-flm-backend")
             actions.extend(runs)
         if not actions:
             return StepResult.satisfied(self.name, f"FastFlowLM route {tag} (port 52625) is in place: {script}")

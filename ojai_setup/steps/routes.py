@@ -121,6 +121,10 @@ class RoutesStep:
         if binary is None:
             return StepResult.blocked(self.name, "no llama-server to launch: let ojai install "
                                       "one (--llamacpp nightly or source) or put one on PATH")
+        if not binary.startswith("/"):
+            return StepResult.blocked(self.name, f"{binary} is known on this captured machine only "
+                                      "by its output, not by its path; let ojai install one "
+                                      "(--llamacpp nightly or source)")
         try:
             dialect, note = _dialect(ctx, binary, installed)
         except ValueError as exc:
