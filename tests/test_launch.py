@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import configparser
 import os
-import shutil
 import subprocess
 from pathlib import Path
 
