@@ -291,16 +291,14 @@ def _parse_text(text: str, exit_code: int) -> FlmStatus:
 
 
 def read_validate(root: Root) -> FlmStatus | None:
-    """Run ``flm validate --json`` (plain ``flm validate`` when that prints no JSON).
-
-    ``None`` when ``flm`` is not installed.
-    """
+    """Run ``flm validate --json``, or plain ``flm validate`` when that prints no JSON (older
+    FastFlowLM, or a capture of the plain command). ``None`` when ``flm`` is not installed."""
     result = root.run(["flm", "validate", "--json"])
-    if not result.found:
-        return None
-    if result.stdout.lstrip().startswith("{"):
+    if result.found and result.stdout.lstrip().startswith("{"):
         return parse_validate(result.stdout, result.exit_code)
     plain = root.run(["flm", "validate"])
+    if not plain.found:
+        return None
     return parse_validate(plain.stdout + "\n" + plain.stderr, plain.exit_code)
 
 

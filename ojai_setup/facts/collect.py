@@ -152,17 +152,14 @@ def read_npu(root: Root) -> Npu:
     npu = Npu(accel_devices=root.glob("/dev/accel/accel*"))
     version = _read(root, "/sys/module/amdxdna/version")
     npu.amdxdna_version = version.strip() if version else None
-    flm = root.run(["flm", "validate", "--json"])
-    if not flm.found:
-        flm = root.run(["flm", "validate"])
-    if flm.found:
-        from ..flm import parse_validate
+    from ..flm import read_validate
 
-        status = parse_validate(flm.stdout, flm.exit_code)
+    status = read_validate(root)
+    if status is not None:
         npu.flm = status.model_dump(mode="json")
         if status.firmware.observed:
             npu.firmware_version = status.firmware.observed
-            npu.firmware_source = " ".join(flm.argv)
+            npu.firmware_source = "flm validate"
         if status.amdxdna.observed and not npu.amdxdna_version:
             npu.amdxdna_version = status.amdxdna.observed
     if npu.firmware_version is None:
