@@ -42,6 +42,7 @@ from pydantic import BaseModel, ConfigDict
 from ojai_setup.actions import BuildFromSource
 from ojai_setup.executor import ActionOutcome, ApplyError, fault_point
 from ojai_setup.llamacpp.dialect import DialectParseError, parse_version
+from ojai_setup.llamacpp.layout import check_link_slot, swap_in, switch_link
 from ojai_setup.progress import Progress
 from ojai_setup.root import Root
 
@@ -356,42 +357,6 @@ def _check_libraries(stage: Path, forbidden: Path, log: _Log) -> None:
                           f"(RPATH is not $ORIGIN): {leaked[0]}")
 
 
-def _swap_in(stage: Path, dest: Path, work: Path) -> None:
-    """Rename ``stage`` to ``dest``; an existing ``dest`` is kept until the new one is in."""
-    previous = work / "previous"
-    if dest.exists() or dest.is_symlink():
-        os.rename(dest, previous)
-    try:
-        os.rename(stage, dest)
-    except OSError:
-        if previous.exists() or previous.is_symlink():
-            os.rename(previous, dest)
-        raise
-
-
-def _check_link_slot(link: Path) -> None:
-    if link.exists() and not link.is_symlink():
-        raise BuildError(f"{link} exists and is not a symlink; not replacing it")
-
-
-def switch_link(link: Path, target: Path) -> bool:
-    """Point the symlink ``link`` at ``target`` atomically (by a relative path).
-
-    Returns whether the link changed.
-    """
-    _check_link_slot(link)
-    rel = os.path.relpath(target, link.parent)
-    if link.is_symlink() and os.readlink(link) == rel:
-        return False
-    link.parent.mkdir(parents=True, exist_ok=True)
-    tmp = link.parent / f".{link.name}.tmp-{os.getpid()}"
-    if tmp.is_symlink() or tmp.exists():
-        tmp.unlink()
-    tmp.symlink_to(rel)
-    os.replace(tmp, link)
-    return True
-
-
 def read_install_record(root: Root, dest: str) -> InstallRecord | None:
     """The record of a finished install at machine path ``dest``, or None."""
     path = root.resolve(dest) / INSTALL_RECORD
@@ -427,9 +392,9 @@ def execute_build_from_source(root: Root, action: BuildFromSource,
     dest = root.resolve(action.dest)
     link = root.resolve(action.link) if action.link else None
     if link is not None:
-        _check_link_slot(link)
+        check_link_slot(link, BuildError)
     if is_built(root, action):
-        relinked = link is not None and switch_link(link, dest)
+        relinked = link is not None and switch_link(link, dest, BuildError)
         return ActionOutcome(changed=relinked, message=f"{action.dest} already holds this build"
                              + (f"; {action.link} now points at it" if relinked else ""))
     dest.parent.mkdir(parents=True, exist_ok=True)
@@ -488,9 +453,9 @@ def execute_build_from_source(root: Root, action: BuildFromSource,
             json.dumps(record.model_dump(mode="json"), indent=2, sort_keys=True) + "\n",
             encoding="utf-8")
         fault_point("rename")
-        _swap_in(stage, dest, work)
+        swap_in(stage, dest, work / "previous")
         if link is not None:
-            switch_link(link, dest)
+            switch_link(link, dest, BuildError)
         log.write(f"installed {action.dest}: {version.raw}")
         return ActionOutcome(changed=True, message=f"built {version.label()} into {action.dest}")
     finally:

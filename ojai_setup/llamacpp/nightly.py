@@ -39,6 +39,7 @@ from ojai_setup.actions import InstallArchive
 from ojai_setup.download import USER_AGENT, download, part_path
 from ojai_setup.executor import ActionOutcome, ApplyError, fault_point
 from ojai_setup.progress import Progress
+from ojai_setup.llamacpp.layout import swap_in, switch_link
 from ojai_setup.root import Root
 
 REPO = "lemonade-sdk/llamacpp-rocm"
@@ -443,34 +444,14 @@ def _write_record(staging: Path, action: InstallArchive) -> None:
 def _move_into_place(staging: Path, dest: Path, retired: Path) -> None:
     """Rename ``staging`` to ``dest``; an old ``dest`` is set aside and put back if that fails."""
     fault_point("before-rename")
-    if dest.exists() or dest.is_symlink():
-        os.rename(dest, retired)
-    try:
-        os.rename(staging, dest)
-    except OSError:
-        if retired.exists() or retired.is_symlink():
-            os.rename(retired, dest)
-        raise
+    swap_in(staging, dest, retired)
 
 
 def _switch_link(root: Root, action: InstallArchive) -> bool:
-    """Point ``action.link`` at ``action.dest`` (relative, atomically); return whether it changed."""
+    """Point ``action.link`` at ``action.dest``; return whether it changed."""
     if action.link is None:
         return False
-    link = root.resolve(action.link)
-    target = os.path.relpath(action.dest, PurePosixPath(action.link).parent)
-    if link.is_symlink():
-        if os.readlink(link) == target:
-            return False
-    elif link.exists():
-        raise NightlyError(
-            f"{action.link} exists and is not a symlink; move it away so ojai can manage it")
-    temp = link.with_name(f".{link.name}.new")
-    link.parent.mkdir(parents=True, exist_ok=True)
-    _remove(temp)
-    os.symlink(target, temp)
-    os.replace(temp, link)
-    return True
+    return switch_link(root.resolve(action.link), root.resolve(action.dest), NightlyError)
 
 
 def _remove(*paths: Path) -> None:
