@@ -104,6 +104,14 @@ def fact_rows(facts: Facts) -> list[tuple[str, str]]:
                      + "".join(f"; {m.path}:{m.line} {pages(m.pages)}" for m in t.modprobe)))
     for tool in facts.tools.values():
         rows.append((tool.name, f"{tool.version or 'installed'} ({tool.path})"))
+        detail = tool.detail or {}
+        for line in detail.get("dialect", [])[1:]:
+            rows.append(("", line))
+        if "error" in detail:
+            rows.append(("", detail["error"]))
+    for pair in facts.models:
+        rows.append((f"route {pair.route}", ("matched pair" if pair.ok else "NOT a matched pair: "
+                     + "; ".join(pair.reasons))))
     for name, reason in facts.unknown.items():
         rows.append((name, f"unknown: {reason}"))
     return rows

@@ -121,11 +121,33 @@ def check_route(name: str, host: str, port: int, draft_n_max: int | None, *, tim
                       **predict(data.get("timings", {}), draft_n_max))
 
 
+def check_npu_route(tag: str, port: int, timeout: float) -> RouteCheck:
+    """FastFlowLM has no health endpoint: it is ready when ``/api/tags`` lists its models."""
+    from .flm import probe_tags
+
+    deadline = time.monotonic() + timeout
+    while True:
+        probe = probe_tags("127.0.0.1", port, timeout=5)
+        if probe.ready or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    url = f"http://127.0.0.1:{port}"
+    if not probe.ready:
+        return RouteCheck(route=f"flm {tag}", url=url, healthy=False, error=probe.detail)
+    missing = None if tag in probe.tags else f"{tag} is not among the served models: {probe.tags}"
+    return RouteCheck(route=f"flm {tag}", url=url, healthy=True, error=missing)
+
+
 def routes_of(root: Root) -> dict[str, dict]:
     from .journal import read_state
 
-    routes = read_state(root).records.get("routes", {})
-    return {k: v for k, v in routes.items() if isinstance(v, dict) and "port" in v}
+    records = read_state(root).records
+    routes = {k: v for k, v in records.get("routes", {}).items()
+              if isinstance(v, dict) and "port" in v}
+    npu = records.get("npu")
+    if isinstance(npu, dict) and npu.get("tag"):
+        routes[f"flm {npu['tag']}"] = {"port": npu.get("port", 52625), "flm_tag": npu["tag"]}
+    return routes
 
 
 def run_verify(term: Terminal, root_dir: Path, *, only: str | None, timeout: float,
@@ -137,8 +159,10 @@ def run_verify(term: Terminal, root_dir: Path, *, only: str | None, timeout: flo
         term.error("no routes to verify" + (f" named {only!r}" if only else "")
                    + ": `ojai setup --model NAME --apply` writes them")
         return 1
-    results = [check_route(name, r.get("host", "127.0.0.1"), r["port"], r.get("draft_n_max"),
-                           timeout=timeout, n_predict=n_predict) for name, r in sorted(routes.items())]
+    results = [check_npu_route(r["flm_tag"], r["port"], timeout) if "flm_tag" in r else
+               check_route(name, r.get("host", "127.0.0.1"), r["port"], r.get("draft_n_max"),
+                           timeout=timeout, n_predict=n_predict)
+               for name, r in sorted(routes.items())]
     if term.json_mode:
         term.emit_json({"draft_cost_assumed": DRAFT_COST,
                         "routes": [r.model_dump(mode="json") for r in results]})
@@ -146,6 +170,9 @@ def run_verify(term: Terminal, root_dir: Path, *, only: str | None, timeout: flo
         for r in results:
             if not r.healthy or r.error:
                 term.print(f"{term.styled('fail')} {r.route} ({r.url}): {r.error}")
+                continue
+            if r.predicted_n is None:
+                term.print(f"{term.styled('pass')} {r.route} ({r.url}): ready")
                 continue
             line = f"{term.styled('pass')} {r.route} ({r.url}): {r.predicted_n} tokens at " \
                    f"{r.tokens_per_second or 0:.1f} tokens/s"

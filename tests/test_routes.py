@@ -1,0 +1,88 @@
+"""The routes step: launch scripts in the installed binary's dialect and environment; doctor's
+pairing check of the routes it recorded."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from ojai_setup.cli import app
+from ojai_setup.journal import record_state
+from ojai_setup.root import Root
+from support.gguf_files import gemma4_assistant, gemma4_main
+
+HELP = Path(__file__).resolve().parents[1] / "ojai_setup/llamacpp/reference-help-b11434.txt"
+CATALOG = """
+[routes.tiny]
+title = "Tiny test route"
+repo = "ojai-test/tiny-GGUF"
+main = [{ file = "main.gguf", size = 1000 }]
+draft = { file = "mtp-main.gguf", size = 100 }
+mtp = "sidecar"
+lemonade_checkpoint = "ojai-test/tiny-GGUF:main.gguf"
+lemonade_draft_checkpoint = "ojai-test/tiny-GGUF:mtp-main.gguf"
+context_size = 4096
+max_context = 8192
+[routes.tiny.kv]
+full_layers = 1
+full_kv_heads = 1
+full_head_dim = 64
+"""
+
+
+def install_stand_in(root: Path, family: str) -> None:
+    """A llama-server stand-in at ojai's install place that answers --version and --help as
+    upstream build 11434 does, with the install record of a nightly build for ``family``."""
+    folder = root / f"opt/ojai/llama.cpp/b1311-{family}"
+    folder.mkdir(parents=True)
+    server = folder / "llama-server"
+    server.write_text("#!/bin/sh\ncase \"$1\" in\n"
+                      "  --version) echo 'version: 0.6.0-dev (build 11434, commit unknown)' >&2 ;;\n"
+                      f"  --help) cat '{HELP}' ;;\nesac\n")
+    os.chmod(server, 0o755)
+    (folder / "ojai-install.json").write_text(json.dumps({"tag": "b1311", "family": family}))
+    (root / "opt/ojai/llama.cpp/current").symlink_to(f"b1311-{family}")
+
+
+def mtp_script(root: Path, tmp_path: Path) -> str:
+    catalog = tmp_path / "catalog.toml"
+    catalog.write_text(CATALOG)
+    result = CliRunner().invoke(app, ["setup", "--root", str(root), "--llamacpp", "none", "--json",
+                                      "--model", "tiny", "--catalog", str(catalog)])
+    plan = json.loads(result.stdout)
+    step = next(s for s in plan["steps"] if s["step"] == "routes")
+    assert step["status"] == "change", step
+    return next(a["after"] for a in step["actions"] if a["path"].endswith("tiny-mtp.sh"))
+
+
+@pytest.mark.parametrize("family, override", [("gfx1150", None), ("gfx110X", "11.5.0")])
+def test_override_only_when_the_binary_lacks_the_gpu_target(machine, tmp_path, family, override):
+    root = machine("ojai-fresh")  # a gfx1150 box
+    install_stand_in(root, family)
+    script = mtp_script(root, tmp_path)
+    assert "--spec-type draft-mtp" in " ".join(script.replace("\\\n", " ").split())
+    if override is None:
+        assert "HSA_OVERRIDE_GFX_VERSION" not in script
+    else:
+        assert f"export HSA_OVERRIDE_GFX_VERSION={override}" in script
+
+
+def test_doctor_reports_a_mismatched_pair(machine, tmp_path):
+    root = machine("ojai-fresh")
+    models = root / "var/lib/ojai/models/ojai-test/tiny-GGUF"
+    models.mkdir(parents=True)
+    main = gemma4_main(models / "main.gguf")
+    draft = gemma4_assistant(models / "mtp-main.gguf", tokens=["<pad>", "<s>", "other", "words"])
+    machine_path = "/var/lib/ojai/models/ojai-test/tiny-GGUF/"
+    record_state(Root(root), "routes", {"tiny-mtp": {
+        "port": 8080, "model": "tiny", "main": machine_path + main.name,
+        "draft": machine_path + draft.name, "mtp": "sidecar"}})
+    report = json.loads(CliRunner().invoke(app, ["doctor", "--json", "--root", str(root)]).stdout)
+    finding = next(f for f in report["findings"] if f["id"] == "models.pairs")
+    assert finding["severity"] == "fail"
+    assert "token" in finding["evidence"]
+    assert report["facts"]["models"][0]["ok"] is False
