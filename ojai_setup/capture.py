@@ -69,18 +69,20 @@ def write_capture(root: Root, environ: dict[str, str], dest: Path) -> int:
     rules = _scrubbers()
     now = time.time()
     entries: dict[str, bytes] = {}
-    for machine_path in dict.fromkeys(root.reads):
+    for machine_path in dict.fromkeys(root.reads + root.found):
         if SKIPPED.search(machine_path):
             continue
         real = root.resolve(machine_path)
-        if real.is_file():
+        if real.is_dir():  # found by a glob: its presence is the fact
+            entries.setdefault(machine_path.lstrip("/") + "/.present", b"")
+        elif real.is_file():
             try:
                 data = real.read_bytes()
             except OSError:
                 continue
             entries[machine_path.lstrip("/")] = scrub(data.decode("utf-8", "replace"), rules).encode()
     for d in sorted({p for p in root.glob("/dev/accel/accel*")}):
-        entries.setdefault(d.lstrip("/"), b"")
+        entries[d.lstrip("/")] = b""  # a device node is stood in for by an empty file
     for m in ("/sys/module/amdgpu", "/sys/module/amdttm"):
         if root.exists(m):
             entries.setdefault(m.lstrip("/") + "/.present", b"")

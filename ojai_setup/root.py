@@ -63,8 +63,9 @@ class Root:
     def __init__(self, path: str | os.PathLike[str] = "/", *, timeout: float = 30.0) -> None:
         self.path = Path(path).resolve() if str(path) != "/" else Path("/")
         self.timeout = timeout
-        #: every file path read and every command run, for ``doctor --capture``
+        #: every file path read, found by a glob, and every command run (``doctor --capture``)
         self.reads: list[str] = []
+        self.found: list[str] = []
         self.commands: list[CommandResult] = []
 
     # -- paths -------------------------------------------------------------------------------
@@ -114,8 +115,9 @@ class Root:
         if not pattern.startswith("/"):
             raise ValueError("glob patterns are absolute")
         base = self.resolve("/")
-        found = sorted(base.glob(pattern.lstrip("/")))
-        return [self.machine_path(f) for f in found]
+        found = [self.machine_path(f) for f in sorted(base.glob(pattern.lstrip("/")))]
+        self.found.extend(found)
+        return found
 
     # -- commands ----------------------------------------------------------------------------
     def which(self, program: str) -> str | None:

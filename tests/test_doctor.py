@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import tarfile
 from pathlib import Path
 
@@ -150,6 +151,20 @@ def test_capture_replays_to_the_same_report(tmp_path):
         tar.extractall(dest, filter="data")
     _, replayed = doctor_json(dest)
     original["facts"]["root"] = "<root>"
+    assert replayed == original
+
+
+def test_capture_keeps_what_globs_found(tmp_path, machine):
+    root = machine("strix-halo-dkms")
+    shutil.rmtree(root / "sys/module/amdttm")  # amdgpu-dkms known only by its folder in /var/lib/dkms
+    capture = tmp_path / "cap.tar.gz"
+    CliRunner().invoke(app, ["doctor", "--root", str(root), "--capture", str(capture)])
+    dest = tmp_path / "replay"
+    with tarfile.open(capture) as tar:
+        tar.extractall(dest, filter="data")
+    _, replayed = doctor_json(dest)
+    _, original = doctor_json(root)
+    assert replayed["facts"]["amdgpu_dkms"] is True
     assert replayed == original
 
 
