@@ -86,3 +86,19 @@ def test_doctor_reports_a_mismatched_pair(machine, tmp_path):
     assert finding["severity"] == "fail"
     assert "token" in finding["evidence"]
     assert report["facts"]["models"][0]["ok"] is False
+
+
+def test_systemd_units_for_both_routes(machine, tmp_path):
+    root = machine("ojai-fresh")
+    install_stand_in(root, "gfx1150")
+    catalog = tmp_path / "catalog.toml"
+    catalog.write_text(CATALOG)
+    result = CliRunner().invoke(app, ["setup", "--root", str(root), "--llamacpp", "none", "--json",
+                                      "--model", "tiny", "--catalog", str(catalog), "--systemd"])
+    plan = json.loads(result.stdout)
+    step = next(s for s in plan["steps"] if s["step"] == "routes")
+    units = {a["path"]: a["after"] for a in step["actions"] if a["path"].endswith(".service")}
+    assert set(units) == {"/etc/systemd/system/ojai-tiny-mtp.service",
+                          "/etc/systemd/system/ojai-tiny.service"}
+    assert "ExecStart=/opt/ojai/routes/tiny-mtp.sh" in units["/etc/systemd/system/ojai-tiny-mtp.service"]
+    assert plan["handlers"]["systemd"]["argv"] == ["systemctl", "daemon-reload"]
