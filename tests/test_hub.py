@@ -22,8 +22,8 @@ from ojai_setup.hub import (
 )
 from ojai_setup.progress import NullProgress
 from ojai_setup.root import Root
-from tests.support.fake_hub import COMMIT, FakeHub, fake_hub  # noqa: F401
-from tests.support.gguf_files import gemma4_assistant, gemma4_main
+from support.fake_hub import COMMIT, FakeHub, fake_hub  # noqa: F401
+from support.gguf_files import gemma4_assistant, gemma4_main
 
 REPO = "test-org/gemma-4-tiny-it-GGUF"
 MAIN = "gemma-4-tiny-it-Q4_K_M.gguf"

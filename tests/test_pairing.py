@@ -8,7 +8,7 @@ import gguf
 import pytest
 
 from ojai_setup.pairing import GGUFError, check_pair, read_model_info
-from tests.support.gguf_files import (
+from support.gguf_files import (
     MAIN_HIDDEN,
     OTHER_TOKENS,
     TOKENS,
