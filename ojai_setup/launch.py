@@ -70,7 +70,21 @@ def template_environment() -> Environment:
         lstrip_blocks=True,
     )
     env.filters["shquote"] = shlex.quote
+    env.filters["option_groups"] = option_groups
     return env
+
+
+def option_groups(args: list[str]) -> list[list[str]]:
+    """``args`` cut into one group per option: a flag and the values after it (for one line
+    each in a script). Joining the groups gives ``args`` back unchanged."""
+    groups: list[list[str]] = []
+    for arg in args:
+        is_flag = arg.startswith("-") and len(arg) > 1 and not arg[1:2].isdigit()
+        if is_flag or not groups:
+            groups.append([arg])
+        else:
+            groups[-1].append(arg)
+    return groups
 
 
 def _render(template: str, **values: object) -> str:

@@ -263,3 +263,13 @@ def test_units_pass_systemd_analyze_verify(tmp_path):
         complaints = [line for line in proc.stderr.splitlines()
                       if name in line and "user" not in line.lower()]
         assert proc.returncode == 0 and complaints == [], proc.stderr
+
+
+def test_option_groups_put_each_flag_with_its_values_and_lose_nothing():
+    from ojai_setup.launch import option_groups
+
+    args = ["--model", "/m a.gguf", "-ngl", "-1", "--jinja", "--spec-type", "draft-mtp", "x"]
+    assert option_groups(args) == [["--model", "/m a.gguf"], ["-ngl", "-1"], ["--jinja"],
+                                   ["--spec-type", "draft-mtp", "x"]]
+    assert sum(option_groups(args), []) == args
+    assert option_groups(["value-first", "--f"]) == [["value-first"], ["--f"]]
