@@ -42,8 +42,8 @@ from .executor import ApplyError, fault_point
 from .pairing import GGUFError, PairVerdict, check_pair, read_model_info
 from .progress import Progress, TaskHandle
 from .root import Root
+from .settings import DEFAULT_MODELS_DIR
 
-DEFAULT_MODELS_DIR = "/var/lib/ojai/models"
 #: caps the free disk space a download may use (bytes); for tests and for careful people
 DISK_BUDGET_ENV = "OJAI_DISK_BUDGET_BYTES"
 _HASH_CHUNK = 8 << 20

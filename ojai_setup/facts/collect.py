@@ -34,6 +34,8 @@ from .models import (
 
 AMD_PCI_VENDOR = "0x1002"
 ENVIRON_CAPTURE = "/.ojai/environ"
+#: where ``ojai setup --apply`` records what it did (see ojai_setup.journal); read here as plain
+#: JSON through the root, so that ``doctor --capture`` keeps it
 STATE_FILE = "/var/lib/ojai/state.json"
 GRUB_DEFAULT = "/etc/default/grub"
 #: where ojai installs llama-server (see ojai_setup.llamacpp)
