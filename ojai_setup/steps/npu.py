@@ -8,7 +8,7 @@ import os
 from ..actions import RunCommand
 from ..facts.models import GIB, Facts
 from .base import PlanContext, StepResult
-from .routes import ROUTES_DIR, UNITS_DIR, _write
+from .routes import ROUTES_DIR, UNITS_DIR, file_action
 
 FLM = "/usr/bin/flm"
 
@@ -57,14 +57,14 @@ class NpuStep:
         name = flm_route_name(tag)
         script = f"{ROUTES_DIR}/{name}.sh"
         actions: list = []
-        a = _write(ctx, script, render_flm_script(tag, ctx_len=ctx_len, host=settings.host, flm=FLM),
+        a = file_action(ctx, script, render_flm_script(tag, ctx_len=ctx_len, host=settings.host, flm=FLM),
                    0o755, f"launch script of FastFlowLM route {tag} on the NPU")
         if a:
             actions.append(a)
         handlers: dict = {}
         if settings.systemd:
             unit = render_flm_unit(script, tag, os.environ.get("SUDO_USER") or "root")
-            a = _write(ctx, f"{UNITS_DIR}/ojai-{name}.service", unit, 0o644,
+            a = file_action(ctx, f"{UNITS_DIR}/ojai-{name}.service", unit, 0o644,
                        f"systemd unit for FastFlowLM route {tag}", notify=("systemd",))
             if a:
                 actions.append(a)

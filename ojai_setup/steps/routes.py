@@ -90,8 +90,9 @@ def _environment(ctx: PlanContext, facts: Facts, settings, binary: str) -> dict[
     return {"HSA_OVERRIDE_GFX_VERSION": OVERRIDES[target]}
 
 
-def _write(ctx: PlanContext, path: str, text: str, mode: int, reason: str,
-           notify: tuple[str, ...] = ()) -> WriteFile | None:
+def file_action(ctx: PlanContext, path: str, text: str, mode: int, reason: str,
+                notify: tuple[str, ...] = ()) -> WriteFile | None:
+    """A root-owned file ojai writes whole (a script, a unit), or None when it is already so."""
     before = ctx.root.read_text(path) if ctx.root.exists(path) else None
     real = ctx.root.resolve(path)
     if before == text and real.exists() and (real.stat().st_mode & 0o777) == mode:
@@ -153,7 +154,7 @@ class RoutesStep:
             except (UnsupportedRoute, LaunchError) as exc:
                 return StepResult.blocked(self.name, f"route {r.name}: {exc}")
             path = script_path(r.name)
-            a = _write(ctx, path, script, 0o755, f"launch script of route {r.name}{note}")
+            a = file_action(ctx, path, script, 0o755, f"launch script of route {r.name}{note}")
             if a:
                 actions.append(a)
             records[r.name] = {"script": path, "host": r.host, "port": r.port,
@@ -162,7 +163,7 @@ class RoutesStep:
                                "main": main, "draft": draft, "mtp": model.mtp}
             if settings.systemd:
                 unit = render_llama_unit(path, r.name, os.environ.get("SUDO_USER") or "root")
-                a = _write(ctx, f"{UNITS_DIR}/ojai-{r.name}.service", unit, 0o644,
+                a = file_action(ctx, f"{UNITS_DIR}/ojai-{r.name}.service", unit, 0o644,
                            f"systemd unit for route {r.name}", notify=("systemd",))
                 if a:
                     actions.append(a)
