@@ -36,6 +36,7 @@ class ModelStep:
                                         "`ojai models` lists them)")
         from ..hub import HubError, free_bytes, partial_bytes, plan_model_downloads, verify_local_pair
         from .ttm import budget_gib
+
         try:
             catalog = catalog_for(settings)
             route = catalog.get(settings.model)
@@ -72,7 +73,7 @@ class ModelStep:
                     "choose another folder with --models-dir")
             return StepResult.change(
                 self.name, f"download {route.title} ({len(downloads)} file(s), about "
-                f"{total / GIB:.1f} GiB) into {settings.models_dir}; {verdict.sentence()}",
+                f"{_size(total)}) into {settings.models_dir}; {verdict.sentence()}",
                 downloads)
         what = "main file with in-file MTP heads" if route.mtp == "in_file" else "main and MTP draft"
         return StepResult.satisfied(self.name, f"{route.name}: {what} present, verified and "
