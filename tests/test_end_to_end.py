@@ -22,11 +22,12 @@ from typer.testing import CliRunner
 
 from ojai_setup.cli import app
 from ojai_setup.llamacpp.nightly import asset_name
-from ojai_setup.root import COMMANDS_DIR, command_key
+from support import stand_ins
 from support.fake_github import FakeGitHub, fake_github, make_zip, nightly_entries_from_build  # noqa: F401
 from support.fake_hub import FakeHub, fake_hub  # noqa: F401
 from support.llama import llama_server_bin  # noqa: F401
 from support.server import free_port, serve
+from support.stand_ins import route_toml
 from support.tiny_models import write_mtp_pair
 
 pytestmark = pytest.mark.slow
@@ -48,55 +49,13 @@ def in_machine(root: Path, script: str) -> list[str]:
             "sh", str(root), script]
 
 
-def catalog_file(tmp_path: Path, main: Path, draft: Path) -> Path:
-    path = tmp_path / "catalog.toml"
-    path.write_text(f"""
-[routes.{ROUTE}]
-title = "Tiny Gemma 4 + MTP assistant (test route)"
-repo = "{REPO}"
-main = [{{ file = "{main.name}", size = {main.stat().st_size} }}]
-draft = {{ file = "{draft.name}", size = {draft.stat().st_size} }}
-mtp = "sidecar"
-lemonade_checkpoint = "{REPO}:{main.name}"
-lemonade_draft_checkpoint = "{REPO}:{draft.name}"
-context_size = 2048
-max_context = 8192
-draft_n_max = 3
-overhead_bytes = 0
-[routes.{ROUTE}.kv]
-full_layers = 1
-full_kv_heads = 1
-full_head_dim = 64
-swa_layers = 1
-swa_kv_heads = 1
-swa_head_dim = 64
-swa_window = 512
-""")
-    return path
-
-
 def give_lemonade(root: Path) -> None:
-    """Lemonade installed as the system service, with a model of the user's own. The command
-    outputs are composed: Lemonade prints nothing to rely on for `config set`."""
-    unit = root / "usr/lib/systemd/system/lemond.service"
-    unit.parent.mkdir(parents=True, exist_ok=True)
-    unit.write_text("[Unit]\nDescription=Lemonade Server\n\n[Service]\nUser=lemonade\n"
-                    "StateDirectory=lemonade\nProtectHome=yes\nExecStart=/usr/bin/lemond\n\n"
-                    "[Install]\nWantedBy=multi-user.target\n")
-    wants = root / "etc/systemd/system/multi-user.target.wants"
-    wants.mkdir(parents=True, exist_ok=True)
-    (wants / "lemond.service").symlink_to("/usr/lib/systemd/system/lemond.service")
-    config = root / "var/lib/lemonade"
-    config.mkdir(parents=True)
-    (config / "user_models.json").write_text(json.dumps({"my-coder": {
-        "checkpoint": "someone/coder-GGUF:Q4_K_M", "recipe": "llamacpp", "size": 9.1}}, indent=2) + "\n")
-    for argv in ("lemonade --version", "lemond --version",
-                 "lemonade config set llamacpp.rocm_bin=/opt/ojai/llama.cpp/current",
-                 "lemonade config set flm.prefer_system=true", "systemctl restart lemond"):
-        d = root / COMMANDS_DIR / command_key(argv.split())
-        d.mkdir(parents=True)
-        (d / "stdout").write_text("lemonade version 11.7.0\n" if "version" in argv else "")
-        (d / "exit_code").write_text("0\n")
+    """Lemonade as the system service (see support/stand_ins.py), with a model of the user's own."""
+    stand_ins.give_lemonade(
+        root, ("lemond --version", "lemonade config set llamacpp.rocm_bin=/opt/ojai/llama.cpp/current",
+               "lemonade config set flm.prefer_system=true", "systemctl restart lemond"),
+        user_models=json.dumps({"my-coder": {"checkpoint": "someone/coder-GGUF:Q4_K_M",
+                                             "recipe": "llamacpp", "size": 9.1}}, indent=2) + "\n")
 
 
 def test_fresh_box_to_serving_mtp_route(machine, tmp_path, fake_github: FakeGitHub,
@@ -110,8 +69,9 @@ def test_fresh_box_to_serving_mtp_route(machine, tmp_path, fake_github: FakeGitH
     fake_hub.add_path(REPO, pair.main.name, pair.main)
     fake_hub.add_path(REPO, pair.draft.name, pair.draft)
     port = free_port()
-    setup = ["setup", "--root", root, "--model", ROUTE, "--catalog",
-             catalog_file(tmp_path, pair.main, pair.draft), "--port", port]
+    catalog = tmp_path / "catalog.toml"
+    catalog.write_text(route_toml(ROUTE, REPO, pair.main, pair.draft, draft_n_max=3))
+    setup = ["setup", "--root", root, "--model", ROUTE, "--catalog", catalog, "--port", port]
 
     plan = ojai(*setup)
     assert plan.exit_code == 2, plan.output

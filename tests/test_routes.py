@@ -4,7 +4,6 @@ pairing check of the routes it recorded."""
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -14,8 +13,8 @@ from ojai_setup.cli import app
 from ojai_setup.journal import record_state
 from ojai_setup.root import Root
 from support.gguf_files import gemma4_assistant, gemma4_main
+from support.stand_ins import give_llama_server
 
-HELP = Path(__file__).resolve().parents[1] / "ojai_setup/llamacpp/reference-help-b11434.txt"
 CATALOG = """
 [routes.tiny]
 title = "Tiny test route"
@@ -34,20 +33,6 @@ full_head_dim = 64
 """
 
 
-def install_stand_in(root: Path, family: str) -> None:
-    """A llama-server stand-in at ojai's install place that answers --version and --help as
-    upstream build 11434 does, with the install record of a nightly build for ``family``."""
-    folder = root / f"opt/ojai/llama.cpp/b1311-{family}"
-    folder.mkdir(parents=True)
-    server = folder / "llama-server"
-    server.write_text("#!/bin/sh\ncase \"$1\" in\n"
-                      "  --version) echo 'version: 0.6.0-dev (build 11434, commit unknown)' >&2 ;;\n"
-                      f"  --help) cat '{HELP}' ;;\nesac\n")
-    os.chmod(server, 0o755)
-    (folder / "ojai-install.json").write_text(json.dumps({"tag": "b1311", "family": family}))
-    (root / "opt/ojai/llama.cpp/current").symlink_to(f"b1311-{family}")
-
-
 def mtp_script(root: Path, tmp_path: Path) -> str:
     catalog = tmp_path / "catalog.toml"
     catalog.write_text(CATALOG)
@@ -62,7 +47,7 @@ def mtp_script(root: Path, tmp_path: Path) -> str:
 @pytest.mark.parametrize("family, override", [("gfx1150", None), ("gfx110X", "11.5.0")])
 def test_override_only_when_the_binary_lacks_the_gpu_target(machine, tmp_path, family, override):
     root = machine("ojai-fresh")  # a gfx1150 box
-    install_stand_in(root, family)
+    give_llama_server(root, family)
     script = mtp_script(root, tmp_path)
     assert "--spec-type draft-mtp" in " ".join(script.replace("\\\n", " ").split())
     if override is None:
@@ -90,7 +75,7 @@ def test_doctor_reports_a_mismatched_pair(machine, tmp_path):
 
 def test_systemd_units_for_both_routes(machine, tmp_path):
     root = machine("ojai-fresh")
-    install_stand_in(root, "gfx1150")
+    give_llama_server(root, "gfx1150")
     catalog = tmp_path / "catalog.toml"
     catalog.write_text(CATALOG)
     result = CliRunner().invoke(app, ["setup", "--root", str(root), "--llamacpp", "none", "--json",

@@ -10,7 +10,10 @@ from pathlib import Path
 
 import pytest
 from support.fake_hub import FakeHub, fake_hub  # noqa: F401 - fake_hub is a fixture
+from support import stand_ins
 from support.gguf_files import gemma4_assistant, gemma4_main
+from support.stand_ins import LEMONADE_CONFIG as CONFIG
+from support.stand_ins import give_llama_server, route_toml
 from typer.testing import CliRunner
 
 from ojai_setup.cli import app
@@ -20,8 +23,6 @@ REPO = "ojai-test/tiny-gemma4-GGUF"
 ROUTE = "tiny-gemma"
 MAIN = "gemma-4-tiny-it-Q4_K_M.gguf"
 DRAFT = "mtp-gemma-4-tiny-it.gguf"
-CONFIG = "var/lib/lemonade"
-HELP = Path(__file__).resolve().parent.parent / "ojai_setup" / "llamacpp" / "reference-help-b11434.txt"
 FLM_SCRIPT = "opt/ojai/routes/flm-gemma4-it-e4b.sh"
 
 USER_MODELS = """\
@@ -54,51 +55,11 @@ def ojai(*args: object):
     return CliRunner().invoke(app, [str(a) for a in args])
 
 
-def give_llama_server(root: Path) -> None:
-    """ojai's llama-server place holds a stand-in that answers ``--version`` and ``--help`` as
-    upstream build 11434 does (the version line of REFERENCE.md, the reference help shipped
-    with ojai), so the routes step can render launch scripts for it."""
-    server = root / "opt/ojai/llama.cpp/current/llama-server"
-    server.parent.mkdir(parents=True)
-    server.write_text("#!/bin/sh\n"
-                      'case "$1" in\n'
-                      "  --version) echo 'version: 0.6.0-dev (build 11434, commit abc1234)' >&2 ;;\n"
-                      f"  --help) cat '{HELP}' ;;\n"
-                      "  *) exit 1 ;;\n"
-                      "esac\n")
-    server.chmod(0o755)
-
-
 def give_lemonade(root: Path, *, user_models: str | None = USER_MODELS,
                   recipe_options: str | None = RECIPE_OPTIONS) -> None:
-    """Lemonade installed from its PPA, running as the enabled system service lemond, with the
-    user's own model registered.
-
-    Composed, not captured: the unit file is the one lemond.service.in describes (REFERENCE.md:
-    user lemonade, ProtectHome=yes, StateDirectory=lemonade), the enablement link is the one
-    ``systemctl enable`` makes, ``lemonade --version`` prints a version line of v11.7.0, and the
-    ``config set``, ``backends install`` and ``systemctl restart`` calls succeed without output
-    (their output is not read)."""
-    unit = root / "usr/lib/systemd/system/lemond.service"
-    unit.parent.mkdir(parents=True, exist_ok=True)
-    unit.write_text("[Unit]\nDescription=Lemonade Server\n\n[Service]\nUser=lemonade\n"
-                    "StateDirectory=lemonade\nProtectHome=yes\nExecStart=/usr/bin/lemond\n\n"
-                    "[Install]\nWantedBy=multi-user.target\n")
-    wants = root / "etc/systemd/system/multi-user.target.wants"
-    wants.mkdir(parents=True, exist_ok=True)
-    (wants / "lemond.service").symlink_to("/usr/lib/systemd/system/lemond.service")
-    for argv, stdout in (("lemonade --version", "lemonade version 11.7.0\n"),
-                         *((c, "") for c in COMMANDS)):
-        folder = root / COMMANDS_DIR / command_key(argv.split())
-        folder.mkdir(parents=True)
-        (folder / "stdout").write_text(stdout)
-        (folder / "exit_code").write_text("0\n")
-    config = root / CONFIG
-    config.mkdir(parents=True)
-    if user_models is not None:
-        (config / "user_models.json").write_text(user_models)
-    if recipe_options is not None:
-        (config / "recipe_options.json").write_text(recipe_options)
+    """Lemonade installed from its PPA as the enabled system service, with the user's own
+    model registered (see support/stand_ins.py)."""
+    stand_ins.give_lemonade(root, COMMANDS, user_models=user_models, recipe_options=recipe_options)
 
 
 @pytest.fixture
@@ -109,24 +70,7 @@ def catalog(tmp_path: Path, fake_hub: FakeHub) -> Path:
     fake_hub.add_path(REPO, MAIN, main)
     fake_hub.add_path(REPO, DRAFT, draft)
     path = tmp_path / "catalog.toml"
-    path.write_text(f"""\
-[routes.{ROUTE}]
-title = "Tiny Gemma 4 + MTP assistant (test route)"
-repo = "{REPO}"
-main = [{{ file = "{MAIN}", size = {main.stat().st_size} }}]
-draft = {{ file = "{DRAFT}", size = {draft.stat().st_size} }}
-mtp = "sidecar"
-lemonade_checkpoint = "{REPO}:{MAIN}"
-lemonade_draft_checkpoint = "{REPO}:{DRAFT}"
-context_size = 4096
-max_context = 8192
-overhead_bytes = 0
-sizes_estimated = false
-[routes.{ROUTE}.kv]
-full_layers = 1
-full_kv_heads = 1
-full_head_dim = 64
-""")
+    path.write_text(route_toml(ROUTE, REPO, main, draft, context_size=4096))
     return path
 
 

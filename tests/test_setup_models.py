@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from support.fake_hub import FakeHub, fake_hub  # noqa: F401 - fake_hub is a fixture
 from support.gguf_files import OTHER_TOKENS, gemma4_assistant, gemma4_main, qwen35
+from support.stand_ins import give_llama_server, route_toml
 from typer.testing import CliRunner
 
 from ojai_setup.cli import app
@@ -21,45 +22,12 @@ DRAFT = "mtp-gemma-4-tiny-it.gguf"
 QWEN_REPO = "ojai-test/tiny-qwen35-MTP-GGUF"
 QWEN = "Qwen3.6-tiny-UD-Q4_K_XL.gguf"
 MODELS = "var/lib/ojai/models"
-HELP = Path(__file__).resolve().parent.parent / "ojai_setup" / "llamacpp" / "reference-help-b11434.txt"
 #: bytes of payload in each tiny model, so that a download can be cut part way
 PAYLOAD = 64 * 1024
 
 
 def ojai(*args: object):
     return CliRunner().invoke(app, [str(a) for a in args])
-
-
-def give_llama_server(root: Path) -> None:
-    """ojai's llama-server place holds a stand-in that answers ``--version`` and ``--help`` as
-    upstream build 11434 does (the version line of REFERENCE.md, the reference help shipped
-    with ojai), so the routes step renders launch scripts for it (``--llamacpp none``)."""
-    server = root / "opt/ojai/llama.cpp/current/llama-server"
-    server.parent.mkdir(parents=True)
-    server.write_text("#!/bin/sh\n"
-                      'case "$1" in\n'
-                      "  --version) echo 'version: 0.6.0-dev (build 11434, commit abc1234)' >&2 ;;\n"
-                      f"  --help) cat '{HELP}' ;;\n"
-                      "  *) exit 1 ;;\n"
-                      "esac\n")
-    server.chmod(0o755)
-
-
-def route_toml(name: str, repo: str, main: Path, draft: Path | None, *,
-               context_size: int = 2048, full_layers: int = 1) -> str:
-    """A user catalog route with the exact sizes of the given files."""
-    lines = [f"[routes.{name}]", f'title = "{name} (test route)"', f'repo = "{repo}"',
-             f'main = [{{ file = "{main.name}", size = {main.stat().st_size} }}]',
-             f'lemonade_checkpoint = "{repo}:{main.name}"']
-    if draft is None:
-        lines.append('mtp = "in_file"')
-    else:
-        lines += [f'draft = {{ file = "{draft.name}", size = {draft.stat().st_size} }}',
-                  'mtp = "sidecar"', f'lemonade_draft_checkpoint = "{repo}:{draft.name}"']
-    lines += [f"context_size = {context_size}", "max_context = 1048576", "overhead_bytes = 0",
-              "sizes_estimated = false", f"[routes.{name}.kv]", f"full_layers = {full_layers}",
-              "full_kv_heads = 8", "full_head_dim = 128"]
-    return "\n".join(lines) + "\n"
 
 
 @pytest.fixture
