@@ -30,6 +30,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from ojai_setup.atomic import write_text
 from ojai_setup.plan import describe_digest, ojai_version, path_digest, sha256_file
 from ojai_setup.progress import Progress
 from ojai_setup.root import Root
@@ -149,17 +150,7 @@ class JournalError(RuntimeError):
 # -- state file ------------------------------------------------------------------------------
 def _write_json(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_text(path, text, mode=0o644)
 
 
 def _load_state(directory: Path) -> State:

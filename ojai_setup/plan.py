@@ -18,7 +18,6 @@ import json
 import os
 import shlex
 import stat
-import tempfile
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from enum import IntEnum
@@ -28,6 +27,7 @@ from typing import Any, Literal, Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from ojai_setup.atomic import write_text
 from ojai_setup.actions import Action, RunCommand, WriteFile
 from ojai_setup.root import Root
 from ojai_setup.steps.base import PlanContext, Step, StepResult
@@ -219,18 +219,7 @@ class Plan(BaseModel):
     # -- files ----------------------------------------------------------------------------
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write the plan as JSON, atomically (temp file in the same folder, then rename)."""
-        dest = Path(path)
-        text = self.model_dump_json(indent=2) + "\n"
-        fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(text)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, dest)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        write_text(Path(path), self.model_dump_json(indent=2) + "\n")
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> Plan:

@@ -35,6 +35,7 @@ from ojai_setup.llamacpp.build import (
 )
 from ojai_setup.root import CommandResult, Root, store_capture
 from support.llama import llama_server_bin  # noqa: F401 - a fixture
+from support.progress import RecordingProgress
 
 CMAKE = """\
 cmake_minimum_required(VERSION 3.14)
@@ -73,33 +74,6 @@ def write_fake_source(where: Path, *, cmake: str = CMAKE, server_c: str = SERVER
     (where / "lib.c").write_text("int llama_offset(void) { return 0; }\n")
     (where / "never.c").write_text("#error this target is not part of the build\n")
     return where
-
-
-class RecordingProgress:
-    class Bar:
-        def __init__(self, description: str, total: int | None) -> None:
-            self.description, self.total = description, total
-            self.values: list[int] = []
-            self.finished = False
-
-        def advance(self, n: int = 1) -> None:
-            self.values.append((self.values[-1] if self.values else 0) + n)
-
-        def update(self, *, completed: int | None = None, total: int | None = None,
-                   description: str | None = None) -> None:
-            if completed is not None:
-                self.values.append(completed)
-
-        def done(self) -> None:
-            self.finished = True
-
-    def __init__(self) -> None:
-        self.bars: list[RecordingProgress.Bar] = []
-
-    def task(self, description: str, total: int | None = None) -> RecordingProgress.Bar:
-        bar = RecordingProgress.Bar(description, total)
-        self.bars.append(bar)
-        return bar
 
 
 @pytest.fixture

@@ -18,6 +18,7 @@ from support.fake_github import (  # noqa: F401 - fake_github is a fixture
     nightly_entries_from_build,
 )
 from support.llama import llama_server_bin  # noqa: F401 - a fixture
+from support.progress import RecordingProgress
 
 from ojai_setup.actions import InstallArchive
 from ojai_setup.download import DownloadError, download
@@ -42,34 +43,6 @@ from ojai_setup.root import Root
 from ojai_setup.steps.base import StepResult
 
 FAKE_SERVER = b"#!/bin/sh\necho 'version: 1 (stand-in)'\n"
-
-
-class RecordingProgress:
-    """A silent progress display that remembers what each bar was told."""
-
-    def __init__(self) -> None:
-        self.bars: list[RecordingProgress.Bar] = []
-
-    class Bar:
-        def __init__(self, description: str, total: int | None) -> None:
-            self.description, self.total, self.completed, self.finished = description, total, 0, False
-
-        def advance(self, n: int = 1) -> None:
-            self.completed += n
-
-        def update(self, *, completed: int | None = None, total: int | None = None,
-                   description: str | None = None) -> None:
-            self.completed = self.completed if completed is None else completed
-            self.total = self.total if total is None else total
-            self.description = description or self.description
-
-        def done(self) -> None:
-            self.finished = True
-
-    def task(self, description: str, total: int | None = None) -> RecordingProgress.Bar:
-        bar = RecordingProgress.Bar(description, total)
-        self.bars.append(bar)
-        return bar
 
 
 @pytest.fixture
