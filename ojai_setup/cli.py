@@ -1,5 +1,5 @@
 """The ``ojai`` command line. Commands parse options, call the library, and hand results to
-the :class:`~ojai_setup.terminal.Terminal`; heavy modules are imported inside commands."""
+the :class:`~ojai_setup.commands.terminal.Terminal`; heavy modules are imported inside commands."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from . import __version__
+from ojai_setup import __version__
 
 app = typer.Typer(
     name="ojai",
@@ -70,12 +70,12 @@ def doctor(
 
     Exit code 0 when nothing fails, 1 when a check fails. Needs no root privileges.
     """
-    from .doctor import run_doctor
-    from .terminal import Terminal
+    from ojai_setup.commands.doctor import run_doctor
+    from ojai_setup.commands.terminal import Terminal
 
     term = Terminal(json_mode=json_out)
     if example is not None:
-        from .resources import example_root
+        from ojai_setup.core.resources import example_root
 
         try:
             root = example_root(example)
@@ -125,9 +125,9 @@ def setup(
     """
     from pydantic import ValidationError
 
-    from .provision import run_setup
-    from .settings import Settings
-    from .terminal import Terminal
+    from ojai_setup.commands.setup import run_setup
+    from ojai_setup.commands.terminal import Terminal
+    from ojai_setup.model.settings import Settings
 
     term = Terminal(json_mode=json_out)
     if not root.is_dir():
@@ -162,10 +162,10 @@ def models(
     catalog: Annotated[Optional[str], typer.Option("--catalog", help="User catalog of routes (TOML; default ~/.config/ojai/catalog.toml).")] = None,
 ) -> None:
     """List the routes ojai knows: whether each fits this machine's GPU budget and is downloaded."""
-    from .catalog import CatalogError
-    from .modelsview import run_models
-    from .settings import Settings
-    from .terminal import Terminal
+    from ojai_setup.commands.models import run_models
+    from ojai_setup.commands.terminal import Terminal
+    from ojai_setup.domain.catalog import CatalogError
+    from ojai_setup.model.settings import Settings
 
     term = Terminal(json_mode=json_out)
     fields = dict(profile=profile, gpu_memory_gib=gpu_memory, user_catalog=catalog)
@@ -189,8 +189,8 @@ def verify(
     """Check each route ojai wrote: health, one short completion, and from its timings the
     draft acceptance, tokens/s and the speedup the standard model predicts (a prediction, not a
     measurement). Exit code 1 when a route does not answer."""
-    from .terminal import Terminal
-    from .verify import run_verify
+    from ojai_setup.commands.terminal import Terminal
+    from ojai_setup.commands.verify import run_verify
 
     raise typer.Exit(run_verify(Terminal(json_mode=json_out), root, only=route, timeout=timeout,
                                 n_predict=n_predict))
@@ -202,8 +202,8 @@ def rollback(
     force: Annotated[bool, typer.Option("--force", help="Restore even files changed since the apply.")] = False,
 ) -> None:
     """Restore the files the last `ojai setup --apply` changed (from its backups)."""
-    from .provision import run_rollback
-    from .terminal import Terminal
+    from ojai_setup.commands.setup import run_rollback
+    from ojai_setup.commands.terminal import Terminal
 
     raise typer.Exit(run_rollback(Terminal(), root, force=force))
 

@@ -6,7 +6,8 @@ import math
 
 import pytest
 
-from ojai_setup.catalog import GIB, CatalogError, KvLayout, Route, fit, load_catalog
+from ojai_setup.core.paths import GIB
+from ojai_setup.domain.catalog import CatalogError, KvLayout, Route, fit, load_catalog
 
 MIB = 1 << 20
 

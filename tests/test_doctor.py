@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from ojai_setup.checks import Severity, detect_profile, load_profile, run_checks
 from ojai_setup.cli import app
-from ojai_setup.doctor import diagnose
-from ojai_setup.facts import parsers
+from ojai_setup.commands.doctor import diagnose
+from ojai_setup.core.root import Root
+from ojai_setup.domain.checks import Severity, detect_profile, load_profile, run_checks
 from ojai_setup.facts.collect import collect
-from ojai_setup.root import Root
+from ojai_setup.formats import machine as parsers
 
 MACHINES = Path(__file__).parent / "machines"
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"
@@ -253,7 +253,7 @@ def test_profiles_load_and_detect():
 
 def test_bad_profile_file_names_file_and_field(tmp_path):
     (tmp_path / "bad.toml").write_text('id = "bad"\nname = "x"\n[[checks]]\nid = "a"\nkind = "gpu_target"\n')
-    from ojai_setup.checks import ProfileError
+    from ojai_setup.domain.checks import ProfileError
 
     with pytest.raises(ProfileError, match=r"bad.toml: field checks.0.title"):
         load_profile("bad", tmp_path)

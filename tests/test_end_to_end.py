@@ -18,17 +18,22 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
-
-from ojai_setup.cli import app
-from ojai_setup.llamacpp.nightly import asset_name
 from support import stand_ins
-from support.fake_github import FakeGitHub, fake_github, make_zip, nightly_entries_from_build  # noqa: F401
+from support.fake_github import (  # noqa: F401
+    FakeGitHub,
+    fake_github,
+    make_zip,
+    nightly_entries_from_build,
+)
 from support.fake_hub import FakeHub, fake_hub  # noqa: F401
 from support.llama import llama_server_bin  # noqa: F401
 from support.server import free_port, serve
 from support.stand_ins import route_toml
 from support.tiny_models import write_mtp_pair
+from typer.testing import CliRunner
+
+from ojai_setup.cli import app
+from ojai_setup.domain.nightly import asset_name
 
 pytestmark = pytest.mark.slow
 

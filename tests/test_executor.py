@@ -10,12 +10,11 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
-from ojai_setup.actions import HubDownload, RunCommand, Symlink, WriteFile
-from ojai_setup.executor import (
+from ojai_setup.apply.executor import (
     EXECUTORS,
     LAZY_EXECUTORS,
+    VALIDATORS,
     ActionOutcome,
-    ApplyError,
     NeedsRoot,
     PlanConflict,
     ValidationError,
@@ -23,12 +22,13 @@ from ojai_setup.executor import (
     apply,
     executor_for,
     register_validator,
-    VALIDATORS,
 )
-from ojai_setup.plan import Plan, PlanExit, check_fresh, make_plan
-from ojai_setup.progress import NullProgress
-from ojai_setup.root import Root, store_capture, CommandResult
-from ojai_setup.steps.base import PlanContext, StepResult
+from ojai_setup.core.errors import ApplyError
+from ojai_setup.core.progress import NullProgress
+from ojai_setup.core.root import CommandResult, Root, store_capture
+from ojai_setup.model.actions import HubDownload, RunCommand, Symlink, WriteFile
+from ojai_setup.planning.plan import Plan, PlanExit, check_fresh, make_plan
+from ojai_setup.planning.result import PlanContext, StepResult
 
 GRUB = "/etc/default/grub"
 CONFIG = "/etc/ojai/config.json"
@@ -374,7 +374,7 @@ def test_invalid_content_fails_validation_and_leaves_the_file(tmp_path):
 
 
 def test_validators_are_registered_by_name(tmp_path, monkeypatch):
-    monkeypatch.setattr("ojai_setup.executor.VALIDATORS", dict(VALIDATORS))
+    monkeypatch.setattr("ojai_setup.apply.executor.VALIDATORS", dict(VALIDATORS))
     seen: list[str] = []
 
     @register_validator("grub-default")
@@ -445,7 +445,7 @@ def test_a_failing_command_stops_the_apply_with_its_output(tmp_path):
         def plan(self, ctx: PlanContext) -> StepResult:
             return StepResult.change(self.name, "reload", [RunCommand(argv=("modprobe", "-r", "ttm"))])
 
-    from ojai_setup.executor import CommandFailed
+    from ojai_setup.apply.executor import CommandFailed
     with pytest.raises(CommandFailed, match=r"`modprobe -r ttm` failed with exit code 1: "
                                             r"modprobe: FATAL: Module ttm is in use."):
         apply(make_plan(PlanContext(root, Facts(), Settings()), [Step()]), root, NullProgress())
@@ -462,7 +462,7 @@ def test_executors_of_other_modules_are_imported_only_when_needed(tmp_path, monk
     monkeypatch.syspath_prepend(str(module_dir))
     monkeypatch.setitem(LAZY_EXECUTORS, "hub_download", ("toy_downloads", "execute_hub_download"))
     # the registry is a copy for this test, so the toy executor does not outlive it
-    monkeypatch.setattr("ojai_setup.executor.EXECUTORS",
+    monkeypatch.setattr("ojai_setup.apply.executor.EXECUTORS",
                         {k: v for k, v in EXECUTORS.items() if k != "hub_download"})
     monkeypatch.delitem(__import__("sys").modules, "toy_downloads", raising=False)
     root = _machine(tmp_path)
@@ -484,7 +484,7 @@ def test_executors_of_other_modules_are_imported_only_when_needed(tmp_path, monk
 
 def test_a_missing_executor_module_is_reported_before_any_change(tmp_path, monkeypatch):
     monkeypatch.setitem(LAZY_EXECUTORS, "hub_download", ("ojai_setup.no_such_module", "f"))
-    monkeypatch.setattr("ojai_setup.executor.EXECUTORS",
+    monkeypatch.setattr("ojai_setup.apply.executor.EXECUTORS",
                         {k: v for k, v in EXECUTORS.items() if k != "hub_download"})
     with pytest.raises(ApplyError, match="cannot carry out hub_download actions: "
                                          "ojai_setup.no_such_module cannot be imported"):
@@ -513,8 +513,8 @@ def test_a_plan_for_another_machine_is_refused(tmp_path):
 
 
 def test_named_validators_of_other_modules_are_imported_on_first_use(monkeypatch):
-    from ojai_setup.executor import LAZY_VALIDATORS, validator_for
-    from ojai_setup.grub import validate_grub
+    from ojai_setup.apply.executor import LAZY_VALIDATORS, validator_for
+    from ojai_setup.apply.validate import validate_grub
 
     monkeypatch.delitem(VALIDATORS, "grub", raising=False)
     assert validator_for("grub") is validate_grub
@@ -529,7 +529,7 @@ def test_rich_progress_draws_bars_and_stops_when_every_task_is_done(tmp_path):
 
     from rich.console import Console
 
-    from ojai_setup.progress import RichProgress
+    from ojai_setup.core.progress import RichProgress
 
     out = io.StringIO()
     progress = RichProgress(Console(file=out, force_terminal=True, width=100))

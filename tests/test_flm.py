@@ -10,17 +10,17 @@ from pathlib import Path
 
 import pytest
 
-from ojai_setup.flm import (
+from ojai_setup.commands.verify_flm import probe_tags
+from ojai_setup.core.root import CommandResult, Root, store_capture
+from ojai_setup.domain.flm import (
     FLM_MODELS,
     NoModelFits,
     NpuStackFacts,
     choose_model,
     missing_npu_stack,
-    parse_validate,
-    probe_tags,
-    read_validate,
 )
-from ojai_setup.root import CommandResult, Root, store_capture
+from ojai_setup.facts.npu import read_validate
+from ojai_setup.formats.flm import parse_validate
 
 DATA = Path(__file__).parent / "data" / "flm"
 GiB = 2**30

@@ -8,12 +8,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ojai_setup.actions import WriteFile
-from ojai_setup.grub import (
+from ojai_setup.apply.validate import bash_read_var, validate_candidate, validate_grub
+from ojai_setup.formats.grub import (
     DEFAULT_VAR,
     LINUX_VAR,
     GrubEditError,
-    bash_read_var,
     bls_enabled,
     choose_cmdline_var,
     cmdline_param,
@@ -25,9 +24,8 @@ from ojai_setup.grub import (
     remove_kernel_param,
     same_key,
     set_kernel_param,
-    validate_candidate,
-    validate_grub,
 )
+from ojai_setup.model.actions import WriteFile
 
 DATA = Path(__file__).parent / "data" / "grub"
 KEY = "ttm.pages_limit"

@@ -7,23 +7,21 @@ from pathlib import Path
 
 import pytest
 from huggingface_hub import HfApi, hf_hub_download
+from support.fake_hub import COMMIT, FakeHub, fake_hub  # noqa: F401
+from support.gguf_files import gemma4_assistant, gemma4_main
 
-from ojai_setup.actions import HubDownload
-from ojai_setup.catalog import Route
-from ojai_setup.executor import executor_for, verify_action
-from ojai_setup.hub import (
-    DEFAULT_MODELS_DIR,
-    HubError,
-    execute_hub_download,
+from ojai_setup.apply.executor import executor_for, verify_action
+from ojai_setup.apply.hub import HubError, execute_hub_download, remote_file_info
+from ojai_setup.core.paths import DEFAULT_MODELS_DIR
+from ojai_setup.core.progress import NullProgress
+from ojai_setup.core.root import Root
+from ojai_setup.domain.catalog import Route
+from ojai_setup.domain.models import (
     plan_model_downloads,
-    remote_file_info,
     verified_digest,
     verify_local_pair,
 )
-from ojai_setup.progress import NullProgress
-from ojai_setup.root import Root
-from support.fake_hub import COMMIT, FakeHub, fake_hub  # noqa: F401
-from support.gguf_files import gemma4_assistant, gemma4_main
+from ojai_setup.model.actions import HubDownload
 
 REPO = "test-org/gemma-4-tiny-it-GGUF"
 MAIN = "gemma-4-tiny-it-Q4_K_M.gguf"

@@ -10,21 +10,14 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
-from ojai_setup.actions import RunCommand, Symlink, WriteFile
-from ojai_setup.executor import CommandFailed, apply
-from ojai_setup.journal import (
-    JournalError,
-    RollbackError,
-    load_entry,
-    read_state,
-    record_state,
-    rollback,
-    state_dir,
-)
-from ojai_setup.plan import PlanExit, make_plan
-from ojai_setup.progress import NullProgress
-from ojai_setup.root import CommandResult, Root, store_capture
-from ojai_setup.steps.base import PlanContext, StepResult
+from ojai_setup.apply.executor import CommandFailed, apply
+from ojai_setup.apply.journal import RollbackError, load_entry, record_state, rollback
+from ojai_setup.core.progress import NullProgress
+from ojai_setup.core.root import CommandResult, Root, store_capture
+from ojai_setup.facts.state import JournalError, read_state, state_dir
+from ojai_setup.model.actions import RunCommand, Symlink, WriteFile
+from ojai_setup.planning.plan import PlanExit, make_plan
+from ojai_setup.planning.result import PlanContext, StepResult
 
 GRUB = "/etc/default/grub"
 MODPROBE = "/etc/modprobe.d/ttm.conf"

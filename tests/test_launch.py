@@ -10,10 +10,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ojai_setup.launch import (
+from ojai_setup.core.resources import data_dir
+from ojai_setup.core.root import Root
+from ojai_setup.domain.launch import (
     FLM_DEFAULT_PORT,
     LaunchError,
-    data_dir,
     has_bundled_libs,
     render_flm_script,
     render_flm_unit,
@@ -21,7 +22,6 @@ from ojai_setup.launch import (
     render_llama_unit,
     template_environment,
 )
-from ojai_setup.root import Root
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -266,7 +266,7 @@ def test_units_pass_systemd_analyze_verify(tmp_path):
 
 
 def test_option_groups_put_each_flag_with_its_values_and_lose_nothing():
-    from ojai_setup.launch import option_groups
+    from ojai_setup.domain.launch import option_groups
 
     args = ["--model", "/m a.gguf", "-ngl", "-1", "--jinja", "--spec-type", "draft-mtp", "x"]
     assert option_groups(args) == [["--model", "/m a.gguf"], ["-ngl", "-1"], ["--jinja"],

@@ -8,22 +8,24 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ojai_setup.lemonade import (
-    RESERVED_LLAMACPP_FLAGS,
-    ConfigError,
+from ojai_setup.core.root import Root
+from ojai_setup.domain.lemonade import (
     LemonadeRoute,
     LemonadeSettings,
     detect_layout,
-    join_llamacpp_args,
     lemonade_commands,
     lemonade_layout,
-    merge_recipe_options,
-    merge_user_models,
     recipe_options_action,
-    split_llamacpp_args,
     user_models_action,
 )
-from ojai_setup.root import Root
+from ojai_setup.formats.lemonade import (
+    RESERVED_LLAMACPP_FLAGS,
+    ConfigError,
+    join_llamacpp_args,
+    merge_recipe_options,
+    merge_user_models,
+    split_llamacpp_args,
+)
 
 DATA = Path(__file__).parent / "data" / "lemonade"
 MAIN = "unsloth/gemma-4-26B-A4B-it-GGUF:UD-Q4_K_M"

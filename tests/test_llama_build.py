@@ -17,25 +17,27 @@ import tarfile
 from pathlib import Path
 
 import pytest
+from support.llama import llama_server_bin  # noqa: F401 - a fixture
+from support.progress import RecordingProgress
 
-from ojai_setup.actions import BuildFromSource
-from ojai_setup.executor import executor_for
-from ojai_setup.llamacpp.build import (
-    INSTALL_RECORD,
-    BuildError,
-    cmake_configure_args,
+from ojai_setup.apply.build import (
     execute_build_from_source,
     extract_tarball,
     find_source_root,
     hip_environment,
-    is_built,
     parse_build_progress,
+)
+from ojai_setup.apply.executor import executor_for
+from ojai_setup.core.root import CommandResult, Root, store_capture
+from ojai_setup.domain.build import (
+    INSTALL_RECORD,
+    BuildError,
+    cmake_configure_args,
+    is_built,
     parse_cmake_options,
     read_install_record,
 )
-from ojai_setup.root import CommandResult, Root, store_capture
-from support.llama import llama_server_bin  # noqa: F401 - a fixture
-from support.progress import RecordingProgress
+from ojai_setup.model.actions import BuildFromSource
 
 CMAKE = """\
 cmake_minimum_required(VERSION 3.14)

@@ -18,18 +18,17 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.llama import llama_server_bin  # noqa: F401 - a fixture
 
-from ojai_setup.llamacpp.dialect import (
+from ojai_setup.core.root import CommandResult, Root, store_capture
+from ojai_setup.facts.probe import ProbeError, probe
+from ojai_setup.formats.llama_help import (
     Dialect,
     DialectParseError,
-    ProbeError,
     clean_paste,
     parse_help,
     parse_version,
-    probe,
 )
-from ojai_setup.root import CommandResult, Root, store_capture
-from support.llama import llama_server_bin  # noqa: F401 - a fixture
 
 DATA = Path(__file__).parent / "data" / "llama-help"
 WINDOWS_HELP = DATA / "2025-10-windows-cuda-rtx4060-genai-electron.txt"

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
-
-from ojai_setup.llamacpp.dialect import Dialect, parse_help, parse_version
-from ojai_setup.llamacpp.render import Route, UnsupportedRoute, render_args
 from support.llama import llama_server_bin  # noqa: F401 - a fixture
 from support.server import free_port
+
+from ojai_setup.domain.render import Route, UnsupportedRoute, render_args
+from ojai_setup.formats.llama_help import Dialect, parse_help, parse_version
 
 DATA = Path(__file__).parent / "data" / "llama-help"
 

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ojai_setup.modprobe import (
+from ojai_setup.formats.modprobe import (
     ModprobeEditError,
     kmod_order,
     module_option_settings,

@@ -20,27 +20,28 @@ from support.fake_github import (  # noqa: F401 - fake_github is a fixture
 from support.llama import llama_server_bin  # noqa: F401 - a fixture
 from support.progress import RecordingProgress
 
-from ojai_setup.actions import InstallArchive
-from ojai_setup.download import DownloadError, download
-from ojai_setup.executor import apply
-from ojai_setup.llamacpp import nightly
-from ojai_setup.llamacpp.nightly import (
+from ojai_setup.apply.archive import execute_install_archive
+from ojai_setup.apply.download import DownloadError, download
+from ojai_setup.apply.executor import apply
+from ojai_setup.core.progress import NullProgress
+from ojai_setup.core.root import Root
+from ojai_setup.domain import nightly
+from ojai_setup.domain.nightly import (
     CURRENT_LINK,
     NightlyAsset,
     NightlyError,
     asset_name,
-    execute_install_archive,
     family_for_target,
     install_action,
     install_dir_name,
     is_installed,
     read_record,
-    resolve_release,
 )
-from ojai_setup.plan import Fingerprint, Plan
-from ojai_setup.progress import NullProgress
-from ojai_setup.root import Root
-from ojai_setup.steps.base import StepResult
+from ojai_setup.facts import github
+from ojai_setup.facts.github import resolve_release
+from ojai_setup.model.actions import InstallArchive
+from ojai_setup.planning.plan import Fingerprint, Plan
+from ojai_setup.planning.result import StepResult
 
 FAKE_SERVER = b"#!/bin/sh\necho 'version: 1 (stand-in)'\n"
 
@@ -185,8 +186,8 @@ def test_api_unreachable(root: Root) -> None:
 
 def test_api_base_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("OJAI_GITHUB_API", raising=False)
-    assert nightly.github_api_base() == "https://api.github.com"
-    assert nightly.github_api_base({"OJAI_GITHUB_API": "http://127.0.0.1:8080/"}) == "http://127.0.0.1:8080"
+    assert github.github_api_base() == "https://api.github.com"
+    assert github.github_api_base({"OJAI_GITHUB_API": "http://127.0.0.1:8080/"}) == "http://127.0.0.1:8080"
 
 
 # -- installing the real llama-server ---------------------------------------------------------

@@ -6,8 +6,6 @@ import os
 
 import gguf
 import pytest
-
-from ojai_setup.pairing import GGUFError, check_pair, read_model_info
 from support.gguf_files import (
     MAIN_HIDDEN,
     OTHER_TOKENS,
@@ -17,6 +15,8 @@ from support.gguf_files import (
     good_pair,
     qwen35,
 )
+
+from ojai_setup.formats.gguf import GGUFError, check_pair, read_model_info
 
 
 def test_key_names_are_the_converters():

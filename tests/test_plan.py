@@ -10,9 +10,10 @@ import pytest
 from pydantic import BaseModel
 from pydantic import ValidationError as ModelError
 
-import ojai_setup.plan as plan_module
-from ojai_setup.actions import InstallArchive, RunCommand, WriteFile
-from ojai_setup.plan import (
+import ojai_setup.planning.plan as plan_module
+from ojai_setup.core.root import Root
+from ojai_setup.model.actions import InstallArchive, RunCommand, WriteFile
+from ojai_setup.planning.plan import (
     Plan,
     PlanExit,
     PlanFileError,
@@ -21,8 +22,7 @@ from ojai_setup.plan import (
     path_digest,
     unified_diff,
 )
-from ojai_setup.root import Root
-from ojai_setup.steps.base import PlanContext, StepResult
+from ojai_setup.planning.result import PlanContext, StepResult
 
 GRUB = "/etc/default/grub"
 

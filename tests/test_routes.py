@@ -7,13 +7,13 @@ import json
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
-
-from ojai_setup.cli import app
-from ojai_setup.journal import record_state
-from ojai_setup.root import Root
 from support.gguf_files import gemma4_assistant, gemma4_main
 from support.stand_ins import give_llama_server
+from typer.testing import CliRunner
+
+from ojai_setup.apply.journal import record_state
+from ojai_setup.cli import app
+from ojai_setup.core.root import Root
 
 CATALOG = """
 [routes.tiny]

@@ -10,13 +10,14 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from ojai_setup.apply.executor import apply
+from ojai_setup.apply.validate import bash_read_var
 from ojai_setup.cli import app
-from ojai_setup.executor import apply
-from ojai_setup.grub import bash_read_var, parse_cmdline
-from ojai_setup.progress import NullProgress
-from ojai_setup.provision import build_plan
-from ojai_setup.root import Root
-from ojai_setup.settings import Settings
+from ojai_setup.commands.setup import build_plan
+from ojai_setup.core.progress import NullProgress
+from ojai_setup.core.root import Root
+from ojai_setup.formats.grub import parse_cmdline
+from ojai_setup.model.settings import Settings
 
 NO_LLAMA = ["--llamacpp", "none"]
 

@@ -9,15 +9,15 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from support.fake_hub import FakeHub, fake_hub  # noqa: F401 - fake_hub is a fixture
 from support import stand_ins
+from support.fake_hub import FakeHub, fake_hub  # noqa: F401 - fake_hub is a fixture
 from support.gguf_files import gemma4_assistant, gemma4_main
 from support.stand_ins import LEMONADE_CONFIG as CONFIG
 from support.stand_ins import give_llama_server, route_toml
 from typer.testing import CliRunner
 
 from ojai_setup.cli import app
-from ojai_setup.root import COMMANDS_DIR, command_key
+from ojai_setup.core.root import COMMANDS_DIR, command_key
 
 REPO = "ojai-test/tiny-gemma4-GGUF"
 ROUTE = "tiny-gemma"

@@ -22,7 +22,7 @@ from support.llama import llama_server_bin  # noqa: F401 - a fixture
 from typer.testing import CliRunner
 
 from ojai_setup.cli import app
-from ojai_setup.llamacpp.nightly import asset_name
+from ojai_setup.domain.nightly import asset_name
 
 BASE = "/opt/ojai/llama.cpp"
 #: prints a version line in the old form, whatever it is asked

@@ -7,13 +7,13 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from support.server import free_port
 from typer.testing import CliRunner
 
+from ojai_setup.apply.journal import record_state
 from ojai_setup.cli import app
-from ojai_setup.journal import record_state
-from ojai_setup.root import Root
-from ojai_setup.verify import expected_tokens, predict, solve_acceptance
-from support.server import free_port
+from ojai_setup.commands.verify import expected_tokens, predict, solve_acceptance
+from ojai_setup.core.root import Root
 
 
 @pytest.mark.parametrize("a, g, e", [(0.0, 3, 1.0), (0.5, 1, 1.5), (0.5, 3, 1.875), (1.0, 3, 4.0)])

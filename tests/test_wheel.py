@@ -25,7 +25,7 @@ def test_wheel_installs_and_runs_doctor(tmp_path):
 
     where = subprocess.run(
         [str(venv / "bin/python"), "-c",
-         "from ojai_setup.resources import data_dir, example_root;"
+         "from ojai_setup.core.resources import data_dir, example_root;"
          "print(data_dir('checks')); print(data_dir('templates')); print(example_root('ojai-fresh'))"],
         capture_output=True, text=True, cwd=tmp_path, check=True).stdout.split()
     for path in where:

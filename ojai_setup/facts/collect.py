@@ -1,4 +1,4 @@
-"""Reading the machine: I/O through a :class:`~ojai_setup.root.Root`, parsing elsewhere.
+"""Reading the machine: I/O through a :class:`~ojai_setup.core.root.Root`, parsing elsewhere.
 
 Each ``read_*`` function returns one section of :class:`Facts`; :func:`collect` runs them all
 and turns any failure into an ``unknown`` entry with its reason, so doctor never crashes on a
@@ -13,9 +13,15 @@ import re
 from collections.abc import Callable
 from pathlib import PurePosixPath
 
-from ..root import Root
-from . import parsers
-from .models import (
+from ojai_setup.core.paths import (
+    ENVIRON_CAPTURE,
+    GRUB_DEFAULT,
+    LLAMA_SERVER,
+    STATE_FILE,
+)
+from ojai_setup.core.root import Root
+from ojai_setup.formats import machine as parsers
+from ojai_setup.model.facts import (
     Bios,
     Cpu,
     Distro,
@@ -33,13 +39,10 @@ from .models import (
 )
 
 AMD_PCI_VENDOR = "0x1002"
-ENVIRON_CAPTURE = "/.ojai/environ"
-#: where ``ojai setup --apply`` records what it did (see ojai_setup.journal); read here as plain
+#: where ``ojai setup --apply`` records what it did (see ojai_setup.apply.journal); read here as plain
 #: JSON through the root, so that ``doctor --capture`` keeps it
-STATE_FILE = "/var/lib/ojai/state.json"
-GRUB_DEFAULT = "/etc/default/grub"
-#: where ojai installs llama-server (see ojai_setup.llamacpp)
-OJAI_LLAMA_SERVER = "/opt/ojai/llama.cpp/current/llama-server"
+#: where ojai installs llama-server (see ojai_setup.domain.nightly)
+OJAI_LLAMA_SERVER = LLAMA_SERVER
 
 
 def _read(root: Root, path: str) -> str | None:
@@ -83,7 +86,7 @@ def read_kernel(root: Root) -> Kernel:
 
 
 def read_cmdline(root: Root) -> list[str]:
-    from ..grub import parse_cmdline
+    from ojai_setup.formats.grub import parse_cmdline
 
     return parse_cmdline(root.read_text("/proc/cmdline"))
 
@@ -154,7 +157,7 @@ def read_npu(root: Root) -> Npu:
     npu = Npu(accel_devices=root.glob("/dev/accel/accel*"))
     version = _read(root, "/sys/module/amdxdna/version")
     npu.amdxdna_version = version.strip() if version else None
-    from ..flm import read_validate
+    from ojai_setup.facts.npu import read_validate
 
     status = read_validate(root)
     if status is not None:
@@ -177,8 +180,12 @@ def read_npu(root: Root) -> Npu:
 
 
 def read_ttm(root: Root, cmdline: list[str] | None) -> Ttm:
-    from ..grub import GrubEditError, cmdline_param, get_kernel_param
-    from ..modprobe import ModprobeEditError, kmod_order, module_option_settings
+    from ojai_setup.formats.grub import GrubEditError, cmdline_param, get_kernel_param
+    from ojai_setup.formats.modprobe import (
+        ModprobeEditError,
+        kmod_order,
+        module_option_settings,
+    )
 
     ttm = Ttm()
     for module in ("amdttm", "ttm"):
@@ -242,7 +249,7 @@ def read_tools(root: Root) -> dict[str, Tool]:
         ("lemond", ["lemond", "--version"]),
         ("flm", ["flm", "version"]),
     ]
-    from ..llamacpp.dialect import ProbeError, probe
+    from ojai_setup.facts.probe import ProbeError, probe
 
     dialect = probe(root, llama)
     if not isinstance(dialect, ProbeError):
@@ -274,7 +281,7 @@ def read_models(root: Root) -> list[ModelPair]:
         if missing:
             pair.ok, pair.reasons = False, [f"{p}: missing" for p in missing]
         else:
-            from ..pairing import GGUFError, check_pair, read_model_info
+            from ojai_setup.formats.gguf import GGUFError, check_pair, read_model_info
 
             try:
                 verdict = check_pair(read_model_info(root.resolve(main)),

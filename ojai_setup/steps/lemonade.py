@@ -11,10 +11,11 @@ import json
 import os
 from pathlib import Path
 
-from ..actions import RunCommand
-from ..facts.models import GIB, Facts
-from .base import PlanContext, StepResult
-from .llamacpp import SERVER
+from ojai_setup.core.paths import GIB
+from ojai_setup.model.actions import RunCommand
+from ojai_setup.model.facts import Facts
+from ojai_setup.planning.result import PlanContext, StepResult
+from ojai_setup.steps.llamacpp import SERVER
 
 STATE_KEY = "lemonade"
 #: the NPU step's Lemonade settings (a step's records replace its keys whole)
@@ -52,7 +53,7 @@ def _config_value(ctx: PlanContext, config_dir: str, key: str):
 
 
 def _done_before(ctx: PlanContext) -> dict:
-    from ..journal import read_state
+    from ojai_setup.facts.state import read_state
 
     try:
         records = read_state(ctx.root).records
@@ -97,8 +98,7 @@ class LemonadeStep:
     name = "lemonade"
 
     def plan(self, ctx: PlanContext) -> StepResult:
-        from ..lemonade import (
-            ConfigError,
+        from ojai_setup.domain.lemonade import (
             LemonadeRoute,
             LemonadeSettings,
             detect_layout,
@@ -106,7 +106,8 @@ class LemonadeStep:
             recipe_options_action,
             user_models_action,
         )
-        from .models import chosen_route
+        from ojai_setup.formats.lemonade import ConfigError
+        from ojai_setup.steps.models import chosen_route
 
         facts: Facts = ctx.facts  # type: ignore[assignment]
         settings = ctx.settings

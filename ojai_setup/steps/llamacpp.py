@@ -10,14 +10,15 @@ import os
 import re
 from pathlib import Path, PurePosixPath
 
-from ..actions import BuildFromSource
-from ..facts.models import Facts
-from ..root import Root
-from .base import PlanContext, StepResult
+from ojai_setup.core.paths import LLAMA_SERVER, LLAMACPP_CURRENT, LLAMACPP_DIR
+from ojai_setup.core.root import Root
+from ojai_setup.model.actions import BuildFromSource
+from ojai_setup.model.facts import Facts
+from ojai_setup.planning.result import PlanContext, StepResult
 
-INSTALL_BASE = "/opt/ojai/llama.cpp"
-CURRENT = f"{INSTALL_BASE}/current"
-SERVER = f"{CURRENT}/llama-server"
+INSTALL_BASE = LLAMACPP_DIR
+CURRENT = LLAMACPP_CURRENT
+SERVER = LLAMA_SERVER
 
 
 def gpu_target(facts: Facts, settings) -> str | None:
@@ -25,7 +26,7 @@ def gpu_target(facts: Facts, settings) -> str | None:
     gpu = facts.gpu
     if gpu and gpu.targets and not gpu.hsa_override:
         return gpu.targets[0]
-    from ..checks import detect_profile, load_profile
+    from ojai_setup.domain.checks import detect_profile, load_profile
 
     profile = load_profile(settings.profile) if settings.profile else detect_profile(facts)
     return profile.gpu_target
@@ -70,7 +71,7 @@ class LlamacppStep:
         return str(link.readlink()) if link.is_symlink() else None
 
     def _nightly(self, ctx: PlanContext, facts: Facts, settings) -> StepResult:
-        from ..llamacpp import nightly
+        from ojai_setup.domain import nightly
 
         target = gpu_target(facts, settings)
         if target is None:
@@ -120,11 +121,18 @@ def built_sentence(root: Root, action: BuildFromSource) -> str | None:
     """Why ``action.dest`` already holds the build ``action`` asks for, or None to build it.
 
     A tarball or a git tag/commit is the same build when its digest or ref is
-    (:func:`~ojai_setup.llamacpp.build.is_built`). A directory is rebuilt only when a file in it
+    (:func:`~ojai_setup.domain.build.is_built`). A directory is rebuilt only when a file in it
     changed after the install; a git branch is not followed once built (pin a tag or commit
     with ``--llamacpp-ref`` to move on), since an apply must leave nothing to do behind it.
     """
-    from ..llamacpp.build import INSTALL_RECORD, SERVER as BINARY, is_built, read_install_record
+    from ojai_setup.domain.build import (
+        INSTALL_RECORD,
+        is_built,
+        read_install_record,
+    )
+    from ojai_setup.domain.build import (
+        SERVER as BINARY,
+    )
 
     done = f"llama-server built from {action.source} is installed in {action.dest}"
     if is_built(root, action):

@@ -4,9 +4,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..catalog import Catalog, CatalogError, Route, fit, load_catalog, model_path
-from ..facts.models import GIB, Facts
-from .base import PlanContext, StepResult
+from ojai_setup.core.paths import GIB
+from ojai_setup.domain.catalog import (
+    Catalog,
+    CatalogError,
+    Route,
+    fit,
+    load_catalog,
+    model_path,
+)
+from ojai_setup.model.facts import Facts
+from ojai_setup.planning.result import PlanContext, StepResult
 
 USER_CATALOG = "~/.config/ojai/catalog.toml"
 
@@ -34,8 +42,10 @@ class ModelStep:
         if not settings.model:
             return StepResult.satisfied(self.name, "no model route asked for (add --model NAME; "
                                         "`ojai models` lists them)")
-        from ..hub import HubError, free_bytes, partial_bytes, plan_model_downloads, verify_local_pair
-        from .ttm import budget_gib
+        from ojai_setup.core.errors import UsageError
+        from ojai_setup.domain.models import plan_model_downloads, verify_local_pair
+        from ojai_setup.facts.disk import free_bytes, partial_bytes
+        from ojai_setup.steps.ttm import budget_gib
 
         try:
             catalog = catalog_for(settings)
@@ -64,7 +74,7 @@ class ModelStep:
             need = total - sum(partial_bytes(ctx.root.resolve(d)) for d in pending)
             try:
                 free = free_bytes(ctx.root.resolve(settings.models_dir))
-            except HubError as exc:
+            except UsageError as exc:
                 return StepResult.blocked(self.name, str(exc))
             if need > free:
                 return StepResult.blocked(

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import os
 
-from ..actions import RunCommand
-from ..facts.models import GIB, Facts
-from .base import PlanContext, StepResult
-from .routes import ROUTES_DIR, UNITS_DIR, file_action
+from ojai_setup.core.paths import GIB, ROUTES_DIR, UNITS_DIR
+from ojai_setup.model.actions import RunCommand
+from ojai_setup.model.facts import Facts
+from ojai_setup.planning.result import PlanContext, StepResult
+from ojai_setup.steps.routes import file_action
 
 FLM = "/usr/bin/flm"
 
@@ -21,17 +22,22 @@ class NpuStep:
     name = "npu"
 
     def plan(self, ctx: PlanContext) -> StepResult:
-        from ..flm import (
+        from ojai_setup.domain.flm import (
             FLM_MODELS,
-            FlmStatus,
             NoModelFits,
             NpuStackFacts,
             choose_model,
             missing_npu_stack,
         )
-        from ..launch import render_flm_script, render_flm_unit
-        from .lemonade import NPU_STATE_KEY, config_commands, home_dir, lemonade_installed
-        from .ttm import budget_gib
+        from ojai_setup.domain.launch import render_flm_script, render_flm_unit
+        from ojai_setup.formats.flm import FlmStatus
+        from ojai_setup.steps.lemonade import (
+            NPU_STATE_KEY,
+            config_commands,
+            home_dir,
+            lemonade_installed,
+        )
+        from ojai_setup.steps.ttm import budget_gib
 
         facts: Facts = ctx.facts  # type: ignore[assignment]
         settings = ctx.settings
@@ -72,7 +78,12 @@ class NpuStep:
                                                  needs_root=True, reason="load the new units")
         done: dict = {}
         if lemonade_installed(facts):
-            from ..lemonade import LemonadeRoute, LemonadeSettings, detect_layout, lemonade_commands
+            from ojai_setup.domain.lemonade import (
+                LemonadeRoute,
+                LemonadeSettings,
+                detect_layout,
+                lemonade_commands,
+            )
 
             layout = detect_layout(ctx.root, home_dir(ctx))
             commands = lemonade_commands(LemonadeRoute(name=tag, engine="flm"),

@@ -17,15 +17,14 @@ import json
 import os
 from pathlib import Path
 
-from ..actions import RunCommand, WriteFile
-from ..facts.models import Facts
-from .base import PlanContext, StepResult
-from .llamacpp import SERVER
+from ojai_setup.core.paths import ROUTES_DIR, UNITS_DIR
+from ojai_setup.model.actions import RunCommand, WriteFile
+from ojai_setup.model.facts import Facts
+from ojai_setup.planning.result import PlanContext, StepResult
+from ojai_setup.steps.llamacpp import SERVER
 
-ROUTES_DIR = "/opt/ojai/routes"
-UNITS_DIR = "/etc/systemd/system"
 PLAIN_SLOTS = 4
-REFERENCE_HELP = Path(__file__).resolve().parent.parent / "llamacpp" / "reference-help-b11434.txt"
+REFERENCE_HELP = Path(__file__).resolve().parent.parent / "formats" / "reference-help-b11434.txt"
 #: HSA_OVERRIDE_GFX_VERSION for a GPU whose own target the binary lacks
 OVERRIDES = {"gfx1150": "11.5.0", "gfx1151": "11.5.1"}
 
@@ -49,7 +48,8 @@ def _binary(ctx: PlanContext, settings) -> tuple[str | None, bool]:
 
 
 def _dialect(ctx: PlanContext, binary: str, installed: bool):
-    from ..llamacpp.dialect import ProbeError, parse_help, parse_version, probe
+    from ojai_setup.facts.probe import ProbeError, probe
+    from ojai_setup.formats.llama_help import parse_help, parse_version
 
     if installed:
         d = probe(ctx.root, binary)
@@ -74,8 +74,8 @@ def _binary_targets(ctx: PlanContext, binary: str) -> set[str] | None:
 
 
 def _environment(ctx: PlanContext, facts: Facts, settings, binary: str) -> dict[str, str]:
-    from ..llamacpp.nightly import NightlyError, family_for_target
-    from .llamacpp import gpu_target
+    from ojai_setup.domain.nightly import NightlyError, family_for_target
+    from ojai_setup.steps.llamacpp import gpu_target
 
     target = gpu_target(facts, settings)
     built_for = _binary_targets(ctx, binary)
@@ -105,9 +105,14 @@ class RoutesStep:
     name = "routes"
 
     def plan(self, ctx: PlanContext) -> StepResult:
-        from ..llamacpp.render import Route, UnsupportedRoute, render_args
-        from ..launch import LaunchError, has_bundled_libs, render_llama_script, render_llama_unit
-        from .models import chosen_route
+        from ojai_setup.domain.launch import (
+            LaunchError,
+            has_bundled_libs,
+            render_llama_script,
+            render_llama_unit,
+        )
+        from ojai_setup.domain.render import Route, UnsupportedRoute, render_args
+        from ojai_setup.steps.models import chosen_route
 
         facts: Facts = ctx.facts  # type: ignore[assignment]
         settings = ctx.settings

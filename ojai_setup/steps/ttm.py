@@ -8,10 +8,9 @@ that make the edit reach the next boot (grub.cfg, the initramfs).
 
 from __future__ import annotations
 
-from ..actions import RunCommand, WriteFile
-from ..checks import load_profile
-from ..facts.models import GIB, PAGE, Facts
-from ..grub import (
+from ojai_setup.core.paths import GIB, GRUB_DEFAULT, PAGE
+from ojai_setup.domain.checks import load_profile
+from ojai_setup.formats.grub import (
     GrubEditError,
     bls_enabled,
     choose_cmdline_var,
@@ -20,15 +19,16 @@ from ..grub import (
     remove_kernel_param,
     set_kernel_param,
 )
-from ..modprobe import (
+from ojai_setup.formats.modprobe import (
     ModprobeEditError,
     module_option_settings,
     remove_module_option,
     set_module_option,
 )
-from .base import PlanContext, StepResult
+from ojai_setup.model.actions import RunCommand, WriteFile
+from ojai_setup.model.facts import Facts
+from ojai_setup.planning.result import PlanContext, StepResult
 
-GRUB_DEFAULT = "/etc/default/grub"
 PAGES_PER_GIB = GIB // PAGE  # 262144
 MIN_OS_GIB = 4
 DEPRECATED = ("amdgpu.gttsize", "amdgpu.gtt_size")
@@ -43,7 +43,7 @@ def budget_gib(facts: Facts, settings) -> int:
     """The GPU memory budget: ``--gpu-memory`` or the profile's default."""
     if settings.gpu_memory_gib is not None:
         return settings.gpu_memory_gib
-    from ..checks import detect_profile
+    from ojai_setup.domain.checks import detect_profile
 
     profile = load_profile(settings.profile) if settings.profile else detect_profile(facts)
     return profile.gpu_budget_gib(facts.memory.total_gib if facts.memory else 0)

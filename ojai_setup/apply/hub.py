@@ -1,0 +1,230 @@
+"""Model downloads from the Hugging Face Hub, each checked against the hub's LFS sha256.
+
+Requests go through ``huggingface_hub``: a ``HEAD /{repo}/resolve/{revision}/{file}`` for the
+commit, size and download location (usually a redirect to a CDN, where the token is not sent),
+``POST /api/models/{repo}/paths-info/{commit}`` for the LFS sha256, and a streamed ``GET`` of the
+location. ``HF_ENDPOINT``, ``HF_TOKEN`` and ``HF_HUB_OFFLINE`` are read when a download runs.
+
+Files go to ``<models_dir>/<org>/<repo>/<file>`` (default models dir ``/var/lib/ojai/models``:
+the system ``lemond`` service runs with ``ProtectHome=yes`` and cannot read anything under
+/home). While downloading, the body grows in ``.<file>.<sha256 prefix>.partial`` beside the
+target; an interrupted download leaves it there and the next run resumes it with an HTTP
+``Range`` request. Only a file whose sha256 matches the hub's value is renamed into place; a
+mismatch deletes the download and raises with both digests.
+
+A verified file gets a small ``.<file>.sha256`` record keyed by its size and mtime, so later
+runs recognise it without re-reading many gigabytes and without asking the hub."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import httpx2  # noqa: E402 - after the environment default above
+from huggingface_hub import HfApi, get_hf_file_metadata, hf_hub_url
+from huggingface_hub import constants as hf_constants
+from huggingface_hub.file_download import http_get
+from huggingface_hub.hf_api import RepoFile
+from huggingface_hub.utils import HfHubHTTPError, build_hf_headers
+
+from ojai_setup.apply.executor import fault_point
+from ojai_setup.core.errors import ApplyError
+from ojai_setup.core.progress import Progress, TaskHandle
+from ojai_setup.core.root import Root
+from ojai_setup.domain.models import _digest_record, verified_digest
+from ojai_setup.facts.disk import _TRUE, free_bytes
+from ojai_setup.model.actions import HubDownload
+
+# ojai talks to the hub only to download what the plan lists: no usage reports, unless the
+# user asks for them. (huggingface_hub reads this when it is first imported.)
+os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+
+
+_HASH_CHUNK = 8 << 20
+
+
+class HubError(ApplyError):
+    """A download could not be started, finished or verified; the text says why."""
+
+
+def _endpoint() -> str:
+    return (os.environ.get("HF_ENDPOINT") or hf_constants.ENDPOINT).rstrip("/")
+
+
+def _offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in _TRUE or hf_constants.is_offline_mode()
+
+
+def _gib(n: int) -> str:
+    return f"{n / (1 << 30):.2f} GiB" if n >= 1 << 30 else f"{n} bytes"
+
+
+def remote_file_info(repo_id: str, filename: str, revision: str | None = None) -> tuple[str, int]:
+    """The hub's LFS ``(sha256, size)`` of ``filename`` in ``repo_id`` at ``revision``."""
+    where = f"{repo_id}@{revision or 'main'}:{filename}"
+    if _offline():
+        raise HubError(f"{where}: cannot ask the hub for its sha256: HF_HUB_OFFLINE is set")
+    try:
+        entries = HfApi(endpoint=_endpoint()).get_paths_info(repo_id, [filename], revision=revision)
+    except HfHubHTTPError as exc:
+        raise HubError(f"{where}: the hub refused the file listing: {exc}") from exc
+    except httpx2.TransportError as exc:
+        raise HubError(f"{where}: cannot reach {_endpoint()}: {exc}") from exc
+    for entry in entries:
+        if isinstance(entry, RepoFile) and entry.path == filename:
+            if entry.lfs is None:
+                raise HubError(f"{where}: not stored with LFS, so the hub gives no sha256 for it")
+            return entry.lfs.sha256, entry.lfs.size
+    raise HubError(f"{where}: no such file in the repository")
+
+
+def _record_digest(path: Path, digest: str) -> None:
+    stat = path.stat()
+    record = _digest_record(path)
+    tmp = record.with_name(record.name + ".tmp")
+    tmp.write_text(json.dumps({"sha256": digest, "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}),
+                   encoding="utf-8")
+    os.replace(tmp, record)
+
+
+def _hash_file(path: Path, progress: Progress, description: str) -> str:
+    task = progress.task(description, total=path.stat().st_size)
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        while chunk := f.read(_HASH_CHUNK):
+            digest.update(chunk)
+            task.advance(len(chunk))
+    task.done()
+    return digest.hexdigest()
+
+
+def _bar_class(task: TaskHandle) -> type:
+    """A tqdm stand-in for ``http_get`` that forwards byte counts to ``task``."""
+
+    class _Bar:
+        def __init__(self, **_: object) -> None:
+            pass
+
+        def __enter__(self) -> _Bar:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            return None
+
+        def update(self, n: float | None = 1) -> None:
+            if n:
+                task.advance(int(n))
+
+    return _Bar
+
+
+def _same_origin(a: str, b: str) -> bool:
+    pa, pb = urlsplit(a), urlsplit(b)
+    return (pa.scheme, pa.hostname, pa.port) == (pb.scheme, pb.hostname, pb.port)
+
+
+def execute_hub_download(root: Root, action: HubDownload, progress: Progress, *,
+                         disk_budget: int | None = None) -> bool:
+    """Make ``action.dest`` a verified copy of the hub file; True when something changed.
+
+    The expected sha256 is ``action.sha256`` when pinned, else the hub's LFS value; the
+    expected size is ``action.size`` when given (it must agree with the hub), else the hub's.
+    A present file with a verified-digest record (or whose hash matches) is left alone
+    without downloading. ``disk_budget`` (or the ``OJAI_DISK_BUDGET_BYTES`` variable) caps the
+    free space the download may use; the check runs before any byte is fetched.
+    """
+    dest = root.resolve(action.dest)
+    where = f"{action.repo_id}:{action.filename}"
+    pinned = action.sha256.lower() if action.sha256 else None
+
+    if dest.is_file():
+        recorded = verified_digest(dest)
+        size_ok = action.size is None or dest.stat().st_size == action.size
+        if recorded is not None and size_ok and (pinned is None or recorded == pinned):
+            return False
+        if pinned is None:
+            expected_sha, hub_size = remote_file_info(action.repo_id, action.filename, action.revision)
+            expected_size = action.size or hub_size
+        else:
+            expected_sha, expected_size = pinned, action.size or dest.stat().st_size
+        if dest.stat().st_size == expected_size:
+            digest = recorded or _hash_file(dest, progress, f"verify {action.filename}")
+            if digest == expected_sha:
+                _record_digest(dest, digest)
+                return False
+
+    if _offline():
+        raise HubError(f"{where}: {action.dest} is missing or does not match, and HF_HUB_OFFLINE is set")
+    endpoint = _endpoint()
+    url = hf_hub_url(action.repo_id, action.filename, revision=action.revision, endpoint=endpoint)
+    try:
+        meta = get_hf_file_metadata(url, endpoint=endpoint)
+    except HfHubHTTPError as exc:
+        raise HubError(f"{where}: the hub refused the file: {exc}") from exc
+    except httpx2.TransportError as exc:
+        raise HubError(f"{where}: cannot reach {endpoint}: {exc}") from exc
+    hub_size = meta.size
+    if pinned is not None:
+        expected_sha = pinned
+    else:
+        expected_sha, hub_size = remote_file_info(action.repo_id, action.filename,
+                                                  meta.commit_hash or action.revision)
+    expected_size = action.size or hub_size
+    if expected_size is None:
+        raise HubError(f"{where}: the hub gave no size for the file")
+    if hub_size is not None and hub_size != expected_size:
+        raise HubError(f"{where}: the hub serves {hub_size} bytes, the plan expected {expected_size}; "
+                       "the file changed upstream or the catalog's size is wrong")
+
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    part = dest.with_name(f".{dest.name}.{expected_sha[:16]}.partial")
+    for stale in dest.parent.glob(f".{dest.name}.*.partial"):
+        if stale != part:
+            stale.unlink()
+    resume = part.stat().st_size if part.is_file() else 0
+    if resume > expected_size:
+        part.unlink()
+        resume = 0
+
+    need = expected_size - resume
+    free = free_bytes(dest.parent, disk_budget)
+    if need > free:
+        raise HubError(f"{where}: not enough disk space in {root.machine_path(dest.parent)}: "
+                       f"the download needs {_gib(need)}, {_gib(free)} is free")
+
+    headers = build_hf_headers()
+    if not _same_origin(url, meta.location):
+        headers.pop("authorization", None)  # signed CDN URLs: the token stays on the hub
+    task = progress.task(f"download {action.filename}", total=expected_size)
+    task.update(completed=resume)
+    try:
+        with part.open("r+b" if resume else "wb") as f:
+            f.seek(resume)
+            http_get(meta.location, f, resume_size=resume, headers=headers, expected_size=expected_size,
+                     displayed_filename=action.filename, tqdm_class=_bar_class(task))
+    except (HfHubHTTPError, httpx2.HTTPError, OSError, ValueError) as exc:
+        got = part.stat().st_size if part.is_file() else 0
+        cause = " ".join(str(exc).split())
+        raise HubError(f"{where}: download stopped after {got} of {expected_size} bytes ({cause}); "
+                       "run again to resume it") from exc
+    task.done()
+
+    got = part.stat().st_size
+    if got != expected_size:
+        part.unlink()
+        raise HubError(f"{where}: downloaded {got} bytes, the hub said {expected_size}; the download was deleted")
+    digest = _hash_file(part, progress, f"verify {action.filename}")
+    if digest != expected_sha:
+        part.unlink()
+        raise HubError(f"{where}: sha256 mismatch: expected {expected_sha}, the download has {digest}; "
+                       "the download was deleted")
+    part.chmod(0o644)
+    fault_point("before-rename")
+    os.replace(part, dest)
+    _record_digest(dest, digest)
+    return True
+
+

@@ -1,0 +1,153 @@
+"""``ojai doctor``: facts, profile, findings, and their two renderings (JSON and rich)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ojai_setup import __version__
+from ojai_setup.commands.terminal import Terminal
+from ojai_setup.core.paths import GIB, PAGE
+from ojai_setup.core.root import Root
+from ojai_setup.domain.checks import (
+    Finding,
+    Profile,
+    Severity,
+    detect_profile,
+    load_profile,
+    overall,
+    run_checks,
+)
+from ojai_setup.facts.collect import collect, environment
+from ojai_setup.model.facts import Facts
+
+DOCTOR_SCHEMA = "ojai.doctor/1"
+
+
+class DoctorReport:
+    def __init__(self, facts: Facts, profile: Profile, forced: bool, findings: list[Finding]):
+        self.facts, self.profile, self.forced, self.findings = facts, profile, forced, findings
+
+    @property
+    def result(self) -> Severity:
+        return overall(self.findings)
+
+    @property
+    def exit_code(self) -> int:
+        return 1 if self.result >= Severity.FAIL else 0
+
+    def to_json(self) -> dict:
+        return {
+            "schema": DOCTOR_SCHEMA,
+            "ojai_version": __version__,
+            "profile": {"id": self.profile.id, "name": self.profile.name, "forced": self.forced},
+            "result": self.result.label,
+            "findings": [f.model_dump(mode="json") for f in self.findings],
+            "facts": self.facts.model_dump(mode="json"),
+        }
+
+
+def diagnose(root: Root, profile_name: str | None = None) -> DoctorReport:
+    facts = collect(root)
+    profile = load_profile(profile_name) if profile_name else detect_profile(facts)
+    return DoctorReport(facts, profile, profile_name is not None, run_checks(facts, profile))
+
+
+def run_doctor(term: Terminal, root_dir: Path, *, profile_name: str | None = None,
+               capture: Path | None = None) -> int:
+    root = Root(root_dir)
+    report = diagnose(root, profile_name)
+    if term.json_mode:
+        term.emit_json(report.to_json())
+    else:
+        render(term, report)
+    if capture is not None:
+        from ojai_setup.commands.capture import write_capture
+
+        n = write_capture(root, environment(root), capture)
+        term.note(f"captured {n} files and command outputs into {capture}; "
+                  f"replay with: mkdir m && tar xzf {capture} -C m && ojai doctor --root m")
+    return report.exit_code
+
+
+def _gib(n: int | None) -> str:
+    return "?" if n is None else f"{n / GIB:.1f} GiB"
+
+
+def fact_rows(facts: Facts) -> list[tuple[str, str]]:
+    rows: list[tuple[str, str]] = []
+    if facts.cpu:
+        rows.append(("CPU", f"{facts.cpu.model_name} ({facts.cpu.logical_cpus} threads)"
+                     + (", engineering sample" if facts.cpu.engineering_sample else "")))
+    if facts.gpu:
+        agents = ", ".join(f"{a.name} ({a.marketing_name})" for a in facts.gpu.agents)
+        rows.append(("GPU (rocminfo)", agents or facts.gpu.rocminfo_error or "none"))
+        for c in facts.gpu.cards:
+            rows.append((f"GPU ({c.card})", f"PCI {c.pci_vendor}:{c.pci_device}, VRAM carve-out "
+                         f"{_gib(c.vram_total)}, GTT {_gib(c.gtt_total)}"))
+        if facts.gpu.npu_agents:
+            rows.append(("NPU (rocminfo)", ", ".join(f"{a.name} ({a.marketing_name})" for a in facts.gpu.npu_agents)))
+    if facts.npu:
+        n = facts.npu
+        rows.append(("NPU", f"{', '.join(n.accel_devices) or 'no /dev/accel device'}; amdxdna "
+                     f"{n.amdxdna_version or '?'}; firmware {n.firmware_version or '?'}"))
+    if facts.memory:
+        rows.append(("Memory", f"{facts.memory.total_gib:.1f} GiB"))
+    if facts.kernel:
+        rows.append(("Kernel", facts.kernel.release))
+    if facts.distro:
+        rows.append(("Distribution", facts.distro.name or facts.distro.id))
+    if facts.bios:
+        b = facts.bios
+        rows.append(("Board / BIOS", f"{b.sys_vendor} {b.product_name} ({b.board_name}); BIOS "
+                     f"{b.bios_vendor} {b.bios_version} {b.bios_date or ''}".strip()))
+    if facts.rocm_version:
+        rows.append(("ROCm", facts.rocm_version))
+    if facts.ttm:
+        t = facts.ttm
+
+        def pages(p: int | None) -> str:
+            return "not set" if p is None else f"{p} ({p * PAGE / GIB:.1f} GiB)"
+
+        rows.append(("TTM limit", f"active {pages(t.active_pages)} via {t.live_module or '?'}; "
+                     f"GRUB {pages(t.grub_pages)}; cmdline {pages(t.cmdline_pages)}"
+                     + "".join(f"; {m.path}:{m.line} {pages(m.pages)}" for m in t.modprobe)))
+    for tool in facts.tools.values():
+        rows.append((tool.name, f"{tool.version or 'installed'} ({tool.path})"))
+        detail = tool.detail or {}
+        for line in detail.get("dialect", [])[1:]:
+            rows.append(("", line))
+        if "error" in detail:
+            rows.append(("", detail["error"]))
+    for pair in facts.models:
+        rows.append((f"route {pair.route}", ("matched pair" if pair.ok else "NOT a matched pair: "
+                     + "; ".join(pair.reasons))))
+    for name, reason in facts.unknown.items():
+        rows.append((name, f"unknown: {reason}"))
+    return rows
+
+
+def render(term: Terminal, report: DoctorReport) -> None:
+    from rich.table import Table
+
+    facts_table = Table(title=f"Machine ({report.facts.root})", show_header=False, title_justify="left")
+    facts_table.add_column("fact", style="bold")
+    facts_table.add_column("value")
+    for k, v in fact_rows(report.facts):
+        facts_table.add_row(k, v)
+    term.print(facts_table)
+    how = "forced" if report.forced else "detected"
+    table = Table(title=f"Checks for profile {report.profile.id} ({how}): {report.profile.name}",
+                  title_justify="left")
+    table.add_column("", no_wrap=True)
+    table.add_column("check")
+    table.add_column("evidence")
+    for f in report.findings:
+        table.add_row(term.styled(f.severity), f"{f.title}\n[dim]{f.id}[/]", f.evidence)
+    term.print(table)
+    todo = [f for f in report.findings if f.severity in ("warn", "fail") and f.fix]
+    for f in todo:
+        term.print(f"{term.styled(f.severity)} [bold]{f.id}[/]: {f.fix}"
+                   + (f"\n      see {f.link}" if f.link else ""))
+    counts = {s: sum(1 for f in report.findings if f.severity == s) for s in ("pass", "info", "warn", "fail")}
+    term.print(f"result: {term.styled(report.result.label)}  "
+               + ", ".join(f"{v} {k}" for k, v in counts.items()))

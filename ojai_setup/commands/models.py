@@ -1,0 +1,61 @@
+"""``ojai models``: the catalog against this machine's GPU budget and models folder."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ojai_setup.commands.terminal import Terminal
+from ojai_setup.core.paths import GIB
+from ojai_setup.core.root import Root
+from ojai_setup.domain.catalog import fit
+from ojai_setup.facts.collect import collect
+from ojai_setup.model.settings import Settings
+
+
+def model_rows(root: Root, settings: Settings) -> list[dict]:
+    from ojai_setup.domain.models import verified_digest
+    from ojai_setup.steps.models import catalog_for
+    from ojai_setup.steps.ttm import budget_gib
+
+    facts = collect(root)
+    budget = budget_gib(facts, settings) * GIB if facts.memory or settings.gpu_memory_gib else 0
+    catalog = catalog_for(settings)
+    rows = []
+    for route in sorted(catalog.routes.values(), key=lambda r: r.memory_need(r.context_size)):
+        f = fit(route, route.context_size, budget, alternatives=catalog.routes.values())
+        files = []
+        for mf in route.files():
+            from ojai_setup.domain.catalog import model_path
+
+            real = root.resolve(model_path(settings.models_dir, route.repo, mf.file))
+            files.append("verified" if real.is_file() and verified_digest(real)
+                         else "present" if real.is_file() else "missing")
+        state = ("downloaded" if all(s == "verified" for s in files)
+                 else "partly" if any(s != "missing" for s in files) else "no")
+        rows.append({"name": route.name, "title": route.title, "mtp": route.mtp,
+                     "context_size": route.context_size, "need_bytes": f.need_bytes,
+                     "budget_bytes": budget, "fits": f.fits, "max_ctx": f.max_ctx,
+                     "downloaded": state, "sizes_estimated": route.sizes_estimated})
+    return rows
+
+
+def run_models(term: Terminal, root_dir: Path, settings: Settings) -> int:
+    rows = model_rows(Root(root_dir), settings)
+    if term.json_mode:
+        term.emit_json({"routes": rows})
+        return 0
+    from rich.table import Table
+
+    budget = rows[0]["budget_bytes"] if rows else 0
+    table = Table(title=f"Routes (GPU budget {budget / GIB:.0f} GiB; models in {settings.models_dir})",
+                  title_justify="left")
+    for col in ("route", "MTP", "context", "needs", "fits", "downloaded"):
+        table.add_column(col)
+    for r in rows:
+        fits = "yes" if r["fits"] else (f"no (ctx {r['max_ctx']} fits)" if r["max_ctx"] else "no")
+        need = f"{r['need_bytes'] / GIB:.1f} GiB" + (" (est.)" if r["sizes_estimated"] else "")
+        table.add_row(f"{r['name']}\n[dim]{r['title']}[/]", r["mtp"].replace("_", "-"),
+                      str(r["context_size"]), need, fits, r["downloaded"])
+    term.print(table)
+    term.print("Set one up with: ojai setup --model NAME")
+    return 0

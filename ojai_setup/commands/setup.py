@@ -1,0 +1,153 @@
+"""``ojai setup`` and ``ojai rollback``: plan, show, save, apply, verify."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ojai_setup.commands.terminal import SYMBOLS, Terminal
+from ojai_setup.core.root import Root
+from ojai_setup.facts.collect import collect
+from ojai_setup.model.settings import Settings
+from ojai_setup.planning.plan import (
+    Plan,
+    PlanExit,
+    PlanFileError,
+    check_fresh,
+    make_plan,
+)
+from ojai_setup.planning.result import PlanContext
+
+
+def build_plan(root: Root, settings: Settings) -> Plan:
+    from ojai_setup.steps import build_steps
+
+    facts = collect(root)
+    ctx = PlanContext(root=root, facts=facts, settings=settings)
+    return make_plan(ctx, build_steps(settings, facts))
+
+
+def show_plan(term: Terminal, plan: Plan) -> None:
+    if term.json_mode:
+        data = plan.model_dump(mode="json")
+        data["exit_code"] = int(plan.exit_code)
+        data["diffs"] = plan.unified_diffs()
+        data["reboot_reasons"] = plan.reboot_reasons()
+        term.emit_json(data)
+        return
+    from rich.markup import escape
+    from rich.syntax import Syntax
+
+    for r in plan.steps:
+        pad = " " * (9 - len(SYMBOLS.get(r.status, r.status)))
+        term.print(f"{pad}{term.styled(r.status)} [bold]{escape(r.step)}[/]: {escape(r.sentence)}")
+        for a in r.actions:
+            root_mark = " (root)" if a.needs_root else ""
+            term.print(f"{'':>10} - {escape(a.describe())}{root_mark}")
+    for name, cmd in plan.handlers.items():
+        term.print(f"{'':>10} then, if something changed: {escape(cmd.describe())}  [dim]({name})[/]")
+    for diff in plan.unified_diffs():
+        if term.color:
+            term.print(Syntax(diff, "diff", theme="ansi_dark", background_color="default"))
+        else:
+            term.print(diff, markup=False, highlight=False, end="" if diff.endswith("\n") else "\n")
+    reasons = plan.reboot_reasons()
+    if reasons:
+        term.print("[bold]A reboot is needed after applying:[/] " + escape("; ".join(reasons)))
+    code = plan.exit_code
+    summary = {PlanExit.NOTHING_TO_DO: "nothing to do", PlanExit.CHANGES: "changes pending",
+               PlanExit.ERROR: "blocked: fix the step(s) above first"}[code]
+    term.print(f"plan: {summary}")
+
+
+def run_setup(term: Terminal, root_dir: Path, settings: Settings, *, apply: bool, yes: bool,
+              plan_file: Path | None, out: Path | None) -> int:
+    from ojai_setup.apply.executor import NeedsRoot
+    from ojai_setup.apply.executor import apply as apply_plan
+    from ojai_setup.core.errors import ApplyError
+
+    root = Root(root_dir)
+    if plan_file is not None:
+        if not apply:
+            term.error("--plan goes with --apply (to look at a saved plan, apply nothing: "
+                       "`ojai setup --out FILE` writes one)")
+            return PlanExit.ERROR
+        try:
+            plan = Plan.load(plan_file)
+        except PlanFileError as exc:
+            term.error(str(exc))
+            return PlanExit.ERROR
+        stale = check_fresh(plan, root, collect(root), plan_path=str(plan_file))
+        if stale is not None:
+            term.error(f"saved plan is stale: {stale.message}")
+            return PlanExit.ERROR
+    else:
+        plan = build_plan(root, settings)
+        if out is not None:
+            plan.save(out)
+        show_plan(term, plan)
+        if out is not None and not term.json_mode:
+            term.note(f"plan saved to {out}; apply exactly it with: ojai setup --apply --plan {out}")
+        if not apply:
+            return int(plan.exit_code)
+    if plan.exit_code == PlanExit.ERROR:
+        term.error("the plan has blocked steps; nothing was applied")
+        return PlanExit.ERROR
+    if plan.exit_code == PlanExit.NOTHING_TO_DO:
+        from ojai_setup.facts.state import JournalError, read_state
+
+        try:
+            pending = read_state(root).pending_handlers
+        except JournalError as exc:
+            term.error(str(exc))
+            return PlanExit.ERROR
+        if not pending:
+            if not term.json_mode:
+                term.print("nothing to do: every step is satisfied; nothing was changed")
+            return PlanExit.NOTHING_TO_DO
+        # an earlier apply changed files but failed before its follow-up commands ran
+        if not term.json_mode:
+            term.print("every step is satisfied, but follow-up commands of an earlier apply are "
+                       "still due: " + ", ".join(h.name for h in pending))
+    if plan_file is None and not yes and plan.exit_code == PlanExit.CHANGES:
+        if not term.interactive:
+            term.error("refusing to apply without review: no terminal to ask on. Review "
+                       "`ojai setup`, then run `ojai setup --apply --yes` (or save with --out and "
+                       "apply with --plan)")
+            return PlanExit.ERROR
+        if not term.confirm("Apply this plan?"):
+            term.note("nothing was applied")
+            return PlanExit.ERROR
+    try:
+        result = apply_plan(plan, root, term.progress(),
+                            plan_path=str(plan_file) if plan_file else None)
+    except NeedsRoot as exc:
+        term.error(str(exc))
+        return PlanExit.ERROR
+    except (ApplyError, OSError, ValueError) as exc:
+        term.error(f"apply failed: {exc}. Changed files were backed up; run `ojai setup --apply` "
+                   "again to finish, or `ojai rollback` to undo")
+        return PlanExit.ERROR
+    after = build_plan(root, settings if plan_file is None else Settings(**plan.settings))
+    leftover = [r for r in after.steps if r.status != "satisfied"]
+    if not term.json_mode:
+        term.print(f"applied: {result.message}")
+        if result.journal:
+            term.print(f"journal: {root.machine_path(result.journal) if not root.is_host else result.journal}")
+    if leftover:
+        term.error("after applying, a new plan is not empty: "
+                   + "; ".join(f"{r.step}: {r.sentence}" for r in leftover))
+        return PlanExit.ERROR
+    return PlanExit.NOTHING_TO_DO
+
+
+def run_rollback(term: Terminal, root_dir: Path, *, force: bool) -> int:
+    from ojai_setup.apply.journal import RollbackError, rollback
+    from ojai_setup.facts.state import JournalError
+
+    try:
+        result = rollback(Root(root_dir), term.progress(), force=force)
+    except (RollbackError, JournalError) as exc:
+        term.error(str(exc))
+        return 1
+    term.print(result.message)
+    return 0

@@ -1,0 +1,80 @@
+"""All output goes through one :class:`Terminal`: rich for people, JSON for programs.
+
+Rich is imported only when something is printed for a person, which keeps ``--json`` fast.
+``NO_COLOR``, ``TERM=dumb`` and output that is not a terminal turn colour off.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from functools import cached_property
+from typing import Any
+
+STYLES = {"pass": "green", "info": "cyan", "warn": "yellow", "fail": "bold red",
+          "satisfied": "green", "change": "yellow", "blocked": "bold red"}
+SYMBOLS = {"pass": "ok", "info": "info", "warn": "warn", "fail": "FAIL",
+           "satisfied": "ok", "change": "change", "blocked": "BLOCKED"}
+
+
+class Terminal:
+    def __init__(self, *, json_mode: bool = False, stdout=None, stderr=None) -> None:
+        self.json_mode = json_mode
+        self._stdout = stdout or sys.stdout
+        self._stderr = stderr or sys.stderr
+
+    @property
+    def color(self) -> bool:
+        if os.environ.get("NO_COLOR") or os.environ.get("TERM") == "dumb":
+            return False
+        return bool(getattr(self._stdout, "isatty", lambda: False)())
+
+    @property
+    def interactive(self) -> bool:
+        return bool(getattr(sys.stdin, "isatty", lambda: False)()) and \
+            bool(getattr(self._stdout, "isatty", lambda: False)())
+
+    @cached_property
+    def console(self):
+        from rich.console import Console
+
+        return Console(file=self._stdout, no_color=not self.color, highlight=False,
+                       force_terminal=self.color or None, emoji=False,
+                       width=None if self.color else 120, soft_wrap=not self.color)
+
+    @cached_property
+    def err_console(self):
+        from rich.console import Console
+
+        return Console(file=self._stderr, no_color=not self.color, highlight=False, emoji=False,
+                       soft_wrap=not self.color)
+
+    # -- primitives --------------------------------------------------------------------------
+    def emit_json(self, data: Any) -> None:
+        self._stdout.write(json.dumps(data, indent=2, sort_keys=False) + "\n")
+
+    def print(self, *objects: Any, **kwargs: Any) -> None:
+        self.console.print(*objects, **kwargs)
+
+    def error(self, message: str) -> None:
+        self.err_console.print(f"[bold red]error:[/] {message}", markup=True, highlight=False)
+
+    def note(self, message: str) -> None:
+        self.err_console.print(message, markup=False, highlight=False)
+
+    def styled(self, status: str) -> str:
+        return f"[{STYLES.get(status, '')}]{SYMBOLS.get(status, status)}[/]"
+
+    def confirm(self, question: str) -> bool:
+        from rich.prompt import Confirm
+
+        return Confirm.ask(question, console=self.console, default=False)
+
+    def progress(self):
+        """A progress reporter for long work (downloads, builds): rich bars, or silence."""
+        from ojai_setup.core.progress import NullProgress, RichProgress
+
+        if self.json_mode:
+            return NullProgress()
+        return RichProgress(self.err_console)

@@ -1,0 +1,188 @@
+"""``ojai verify``: ask each route ojai wrote for health and one short completion.
+
+From the completion's ``timings`` it reports tokens/s, the drafted and accepted token counts,
+and the speedup the standard speculative-decoding model predicts (Leviathan et al., 2023):
+with per-token acceptance ``a``, draft length ``g`` and draft cost ``c`` relative to one main
+pass, a verification step yields ``E = (1 - a**(g+1)) / (1 - a)`` tokens and the speedup is
+``S = E / (g*c + 1)``. ``draft_n_accepted / draft_n`` is not ``a`` (drafts after the first
+rejection are thrown away), so ``a`` is solved from the mean tokens per verification step. This
+is a prediction: a measured speedup needs a paired run without speculation.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from pydantic import BaseModel
+
+from ojai_setup.commands.terminal import Terminal
+from ojai_setup.core.root import Root
+
+PROMPT = "Write a short story about a lighthouse keeper who finds a message in a bottle."
+#: assumed cost of one draft-head pass relative to a main-model pass (an MTP head is one layer)
+DRAFT_COST = 0.05
+
+
+class RouteCheck(BaseModel):
+    route: str
+    url: str
+    healthy: bool
+    error: str | None = None
+    predicted_n: int | None = None
+    tokens_per_second: float | None = None
+    draft_n: int | None = None
+    draft_n_accepted: int | None = None
+    accepted_fraction: float | None = None  # draft_n_accepted / draft_n
+    tokens_per_step: float | None = None  # mean tokens per verification step (E)
+    acceptance_estimate: float | None = None  # a, solved from E and g
+    draft_n_max: int | None = None
+    predicted_speedup: float | None = None  # S = E / (g*c + 1), a prediction
+
+
+def expected_tokens(a: float, g: int) -> float:
+    if a >= 1.0:
+        return g + 1.0
+    return (1 - a ** (g + 1)) / (1 - a)
+
+
+def solve_acceptance(e: float, g: int) -> float:
+    """The per-token acceptance ``a`` for which ``expected_tokens(a, g) == e`` (bisection)."""
+    if e <= 1.0:
+        return 0.0
+    if e >= g + 1:
+        return 1.0
+    lo, hi = 0.0, 1.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        if expected_tokens(mid, g) < e:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
+
+
+def predict(timings: dict, g: int | None, cost: float = DRAFT_COST) -> dict:
+    """Acceptance and predicted speedup from a completion's ``timings``."""
+    out: dict = {"predicted_n": timings.get("predicted_n"),
+                 "tokens_per_second": timings.get("predicted_per_second")}
+    drafted, accepted = timings.get("draft_n"), timings.get("draft_n_accepted")
+    n = timings.get("predicted_n") or 0
+    if drafted is None or accepted is None or not g:
+        return out
+    out.update(draft_n=drafted, draft_n_accepted=accepted, draft_n_max=g,
+               accepted_fraction=(accepted / drafted) if drafted else None)
+    steps = n - accepted  # every verification step emits one token of its own
+    if steps > 0:
+        e = n / steps
+        a = solve_acceptance(e, g)
+        out.update(tokens_per_step=e, acceptance_estimate=a,
+                   predicted_speedup=expected_tokens(a, g) / (g * cost + 1))
+    return out
+
+
+def _get(url: str, timeout: float) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
+            return resp.status, resp.read().decode("utf-8", "replace")
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode("utf-8", "replace")
+
+
+def check_route(name: str, host: str, port: int, draft_n_max: int | None, *, timeout: float,
+                n_predict: int) -> RouteCheck:
+    base = f"http://{host}:{port}"
+    deadline = time.monotonic() + timeout
+    status, body = 0, ""
+    while True:
+        try:
+            status, body = _get(base + "/health", timeout=5)
+        except OSError as exc:
+            status, body = 0, str(exc)
+        if status == 200 or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    if status != 200:
+        return RouteCheck(route=name, url=base, healthy=False,
+                          error=f"/health answered {status or 'nothing'}: {body.strip()[:200]}")
+    payload = json.dumps({"prompt": PROMPT, "n_predict": n_predict, "ignore_eos": True,
+                          "temperature": 0.0, "cache_prompt": False}).encode()
+    req = urllib.request.Request(base + "/completion", data=payload,
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=max(timeout, 120)) as resp:
+            data = json.loads(resp.read())
+    except (OSError, ValueError) as exc:
+        return RouteCheck(route=name, url=base, healthy=True, error=f"completion failed: {exc}")
+    return RouteCheck(route=name, url=base, healthy=True,
+                      **predict(data.get("timings", {}), draft_n_max))
+
+
+def check_npu_route(tag: str, port: int, timeout: float) -> RouteCheck:
+    """FastFlowLM has no health endpoint: it is ready when ``/api/tags`` lists its models."""
+    from ojai_setup.commands.verify_flm import probe_tags
+
+    deadline = time.monotonic() + timeout
+    while True:
+        probe = probe_tags("127.0.0.1", port, timeout=5)
+        if probe.ready or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    url = f"http://127.0.0.1:{port}"
+    if not probe.ready:
+        return RouteCheck(route=f"flm {tag}", url=url, healthy=False, error=probe.detail)
+    missing = None if tag in probe.tags else f"{tag} is not among the served models: {probe.tags}"
+    return RouteCheck(route=f"flm {tag}", url=url, healthy=True, error=missing)
+
+
+def routes_of(root: Root) -> dict[str, dict]:
+    from ojai_setup.facts.state import read_state
+
+    records = read_state(root).records
+    routes = {k: v for k, v in records.get("routes", {}).items()
+              if isinstance(v, dict) and "port" in v}
+    npu = records.get("npu")
+    if isinstance(npu, dict) and npu.get("tag"):
+        routes[f"flm {npu['tag']}"] = {"port": npu.get("port", 52625), "flm_tag": npu["tag"]}
+    return routes
+
+
+def run_verify(term: Terminal, root_dir: Path, *, only: str | None, timeout: float,
+               n_predict: int) -> int:
+    routes = routes_of(Root(root_dir))
+    if only:
+        routes = {k: v for k, v in routes.items() if k == only}
+    if not routes:
+        term.error("no routes to verify" + (f" named {only!r}" if only else "")
+                   + ": `ojai setup --model NAME --apply` writes them")
+        return 1
+    results = [check_npu_route(r["flm_tag"], r["port"], timeout) if "flm_tag" in r else
+               check_route(name, r.get("host", "127.0.0.1"), r["port"], r.get("draft_n_max"),
+                           timeout=timeout, n_predict=n_predict)
+               for name, r in sorted(routes.items())]
+    if term.json_mode:
+        term.emit_json({"draft_cost_assumed": DRAFT_COST,
+                        "routes": [r.model_dump(mode="json") for r in results]})
+    else:
+        for r in results:
+            if not r.healthy or r.error:
+                term.print(f"{term.styled('fail')} {r.route} ({r.url}): {r.error}")
+                continue
+            if r.predicted_n is None:
+                term.print(f"{term.styled('pass')} {r.route} ({r.url}): ready")
+                continue
+            line = f"{term.styled('pass')} {r.route} ({r.url}): {r.predicted_n} tokens at " \
+                   f"{r.tokens_per_second or 0:.1f} tokens/s"
+            if r.draft_n is not None:
+                line += (f"; drafted {r.draft_n}, accepted {r.draft_n_accepted} "
+                         f"({(r.accepted_fraction or 0) * 100:.0f}% of drafted tokens)")
+            if r.predicted_speedup is not None:
+                line += (f"; {r.tokens_per_step:.2f} tokens per verification step -> per-token "
+                         f"acceptance a = {r.acceptance_estimate:.2f} at g = {r.draft_n_max}; "
+                         f"predicted speedup {r.predicted_speedup:.2f}x (model, assuming draft cost "
+                         f"{DRAFT_COST}; not measured)")
+            term.print(line)
+    return 0 if all(r.healthy and not r.error for r in results) else 1

@@ -1,0 +1,18 @@
+"""Exit statuses of every ojai command (the README's table)."""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class ExitStatus(IntEnum):
+    """What a command's exit code means, for every command."""
+
+    #: done, or nothing to do
+    OK = 0
+    #: a check failed, a step is blocked, or an error stopped the command
+    FAILED = 1
+    #: ``ojai setup`` dry run only: changes are pending
+    CHANGES = 2
+    #: the command line itself is wrong (sysexits' EX_USAGE)
+    USAGE = 64

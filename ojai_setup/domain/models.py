@@ -1,0 +1,76 @@
+"""Planning a route's model files: which downloads are still needed, and whether the files on
+disk are a matched MTP pair."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from ojai_setup.core.paths import DEFAULT_MODELS_DIR
+from ojai_setup.core.root import Root
+from ojai_setup.domain.catalog import Route, model_path
+from ojai_setup.formats.gguf import GGUFError, PairVerdict, check_pair, read_model_info
+from ojai_setup.model.actions import HubDownload
+
+
+def _digest_record(path: Path) -> Path:
+    return path.with_name(f".{path.name}.sha256")
+
+
+def verified_digest(path: Path) -> str | None:
+    """The sha256 recorded when ``path`` was verified, if its size and mtime are unchanged."""
+    try:
+        stat = path.stat()
+        record = json.loads(_digest_record(path).read_text(encoding="utf-8"))
+        if record["size"] == stat.st_size and record["mtime_ns"] == stat.st_mtime_ns:
+            return str(record["sha256"])
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    return None
+
+
+def plan_model_downloads(root: Root, route: Route, models_dir: str = DEFAULT_MODELS_DIR) -> list[HubDownload]:
+    """Downloads for the files of ``route`` that are missing or not verified; [] when all are."""
+    actions = []
+    for f in route.files():
+        dest = model_path(models_dir, route.repo, f.file)
+        real = root.resolve(dest)
+        if not real.is_file():
+            reason = "missing"
+        else:
+            recorded = verified_digest(real)
+            if recorded is not None and (f.sha256 is None or recorded == f.sha256):
+                continue
+            reason = ("present, but its sha256 differs from the catalog's pinned value" if recorded
+                      else "present, but not yet checked against the hub's sha256")
+        exact = f.sha256 is not None or not route.sizes_estimated
+        actions.append(HubDownload(
+            repo_id=route.repo, filename=f.file, revision=route.revision, dest=dest,
+            sha256=f.sha256, size=f.size if exact else None, needs_root=_needs_root(real),
+            reason=f"{route.name}: {f.file} {reason}" + ("" if exact else f" (about {f.size / 1e9:.1f} GB)"),
+        ))
+    return actions
+
+
+def verify_local_pair(root: Root, route: Route, models_dir: str = DEFAULT_MODELS_DIR) -> PairVerdict:
+    """Whether the downloaded files of ``route`` form a matched MTP pair (for ``ojai doctor``)."""
+    main = route.main_path(models_dir)
+    draft = route.draft_path(models_dir)
+    missing = [p for p in (main, draft) if p is not None and not root.resolve(p).is_file()]
+    if missing:
+        return PairVerdict(ok=False, reasons=tuple(f"{p}: missing; `ojai setup --apply` downloads it"
+                                                   for p in missing))
+    try:
+        main_info = read_model_info(root.resolve(main))
+        draft_info = read_model_info(root.resolve(draft)) if draft else None
+    except GGUFError as exc:
+        return PairVerdict(ok=False, reasons=(str(exc),))
+    return check_pair(main_info, draft_info, route.mtp)
+
+
+def _needs_root(real: Path) -> bool:
+    existing = real.parent
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    return not os.access(existing, os.W_OK)

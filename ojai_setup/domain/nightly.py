@@ -1,0 +1,196 @@
+"""llama.cpp from Lemonade's nightly ROCm builds (github.com/lemonade-sdk/llamacpp-rocm).
+
+Each release is tagged ``b`` + a build number (``b1311``) and carries one flat zip per GPU
+family, ``llama-<tag>-ubuntu-rocm-<family>-x64.zip``: ``llama-server``, its shared libraries
+and the bundled ROCm runtime side by side, linked with RPATH ``$ORIGIN``. There are no
+checksum files; GitHub's release API gives each asset a ``sha256:`` digest, and an asset
+without one is refused, because nothing is unpacked unverified.
+
+Layout on the machine::
+
+    /opt/ojai/llama.cpp/b1311-gfx1150/llama-server      (+ libraries, + ojai-install.json)
+    /opt/ojai/llama.cpp/current -> b1311-gfx1150
+
+Reading the release is :func:`resolve_release`; :func:`install_action` turns its answer into an
+:class:`~ojai_setup.model.actions.InstallArchive`, and :func:`execute_install_archive` carries that
+out: download, verify, check every zip entry, unpack next to the destination, record, rename
+into place, switch the link. A failure at any point leaves the previous install and link as
+they were and removes what it had started."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import stat
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from ojai_setup.core.errors import ApplyError
+from ojai_setup.core.paths import LLAMACPP_CURRENT, LLAMACPP_DIR
+from ojai_setup.core.root import Root
+from ojai_setup.model.actions import InstallArchive
+
+REPO = "lemonade-sdk/llamacpp-rocm"
+
+
+RELEASES_PAGE = f"https://github.com/{REPO}/releases"
+
+
+#: GPU families Lemonade builds for, in the order its release lists them.
+FAMILIES = ("gfx1150", "gfx1151", "gfx110X", "gfx120X", "gfx103X", "gfx90a", "gfx908")
+
+
+INSTALL_BASE = LLAMACPP_DIR
+
+
+CURRENT_LINK = LLAMACPP_CURRENT
+
+
+RECORD_NAME = "ojai-install.json"
+
+
+SERVER_NAME = "llama-server"
+
+
+TAG_RE = re.compile(r"^b\d{4,}$")
+
+
+ASSET_RE = re.compile(r"^llama-(?P<tag>b\d{4,})-ubuntu-rocm-(?P<family>gfx[0-9a-zA-Z]+)-x64\.zip$")
+
+
+DIGEST_RE = re.compile(r"^sha256:(?P<hex>[0-9a-f]{64})$")
+
+
+class NightlyError(ApplyError):
+    """A nightly release could not be resolved or installed; the message says why and what to do."""
+
+
+class NightlyAsset(BaseModel):
+    """One zip of one nightly release, as GitHub's release API describes it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    tag: str
+    name: str
+    url: str
+    size: int
+    sha256: str
+
+    @property
+    def family(self) -> str:
+        match = ASSET_RE.match(self.name)
+        if match is None:  # resolve_release only builds assets with matching names
+            raise NightlyError(f"not a nightly asset name: {self.name!r}")
+        return match["family"]
+
+
+class InstallRecord(BaseModel):
+    """What ``ojai-install.json`` inside an install folder says about it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    tag: str | None
+    family: str | None
+    asset: str
+    url: str
+    sha256: str
+    files_digest: str
+
+
+# -- naming -----------------------------------------------------------------------------------
+def family_for_target(gfx: str) -> str:
+    """The nightly build family that carries kernels for GPU target ``gfx`` (``gfx1103`` -> ``gfx110X``)."""
+    target = gfx.strip().lower()
+    if target in ("gfx1150", "gfx1151", "gfx90a", "gfx908"):
+        return target
+    if re.fullmatch(r"gfx110[0-3]", target):
+        return "gfx110X"
+    if target in ("gfx1200", "gfx1201"):
+        return "gfx120X"
+    if re.fullmatch(r"gfx103[0-6]", target):
+        return "gfx103X"
+    raise NightlyError(
+        f"no nightly llama.cpp build covers GPU target {gfx!r}; Lemonade builds for "
+        f"{', '.join(FAMILIES)}. Build llama.cpp from source for this GPU instead.")
+
+
+def asset_name(tag: str, family: str) -> str:
+    """The zip name of ``family``'s build in release ``tag``."""
+    return f"llama-{tag}-ubuntu-rocm-{family}-x64.zip"
+
+
+def install_dir_name(tag: str, family: str) -> str:
+    """The versioned folder name under :data:`INSTALL_BASE`, e.g. ``b1311-gfx1150``."""
+    _check_tag(tag)
+    _check_family(family)
+    return f"{tag}-{family}"
+
+
+def install_action(asset: NightlyAsset) -> InstallArchive:
+    """The action that installs ``asset`` under :data:`INSTALL_BASE` and points ``current`` at it."""
+    dest = f"{INSTALL_BASE}/{install_dir_name(asset.tag, asset.family)}"
+    return InstallArchive(
+        url=asset.url, sha256=asset.sha256, size=asset.size, dest=dest, link=CURRENT_LINK,
+        needs_root=True,
+        reason=f"llama.cpp nightly {asset.tag} for {asset.family} from {RELEASES_PAGE}")
+
+
+def _check_tag(tag: str) -> None:
+    if not TAG_RE.match(tag):
+        raise NightlyError(f"not a nightly tag: {tag!r} (expected 'b' and a build number, e.g. b1311)")
+
+
+def _check_family(family: str) -> None:
+    if family not in FAMILIES:
+        raise NightlyError(f"unknown GPU family {family!r}; one of {', '.join(FAMILIES)}")
+
+
+# -- install state ----------------------------------------------------------------------------
+def files_digest(folder: Path) -> str:
+    """A cheap fingerprint of an unpacked install: every entry's path, type, size and x bit.
+
+    Only ``lstat`` is read, so it is fast for a runtime of a few GiB; it catches missing,
+    extra, truncated and re-linked files, not a same-size change of content (the archive's
+    sha256 was checked before unpacking).
+    """
+    lines = []
+    for dirpath, dirnames, filenames in os.walk(folder):
+        dirnames.sort()
+        for name in sorted(dirnames + filenames):
+            path = Path(dirpath, name)
+            rel = path.relative_to(folder).as_posix()
+            if rel == RECORD_NAME:
+                continue
+            st = path.lstat()
+            if stat.S_ISLNK(st.st_mode):
+                lines.append(f"l {rel} -> {os.readlink(path)}")
+            elif stat.S_ISDIR(st.st_mode):
+                lines.append(f"d {rel}")
+            else:
+                x = "x" if st.st_mode & stat.S_IXUSR else "-"
+                lines.append(f"f{x} {rel} {st.st_size}")
+    return hashlib.sha256("\n".join(lines).encode("utf-8")).hexdigest()
+
+
+def read_record(root: Root, dest: str) -> InstallRecord | None:
+    """The install record in machine folder ``dest``, or None when absent or unreadable."""
+    try:
+        return InstallRecord.model_validate_json(root.read_bytes(f"{dest}/{RECORD_NAME}"))
+    except (OSError, ValidationError):
+        return None
+
+
+def is_installed(root: Root, dest: str, sha256: str) -> bool:
+    """Whether ``dest`` holds the unpacked archive with ``sha256``, complete and unchanged."""
+    folder = root.resolve(dest)
+    if folder.is_symlink() or not folder.is_dir():
+        return False
+    record = read_record(root, dest)
+    if record is None or record.sha256 != sha256.lower():
+        return False
+    server = folder / SERVER_NAME
+    if not server.is_file() or not os.access(server, os.X_OK):
+        return False
+    return files_digest(folder) == record.files_digest

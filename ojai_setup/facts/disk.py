@@ -1,0 +1,43 @@
+"""Free space where models go (``OJAI_DISK_BUDGET_BYTES`` caps it) and what partial downloads hold."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+from ojai_setup.core.errors import UsageError
+
+#: caps the free disk space a download may use (bytes); for tests and for careful people
+DISK_BUDGET_ENV = "OJAI_DISK_BUDGET_BYTES"
+
+
+_TRUE = {"1", "true", "yes", "on"}
+
+
+def _disk_budget(explicit: int | None) -> int | None:
+    if explicit is not None:
+        return explicit
+    raw = os.environ.get(DISK_BUDGET_ENV)
+    if raw is None or not raw.strip():
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        raise UsageError(f"{DISK_BUDGET_ENV}={raw!r} is not a number of bytes") from None
+
+
+def free_bytes(folder: Path, disk_budget: int | None = None) -> int:
+    """Bytes a download into ``folder`` (or, while it does not exist, its nearest existing
+    parent) may use: the free disk space, capped by ``disk_budget`` or ``OJAI_DISK_BUDGET_BYTES``."""
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    free = shutil.disk_usage(folder).free
+    budget = _disk_budget(disk_budget)
+    return free if budget is None else min(free, budget)
+
+
+def partial_bytes(dest: Path) -> int:
+    """Bytes already fetched by an interrupted download of ``dest`` (kept for resuming)."""
+    return max((p.stat().st_size for p in dest.parent.glob(f".{dest.name}.*.partial")
+                if p.is_file()), default=0) if dest.parent.is_dir() else 0

@@ -1,0 +1,122 @@
+"""The remote fact of the llama.cpp nightly to install: a release of lemonade-sdk/llamacpp-rocm from
+GitHub's release API (``OJAI_GITHUB_API`` moves it, ``GITHUB_TOKEN`` authenticates), with the
+sha256 digest GitHub states for each asset."""
+
+from __future__ import annotations
+
+import json
+import os
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Mapping
+
+from ojai_setup.core.paths import USER_AGENT
+from ojai_setup.domain.nightly import (
+    ASSET_RE,
+    DIGEST_RE,
+    RELEASES_PAGE,
+    REPO,
+    TAG_RE,
+    NightlyAsset,
+    NightlyError,
+    _check_family,
+    _check_tag,
+    asset_name,
+)
+
+DEFAULT_API = "https://api.github.com"
+
+
+API_ENV = "OJAI_GITHUB_API"
+
+
+TOKEN_ENV = "GITHUB_TOKEN"
+
+
+API_TIMEOUT = 30.0
+
+
+# -- the release API --------------------------------------------------------------------------
+def github_api_base(env: Mapping[str, str] = os.environ) -> str:
+    """GitHub's API root, or the one ``$OJAI_GITHUB_API`` names."""
+    return (env.get(API_ENV) or DEFAULT_API).rstrip("/")
+
+
+def resolve_release(api_base: str | None, tag: str | None, family: str) -> NightlyAsset:
+    """Find ``family``'s zip in release ``tag`` (``None``: the latest release) and its sha256.
+
+    ``api_base`` ``None`` means :func:`github_api_base`. ``$GITHUB_TOKEN`` is sent when set
+    (it raises the API's rate limit). Raises :class:`NightlyError` when the release does not
+    exist, has no zip for ``family``, or gives that zip no sha256 digest.
+    """
+    _check_family(family)
+    if tag is not None:
+        _check_tag(tag)
+    base = (api_base or github_api_base()).rstrip("/")
+    path = "releases/latest" if tag is None else f"releases/tags/{urllib.parse.quote(tag)}"
+    release = _get_json(f"{base}/repos/{REPO}/{path}", what=f"release {tag or 'latest'}")
+    if not isinstance(release, dict):
+        raise NightlyError(f"unexpected answer from the GitHub API for {REPO} {path}")
+    return _pick_asset(release, family)
+
+
+def _pick_asset(release: dict, family: str) -> NightlyAsset:
+    tag = release.get("tag_name")
+    if not isinstance(tag, str) or not TAG_RE.match(tag):
+        raise NightlyError(f"release of {REPO} has an unexpected tag {tag!r}")
+    assets = [a for a in release.get("assets") or [] if isinstance(a, dict)]
+    wanted = asset_name(tag, family)
+    asset = next((a for a in assets if a.get("name") == wanted), None)
+    if asset is None:
+        offered = sorted({m["family"] for a in assets
+                          if (m := ASSET_RE.match(str(a.get("name", "")))) and m["tag"] == tag})
+        raise NightlyError(
+            f"release {tag} of {REPO} has no {wanted}; it offers "
+            f"{', '.join(offered) if offered else 'no Ubuntu ROCm builds'} "
+            f"(see {RELEASES_PAGE}/tag/{tag}); pick another tag or build from source")
+    digest = asset.get("digest")
+    match = DIGEST_RE.match(digest.lower()) if isinstance(digest, str) else None
+    if match is None:
+        raise NightlyError(
+            f"GitHub gives no sha256 digest for {wanted} in release {tag} (digest: {digest!r}); "
+            "refusing to install an archive that cannot be verified")
+    url = asset.get("browser_download_url")
+    size = asset.get("size")
+    if not isinstance(url, str) or urllib.parse.urlsplit(url).scheme not in ("http", "https"):
+        raise NightlyError(f"{wanted} in release {tag} has no usable download URL: {url!r}")
+    if not isinstance(size, int) or size <= 0:
+        raise NightlyError(f"{wanted} in release {tag} has no usable size: {size!r}")
+    return NightlyAsset(tag=tag, name=wanted, url=url, size=size, sha256=match["hex"])
+
+
+def _get_json(url: str, *, what: str) -> object:
+    request = urllib.request.Request(url, headers={
+        "Accept": "application/vnd.github+json",
+        "X-GitHub-Api-Version": "2022-11-28",
+        "User-Agent": USER_AGENT,
+    })
+    token = os.environ.get(TOKEN_ENV)
+    if token:
+        # unredirected: a redirect to another host must not carry the token along
+        request.add_unredirected_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=API_TIMEOUT) as response:
+            body = response.read()
+    except urllib.error.HTTPError as exc:
+        if exc.code == 404:
+            raise NightlyError(
+                f"no {what} in {REPO} (see {RELEASES_PAGE} for the tags there are)") from exc
+        if exc.code in (403, 429):
+            raise NightlyError(
+                f"the GitHub API refused {url} (HTTP {exc.code}, likely its rate limit); "
+                f"set {TOKEN_ENV} or try again later") from exc
+        raise NightlyError(f"GET {url} failed: HTTP {exc.code} {exc.reason}") from exc
+    except urllib.error.URLError as exc:
+        raise NightlyError(f"could not reach the GitHub API at {url}: {exc.reason}") from exc
+    except OSError as exc:
+        raise NightlyError(f"reading {url} failed: {exc}") from exc
+    try:
+        return json.loads(body)
+    except ValueError as exc:
+        raise NightlyError(f"the GitHub API sent something that is not JSON for {url}") from exc

@@ -1,0 +1,199 @@
+"""Proof that an MTP draft head belongs to its main model, from the GGUF metadata alone.
+
+A draft head trained against another main model still loads and runs, but nearly every drafted
+token is rejected: speculative decoding silently becomes slower than none. The metadata tells a
+matched pair from a mismatched one:
+
+- a sidecar must have the architecture ``gemma4-assistant`` (llama.cpp's name, with a hyphen;
+  the underscore spelling ``gemma4_assistant`` is the Hugging Face model type and upstream
+  llama.cpp refuses it as an unknown architecture);
+- the converter writes the main model's hidden size into the sidecar's
+  ``gemma4-assistant.embedding_length_out`` (llama.cpp: "Gemma 4 assistant requires
+  embedding_length_out to carry the target hidden size"); it must equal the main model's
+  ``gemma4.embedding_length``;
+- both files must carry the identical token list (``tokenizer.ggml.tokens``), compared by a
+  sha256 digest;
+- heads inside the main file (qwen35, qwen35moe, deepseek2, glm4-moe, ...) are declared by
+  ``<arch>.nextn_predict_layers`` > 0.
+
+Metadata is read with :class:`gguf.GGUFReader`, which memory-maps the file and never touches
+tensor data. Its parsing of a 262k-entry vocabulary still takes seconds, so the result is cached
+in a small sidecar file (``.<name>.info.json``) keyed by the file's size and mtime.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import gguf
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+ASSISTANT_ARCH = "gemma4-assistant"
+ASSISTANT_TARGET_ARCH = "gemma4"
+_CACHE_VERSION = 1
+
+
+class GGUFError(ValueError):
+    """A file could not be read as GGUF; the text names the file."""
+
+
+class ModelInfo(BaseModel):
+    """What pairing needs to know about one GGUF file."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    path: str
+    file_size: int
+    architecture: str
+    embedding_length: int | None = None
+    #: for ``gemma4-assistant``: the hidden size of the main model it drafts for
+    embedding_length_out: int | None = None
+    nextn_predict_layers: int = 0
+    block_count: int | None = None
+    head_count_kv: tuple[int, ...] = ()
+    tokenizer_model: str | None = None
+    token_count: int = 0
+    #: sha256 over the token list (each token as 8-byte little-endian length + bytes)
+    tokens_sha256: str | None = None
+
+
+class PairVerdict(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    ok: bool
+    reasons: tuple[str, ...] = ()
+
+
+def _info_cache_path(path: Path) -> Path:
+    return path.with_name(f".{path.name}.info.json")
+
+
+def _scalar(reader: gguf.GGUFReader, key: str) -> Any:
+    field = reader.get_field(key)
+    return None if field is None else field.contents()
+
+
+def _tokens_digest(reader: gguf.GGUFReader) -> tuple[int, str | None]:
+    field = reader.get_field("tokenizer.ggml.tokens")
+    if field is None:
+        return 0, None
+    digest = hashlib.sha256()
+    for idx in field.data:
+        token = field.parts[idx].tobytes()
+        digest.update(len(token).to_bytes(8, "little"))
+        digest.update(token)
+    return len(field.data), digest.hexdigest()
+
+
+def _parse(path: Path) -> ModelInfo:
+    try:
+        reader = gguf.GGUFReader(path, "r")
+    except (ValueError, KeyError, IndexError, OSError) as exc:
+        raise GGUFError(f"{path}: not a readable GGUF file: {exc}") from None
+    arch = _scalar(reader, "general.architecture")
+    if not isinstance(arch, str):
+        raise GGUFError(f"{path}: GGUF file has no general.architecture")
+    kv_heads = _scalar(reader, f"{arch}.attention.head_count_kv")
+    count, digest = _tokens_digest(reader)
+    return ModelInfo(
+        path=str(path),
+        file_size=path.stat().st_size,
+        architecture=arch,
+        embedding_length=_scalar(reader, f"{arch}.embedding_length"),
+        embedding_length_out=_scalar(reader, f"{arch}.embedding_length_out"),
+        nextn_predict_layers=_scalar(reader, f"{arch}.nextn_predict_layers") or 0,
+        block_count=_scalar(reader, f"{arch}.block_count"),
+        head_count_kv=tuple(kv_heads) if isinstance(kv_heads, list) else ((kv_heads,) if kv_heads else ()),
+        tokenizer_model=_scalar(reader, "tokenizer.ggml.model"),
+        token_count=count,
+        tokens_sha256=digest,
+    )
+
+
+def read_model_info(path: str | os.PathLike[str]) -> ModelInfo:
+    """Read the pairing metadata of a GGUF file (for a split model: its first shard).
+
+    A cached result is used while the file's size and mtime are unchanged; the cache is
+    written when the folder allows it and silently skipped when it does not.
+    """
+    path = Path(path)
+    try:
+        stat = path.stat()
+    except OSError as exc:
+        raise GGUFError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    key = {"version": _CACHE_VERSION, "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
+    cache = _info_cache_path(path)
+    try:
+        cached = json.loads(cache.read_text(encoding="utf-8"))
+        if cached.get("key") == key:
+            return ModelInfo.model_validate({**cached["info"], "path": str(path)})
+    except (OSError, ValueError, KeyError, TypeError, ValidationError):
+        pass
+    info = _parse(path)
+    try:
+        tmp = cache.with_name(cache.name + ".tmp")
+        tmp.write_text(json.dumps({"key": key, "info": info.model_dump()}), encoding="utf-8")
+        os.replace(tmp, cache)
+    except OSError:
+        pass
+    return info
+
+
+def check_pair(main: ModelInfo, draft: ModelInfo | None, kind: MtpKind) -> PairVerdict:
+    """Whether ``draft`` (or the heads inside ``main``) can draft for ``main``, with reasons."""
+    reasons: list[str] = []
+    if kind == "in_file":
+        if draft is not None:
+            reasons.append(f"{Path(draft.path).name}: this route keeps its MTP heads inside the main "
+                           "file and takes no draft file")
+        if main.nextn_predict_layers <= 0:
+            reasons.append(f"{Path(main.path).name}: no MTP heads inside the file "
+                           f"({main.architecture}.nextn_predict_layers is 0 or missing); "
+                           "use the repository's MTP build of this model")
+        return PairVerdict(ok=not reasons, reasons=tuple(reasons))
+
+    main_name = Path(main.path).name
+    if main.architecture == ASSISTANT_ARCH:
+        reasons.append(f"{main_name}: is itself a {ASSISTANT_ARCH} draft head, not a main model")
+    elif main.architecture != ASSISTANT_TARGET_ARCH:
+        reasons.append(f"{main_name}: architecture {main.architecture!r}; a {ASSISTANT_ARCH} head "
+                       f"drafts only for a {ASSISTANT_TARGET_ARCH!r} main model")
+    if draft is None:
+        reasons.append("this route needs an MTP sidecar (mtp-*.gguf) and none was given")
+        return PairVerdict(ok=False, reasons=tuple(reasons))
+
+    draft_name = Path(draft.path).name
+    if draft.architecture == ASSISTANT_ARCH.replace("-", "_"):
+        reasons.append(f"{draft_name}: architecture 'gemma4_assistant' (underscore) does not load in "
+                       f"upstream llama.cpp, which knows only '{ASSISTANT_ARCH}' (hyphen); "
+                       "re-convert it with upstream convert_hf_to_gguf.py or use the repository's mtp-*.gguf")
+    elif draft.architecture != ASSISTANT_ARCH:
+        reasons.append(f"{draft_name}: architecture {draft.architecture!r} is not an MTP sidecar "
+                       f"(expected {ASSISTANT_ARCH!r})")
+    else:
+        if draft.embedding_length_out is None:
+            reasons.append(f"{draft_name}: {ASSISTANT_ARCH}.embedding_length_out is missing; llama.cpp "
+                           "needs it to carry the main model's hidden size")
+        elif draft.embedding_length_out != main.embedding_length:
+            reasons.append(f"{draft_name}: drafts for hidden size {draft.embedding_length_out}, but "
+                           f"{main_name} has hidden size {main.embedding_length}: it was trained for "
+                           "another main model")
+        if draft.nextn_predict_layers <= 0:
+            reasons.append(f"{draft_name}: declares no draft layers ({ASSISTANT_ARCH}.nextn_predict_layers)")
+
+    if main.tokens_sha256 is None or draft.tokens_sha256 is None:
+        missing = main_name if main.tokens_sha256 is None else draft_name
+        reasons.append(f"{missing}: has no token list (tokenizer.ggml.tokens) to compare")
+    elif main.tokens_sha256 != draft.tokens_sha256:
+        reasons.append(f"tokenizers differ: {main_name} has {main.token_count} tokens "
+                       f"(sha256 {main.tokens_sha256[:12]}), {draft_name} has {draft.token_count} "
+                       f"(sha256 {draft.tokens_sha256[:12]}); drafted tokens would mean other words")
+    return PairVerdict(ok=not reasons, reasons=tuple(reasons))
+
+
+#: the two shapes MTP comes in (llama.cpp common/speculative.cpp)
+MtpKind = Literal["sidecar", "in_file"]

@@ -1,0 +1,347 @@
+"""What one ``llama-server`` binary understands: its version and its command-line dialect.
+
+llama.cpp's flags move fast and forks add their own, so ojai never assumes a flag exists: it
+asks the installed binary (``--version`` and ``--help``) and reads the answer into a
+:class:`Dialect`. Reading (:func:`probe`) and parsing (:func:`parse_version`,
+:func:`parse_help`) are separate; the parsers are pure and take text.
+
+Help text layout (upstream ``common/arg.cpp``, ``common_arg::to_string``): an option starts at
+column 0 with its comma-separated names, then an optional value hint, then the description
+at column 40 (or on the next line when the names are long); continuation lines are indented
+by 40 spaces. Options that were removed stay registered so that they fail loudly, and their
+description starts with ``the argument has been removed.``"""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+REMOVED_MARKER = "the argument has been removed."
+
+
+# Names one setting has had across builds, newest first (common/arg.cpp).
+DRAFT_MODEL_FLAGS = ("--spec-draft-model", "--model-draft", "-md")
+
+
+DRAFT_N_MAX_FLAGS = ("--spec-draft-n-max", "--draft-max", "--draft-n", "--draft")
+
+
+DRAFT_N_MIN_FLAGS = ("--spec-draft-n-min", "--draft-min", "--draft-n-min")
+
+
+DRAFT_CACHE_K_FLAGS = ("--spec-draft-type-k", "--cache-type-k-draft", "-ctkd")
+
+
+DRAFT_CACHE_V_FLAGS = ("--spec-draft-type-v", "--cache-type-v-draft", "-ctvd")
+
+
+#: ``    # 2026-05-17 10:32:17.832 | `` - a log timestamp (and a YAML comment) pasted before
+#: every line of an excerpt.
+_PASTE_PREFIX = re.compile(
+    r"^\s*(?:#\s*)?\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?\s*\|[ ]?"
+)
+
+
+_HEAD = re.compile(r"^((?:-{1,2}[A-Za-z0-9][^\s,]*,\s*)*-{1,2}[A-Za-z0-9][^\s,]*)(.*)$")
+
+
+_ALLOWED_VALUES = re.compile(r"allowed values:\s*(.+)")
+
+
+_ENV = re.compile(r"\(env:\s*([A-Z0-9_]+)\)")
+
+
+_BULLET = re.compile(r"^-\s+([A-Za-z0-9_.+-]+):")
+
+
+_ERROR_LINE = re.compile(r"error while handling argument \"([^\"]+)\":\s*(.*)")
+
+
+_VERSION_NEW = re.compile(
+    r"version:\s*(?P<semver>\S+)\s+\(build\s+(?P<build>\d+),\s*commit\s+(?P<commit>[^)\s]+)\)"
+)
+
+
+_VERSION_OLD = re.compile(r"version:\s*(?P<build>\d+)\s+\((?P<commit>[^)\s]+)\)")
+
+
+_BUILT_WITH = re.compile(r"built with (?P<compiler>.+?) for (?P<target>.+)$")
+
+
+class DialectParseError(ValueError):
+    """The text is not the output of ``llama-server --version`` / ``--help``."""
+
+
+class LlamaVersion(BaseModel):
+    """``llama-server --version``: ``version: 8171 (c17dce4f5)`` or
+    ``version: 0.6.0-dev (build 11434, commit abc1234)``."""
+
+    model_config = ConfigDict(frozen=True)
+
+    raw: str
+    build: int | None = None
+    commit: str | None = None
+    semver: str | None = None
+    compiler: str | None = None
+    target: str | None = None
+
+    def label(self) -> str:
+        parts = [self.semver] if self.semver else []
+        if self.build is not None:
+            parts.append(f"build {self.build}")
+        if self.commit and self.commit != "unknown":
+            parts.append(f"commit {self.commit}")
+        return " ".join(parts) if parts else self.raw
+
+
+class HelpOption(BaseModel):
+    """One option as ``--help`` shows it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    names: tuple[str, ...]
+    value_hint: str | None = None
+    help: str = ""
+    env: str | None = None
+
+    @property
+    def removed(self) -> bool:
+        return self.help.lstrip().lower().startswith(REMOVED_MARKER)
+
+    @property
+    def canonical(self) -> str:
+        """The first long name (``--cache-type-k`` for ``-ctk, --cache-type-k``)."""
+        return next((n for n in self.names if n.startswith("--")), self.names[0])
+
+
+class Dialect(BaseModel):
+    """The command-line dialect of one ``llama-server`` binary."""
+
+    model_config = ConfigDict(frozen=True)
+
+    version: LlamaVersion | None = None
+    #: a full ``--help`` listing; False for a per-argument ``usage:`` excerpt
+    complete: bool = True
+    options: tuple[HelpOption, ...] = ()
+    #: values ``--spec-type`` accepts; None when the binary has no ``--spec-type``
+    spec_types: tuple[str, ...] | None = None
+    #: ``allowed values`` of ``--cache-type-k`` (empty when help does not list them)
+    cache_types: tuple[str, ...] = ()
+    #: ``allowed values`` of the draft model's ``--cache-type-k-draft``
+    draft_cache_types: tuple[str, ...] = ()
+    #: ``--load-mode`` values; None when the binary still uses ``--no-mmap``/``--mlock``
+    load_modes: tuple[str, ...] | None = None
+    #: ``value``: ``-fa on|off|auto``; ``flag``: a bare ``-fa``; None: no flash-attention option
+    flash_attn: Literal["value", "flag"] | None = None
+    #: argument errors printed alongside the listing (``error while handling argument ...``)
+    errors: tuple[str, ...] = Field(default=())
+
+    # -- lookups -----------------------------------------------------------------------------
+    def option(self, name: str) -> HelpOption | None:
+        """The option registered under ``name`` (removed ones included)."""
+        for opt in self.options:
+            if name in opt.names:
+                return opt
+        return None
+
+    def has(self, name: str) -> bool:
+        """Whether ``name`` is a live (not removed) option."""
+        opt = self.option(name)
+        return opt is not None and not opt.removed
+
+    def is_removed(self, name: str) -> bool:
+        opt = self.option(name)
+        return opt is not None and opt.removed
+
+    def removed_flags(self) -> list[str]:
+        return [n for opt in self.options if opt.removed for n in opt.names]
+
+    def first_live(self, *names: str) -> str | None:
+        """The first of ``names`` that is a live option, as the caller spelled it."""
+        return next((n for n in names if self.has(n)), None)
+
+    def spec_type_allowed(self, value: str) -> bool:
+        return self.spec_types is not None and value in self.spec_types
+
+    @property
+    def draft_model_flag(self) -> str | None:
+        return self.first_live(*DRAFT_MODEL_FLAGS)
+
+    @property
+    def draft_n_max_flag(self) -> str | None:
+        return self.first_live(*DRAFT_N_MAX_FLAGS)
+
+    @property
+    def draft_n_min_flag(self) -> str | None:
+        return self.first_live(*DRAFT_N_MIN_FLAGS)
+
+    @property
+    def fork_mtp_head(self) -> bool:
+        """A fork's ``--mtp-head FILE`` (with ``--draft-block-size``), not upstream."""
+        return self.has("--mtp-head")
+
+    def version_label(self) -> str:
+        return self.version.label() if self.version else "unknown version"
+
+    def summary_lines(self) -> list[str]:
+        """Short human lines for ``ojai doctor``."""
+        lines = [f"llama-server {self.version_label()}"]
+        if not self.complete:
+            lines.append("help: partial (a usage excerpt, not a full --help listing)")
+        if self.spec_types is None:
+            if self.complete:
+                lines.append("speculative decoding: no --spec-type")
+        else:
+            lines.append("speculative types: " + ", ".join(self.spec_types))
+            mtp = "yes (--spec-type draft-mtp)" if "draft-mtp" in self.spec_types else "no"
+            lines.append(f"MTP: {mtp}")
+        draft = [f for f in (self.draft_model_flag, self.draft_n_max_flag, self.draft_n_min_flag) if f]
+        if draft:
+            lines.append("draft flags: " + " ".join(draft))
+        if self.fork_mtp_head:
+            extra = " --draft-block-size" if self.has("--draft-block-size") else ""
+            lines.append(f"fork flags: --mtp-head{extra}")
+        if self.cache_types:
+            lines.append("KV cache types: " + ", ".join(self.cache_types))
+        if self.load_modes is not None:
+            lines.append("model loading: --load-mode " + "|".join(self.load_modes))
+        elif self.has("--no-mmap"):
+            lines.append("model loading: --no-mmap / --mlock")
+        if self.flash_attn == "value":
+            lines.append("flash attention: -fa on|off|auto")
+        elif self.flash_attn == "flag":
+            lines.append("flash attention: -fa (bare flag)")
+        removed = self.removed_flags()
+        if removed:
+            lines.append("removed flags: " + " ".join(removed))
+        lines.extend(f"error: {e}" for e in self.errors)
+        return lines
+
+
+# -- parsing ---------------------------------------------------------------------------------
+def clean_paste(text: str) -> str:
+    """Undo paste damage: drop a ``# <timestamp> | `` prefix wherever a line carries one."""
+    return "\n".join(_PASTE_PREFIX.sub("", line) for line in text.splitlines())
+
+
+def parse_version(text: str) -> LlamaVersion:
+    """Parse ``llama-server --version`` output (stdout and stderr together are fine)."""
+    text = clean_paste(text)
+    compiler = target = None
+    m_built = next((m for m in map(_BUILT_WITH.search, text.splitlines()) if m), None)
+    if m_built:
+        compiler, target = m_built["compiler"].strip(), m_built["target"].strip()
+    for line in text.splitlines():
+        if m := _VERSION_NEW.search(line):
+            return LlamaVersion(raw=line.strip(), build=int(m["build"]), commit=m["commit"],
+                                semver=m["semver"], compiler=compiler, target=target)
+        if m := _VERSION_OLD.search(line):
+            return LlamaVersion(raw=line.strip(), build=int(m["build"]), commit=m["commit"],
+                                compiler=compiler, target=target)
+    for line in text.splitlines():
+        if line.strip().startswith("version:"):
+            return LlamaVersion(raw=line.strip(), compiler=compiler, target=target)
+    raise DialectParseError("no 'version:' line in the output of --version")
+
+
+def _split_options(lines: list[str]) -> list[HelpOption]:
+    options: list[HelpOption] = []
+    names: tuple[str, ...] | None = None
+    hint: str | None = None
+    body: list[str] = []
+
+    def flush() -> None:
+        if names is None:
+            return
+        help_text = "\n".join(body).strip("\n")
+        env = _ENV.search(help_text)
+        options.append(HelpOption(names=names, value_hint=hint, help=help_text,
+                                  env=env.group(1) if env else None))
+
+    for line in lines:
+        if line[:1] == "-" and (m := _HEAD.match(line)):
+            flush()
+            names = tuple(n.strip() for n in m.group(1).split(",") if n.strip())
+            rest = m.group(2)
+            hint = None
+            if rest.startswith(" ") and not rest.startswith("  "):
+                hint_part, _, desc = rest[1:].partition("  ")
+                hint = hint_part.strip() or None
+                body = [desc.strip()] if desc.strip() else []
+            else:
+                body = [rest.strip()] if rest.strip() else []
+        elif names is not None and (line.startswith(" ") or not line.strip()):
+            body.append(line.strip())
+        else:
+            flush()
+            names, hint, body = None, None, []
+    flush()
+    return options
+
+
+def _allowed_values(opt: HelpOption | None) -> tuple[str, ...]:
+    if opt is None:
+        return ()
+    lines = opt.help.splitlines()
+    for i, line in enumerate(lines):
+        if m := _ALLOWED_VALUES.search(line):
+            listed = m.group(1).strip()
+            # help text wraps at 70 columns: a list ending in a comma goes on
+            for more in lines[i + 1:]:
+                if not listed.endswith(","):
+                    break
+                listed += " " + more.strip()
+            return tuple(v.strip() for v in listed.split(",") if v.strip())
+    return ()
+
+
+def _spec_types(opt: HelpOption | None) -> tuple[str, ...] | None:
+    if opt is None or opt.removed:
+        return None
+    if not opt.value_hint or opt.value_hint.isupper():
+        return ()
+    return tuple(v.strip() for v in re.split(r"[,|]", opt.value_hint.strip("[]{}")) if v.strip())
+
+
+def _load_modes(opt: HelpOption | None) -> tuple[str, ...] | None:
+    if opt is None or opt.removed:
+        return None
+    if opt.value_hint and opt.value_hint.startswith("{"):
+        return tuple(v.strip() for v in opt.value_hint.strip("{}").split(",") if v.strip())
+    return tuple(m.group(1) for line in opt.help.splitlines() if (m := _BULLET.match(line.strip())))
+
+
+def _flash_attn(opt: HelpOption | None) -> Literal["value", "flag"] | None:
+    if opt is None or opt.removed:
+        return None
+    return "value" if opt.value_hint else "flag"
+
+
+def parse_help(text: str, version: LlamaVersion | None = None) -> Dialect:
+    """Parse ``llama-server --help`` (or a per-argument ``usage:`` excerpt) into a Dialect."""
+    lines = clean_paste(text).splitlines()
+    errors = tuple(f"{m.group(1)}: {m.group(2).strip()}"
+                   for line in lines if (m := _ERROR_LINE.search(line)))
+    options = _split_options(lines)
+    if not options:
+        raise DialectParseError("no options found: this is not llama-server --help output")
+
+    def find(*names: str) -> HelpOption | None:
+        return next((o for o in options if any(n in o.names for n in names)), None)
+
+    complete = find("--help") is not None
+    cache_types = _allowed_values(find("--cache-type-k", "-ctk"))
+    draft_cache_types = _allowed_values(find(*DRAFT_CACHE_K_FLAGS))
+    return Dialect(
+        version=version,
+        complete=complete,
+        options=tuple(options),
+        spec_types=_spec_types(find("--spec-type")),
+        cache_types=cache_types,
+        draft_cache_types=draft_cache_types,
+        load_modes=_load_modes(find("--load-mode", "-lm")),
+        flash_attn=_flash_attn(find("--flash-attn", "-fa")),
+        errors=errors,
+    )

@@ -1,1 +1,0 @@
-"""llama.cpp: installs (nightly or source), the binary's dialect, and argument rendering."""

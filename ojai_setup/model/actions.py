@@ -1,0 +1,137 @@
+"""Typed actions: the only changes ojai makes, as data.
+
+Steps return these; :mod:`ojai_setup.apply.executor` is the one place that carries them out. Each
+action says what it touches, whether it needs root, whether it needs a reboot to take effect,
+and which follow-up handlers (``update-grub``, ``initramfs``) it notifies when it changes
+something.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Annotated, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+def sha256_text(text: str | None) -> str | None:
+    return None if text is None else hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+class _Action(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    reason: str = ""
+    needs_root: bool = False
+    needs_reboot: str | None = None  # why a reboot is needed, or None
+    notify: tuple[str, ...] = ()  # handler names, run once at the end if this action changed something
+
+    def targets(self) -> list[str]:
+        """Machine paths this action writes (their digests go into the plan fingerprint)."""
+        return []
+
+    def describe(self) -> str:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+
+class WriteFile(_Action):
+    """Replace a text file's content. ``before`` is the content the plan saw (None: absent)."""
+
+    kind: Literal["write_file"] = "write_file"
+    path: str
+    before: str | None
+    after: str
+    mode: int | None = None
+    validate_with: str | None = None  # name of a validator registered in executor.VALIDATORS
+
+    def targets(self) -> list[str]:
+        return [self.path]
+
+    def describe(self) -> str:
+        return f"{'create' if self.before is None else 'update'} {self.path}"
+
+
+class Symlink(_Action):
+    kind: Literal["symlink"] = "symlink"
+    path: str
+    target: str
+    before: str | None = None  # the link's old target, None when absent
+
+    def targets(self) -> list[str]:
+        return [self.path]
+
+    def describe(self) -> str:
+        return f"link {self.path} -> {self.target}"
+
+
+class RunCommand(_Action):
+    kind: Literal["run_command"] = "run_command"
+    argv: tuple[str, ...]
+    env: dict[str, str] = Field(default_factory=dict)
+
+    def describe(self) -> str:
+        import shlex
+
+        return "run " + shlex.join(self.argv)
+
+
+class InstallArchive(_Action):
+    """Download a zip, check its sha256, unpack it into ``dest`` (a fresh versioned folder)."""
+
+    kind: Literal["install_archive"] = "install_archive"
+    url: str
+    sha256: str
+    size: int | None = None
+    dest: str  # machine path of the versioned folder
+    link: str | None = None  # machine path of a "current" link switched atomically after unpack
+
+    def targets(self) -> list[str]:
+        return [self.dest] + ([self.link] if self.link else [])
+
+    def describe(self) -> str:
+        return f"download {self.url} (sha256 {self.sha256[:12]}...) into {self.dest}"
+
+
+class BuildFromSource(_Action):
+    """Fetch llama.cpp source, configure with CMake, build ``llama-server``, install into ``dest``."""
+
+    kind: Literal["build_from_source"] = "build_from_source"
+    source: str  # URL or path (directory, tarball)
+    ref: str | None = None
+    backend: Literal["hip", "cpu"] = "hip"
+    gpu_target: str | None = None
+    cmake_args: tuple[str, ...] = ()
+    env: dict[str, str] = Field(default_factory=dict)
+    dest: str
+    link: str | None = None
+
+    def targets(self) -> list[str]:
+        return [self.dest] + ([self.link] if self.link else [])
+
+    def describe(self) -> str:
+        return f"build llama-server ({self.backend}{', ' + self.gpu_target if self.gpu_target else ''}) from {self.source} into {self.dest}"
+
+
+class HubDownload(_Action):
+    """Download one file from a Hugging Face repo into ``dest`` and check its sha256."""
+
+    kind: Literal["hub_download"] = "hub_download"
+    repo_id: str
+    filename: str
+    revision: str | None = None
+    dest: str  # machine path of the final file
+    sha256: str | None = None
+    size: int | None = None
+
+    def targets(self) -> list[str]:
+        return [self.dest]
+
+    def describe(self) -> str:
+        size = f", {self.size / 2**30:.1f} GiB" if self.size else ""
+        return f"download {self.repo_id}:{self.filename} to {self.dest}{size}"
+
+
+Action = Annotated[
+    Union[WriteFile, Symlink, RunCommand, InstallArchive, BuildFromSource, HubDownload],
+    Field(discriminator="kind"),
+]

@@ -1,0 +1,175 @@
+"""What the machine is: pydantic models of detected state.
+
+Every section that could not be read is ``None`` and its reason is kept in
+:attr:`Facts.unknown` under the section's name, so a report can say *why* it does not know.
+The JSON form of :class:`Facts` is part of ``ojai doctor --json`` (schema version
+:data:`FACTS_SCHEMA`).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ojai_setup.core.paths import GIB
+
+FACTS_SCHEMA = 1
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Cpu(_Model):
+    model_name: str | None = None
+    vendor_id: str | None = None
+    family: int | None = None
+    model: int | None = None
+    logical_cpus: int = 0
+    engineering_sample: bool = False
+
+
+class RocmAgent(_Model):
+    name: str  # gfx target for GPUs ("gfx1150"), product name for CPUs, "aie2p" for the NPU
+    marketing_name: str | None = None
+    vendor_name: str | None = None
+    device_type: str  # CPU, GPU, DSP (the XDNA NPU shows as DSP)
+    compute_units: int | None = None
+    isas: list[str] = Field(default_factory=list)
+
+
+class DrmCard(_Model):
+    card: str  # "card1"
+    pci_vendor: str | None = None  # "0x1002"
+    pci_device: str | None = None
+    vram_total: int | None = None  # bytes (mem_info_vram_total, the BIOS carve-out on an APU)
+    gtt_total: int | None = None  # bytes (mem_info_gtt_total)
+
+
+class Gpu(_Model):
+    agents: list[RocmAgent] = Field(default_factory=list)  # GPU agents from rocminfo
+    npu_agents: list[RocmAgent] = Field(default_factory=list)
+    rocminfo_error: str | None = None
+    cards: list[DrmCard] = Field(default_factory=list)  # AMD cards from sysfs
+    hsa_override: str | None = None  # HSA_OVERRIDE_GFX_VERSION seen in the environment
+    amdgpu_loaded: bool = False
+
+    @property
+    def targets(self) -> list[str]:
+        return [a.name for a in self.agents]
+
+
+class Npu(_Model):
+    accel_devices: list[str] = Field(default_factory=list)
+    amdxdna_version: str | None = None
+    firmware_version: str | None = None
+    firmware_source: str | None = None  # which command told the firmware version
+    flm: dict | None = None  # parsed ``flm validate`` (see ojai_setup.formats.flm.FlmStatus)
+
+
+class Memory(_Model):
+    # only what does not change while the machine runs: a saved plan compares facts
+    total_bytes: int
+
+    @property
+    def total_gib(self) -> float:
+        return self.total_bytes / GIB
+
+
+class Kernel(_Model):
+    release: str  # 6.17.0-1012-oem
+    version: tuple[int, ...]  # (6, 17, 0, 1012)
+    flavour: str | None = None  # oem, generic, arch1, ...
+
+
+class Bios(_Model):
+    sys_vendor: str | None = None
+    product_name: str | None = None
+    board_vendor: str | None = None
+    board_name: str | None = None
+    bios_vendor: str | None = None
+    bios_version: str | None = None
+    bios_date: str | None = None
+
+
+class Distro(_Model):
+    id: str
+    version: str = ""
+    name: str = ""
+    like: list[str] = Field(default_factory=list)
+
+
+class ModprobeSetting(_Model):
+    path: str
+    line: int
+    module: str
+    pages: int
+
+
+class TtmRecord(_Model):
+    """What ``ojai setup --apply`` recorded about the TTM limit it configured."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    boot_id: str
+    expected_pages: int
+    module: str = "ttm"
+
+
+class Ttm(_Model):
+    live_module: Literal["ttm", "amdttm"] | None = None
+    active_pages: int | None = None  # /sys/module/<live>/parameters/pages_limit
+    cmdline_pages: int | None = None  # from /proc/cmdline (ttm. or amdttm.)
+    cmdline_key: str | None = None
+    grub_pages: int | None = None  # from /etc/default/grub
+    grub_key: str | None = None
+    grub_error: str | None = None
+    modprobe: list[ModprobeSetting] = Field(default_factory=list)
+    deprecated_gttsize: list[str] = Field(default_factory=list)  # amdgpu.gttsize / gtt_size tokens
+    record: TtmRecord | None = None
+    boot_id: str | None = None
+
+    @property
+    def configured_pages(self) -> int | None:
+        if self.grub_pages is not None:
+            return self.grub_pages
+        if self.modprobe:
+            return self.modprobe[-1].pages
+        return self.cmdline_pages  # set some other way (systemd-boot, NixOS, by hand)
+
+
+class Tool(_Model):
+    name: str
+    path: str | None = None
+    version: str | None = None
+    detail: dict | None = None  # e.g. the llama-server dialect summary
+
+
+class ModelPair(_Model):
+    """A model route ojai set up, and whether its files are a matched MTP pair."""
+
+    route: str
+    main: str
+    draft: str | None = None
+    ok: bool | None = None
+    reasons: list[str] = Field(default_factory=list)
+
+
+class Facts(_Model):
+    schema_version: int = FACTS_SCHEMA
+    root: str
+    cpu: Cpu | None = None
+    gpu: Gpu | None = None
+    npu: Npu | None = None
+    memory: Memory | None = None
+    kernel: Kernel | None = None
+    cmdline: list[str] | None = None
+    rocm_version: str | None = None
+    bios: Bios | None = None
+    distro: Distro | None = None
+    ttm: Ttm | None = None
+    tools: dict[str, Tool] = Field(default_factory=dict)
+    amdgpu_dkms: bool | None = None
+    models: list[ModelPair] = Field(default_factory=list)
+    unknown: dict[str, str] = Field(default_factory=dict)

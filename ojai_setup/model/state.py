@@ -1,0 +1,86 @@
+"""The records of ``state.json`` and of the journal: what each apply changed and what it still owes."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+JOURNAL_FORMAT = "ojai-journal"
+
+
+# -- models ----------------------------------------------------------------------------------
+class FileRecord(BaseModel):
+    """One path an apply (or rollback) changed."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    path: str
+    existed_before: bool
+    before: str | None  # path_digest before the change
+    after: str | None = None  # path_digest after it
+    backup: str | None = None  # relative to the state dir; None for links, dirs, large files
+    mode: int | None = None  # permission bits of the original
+    uid: int | None = None
+    gid: int | None = None
+
+
+class ActionRecord(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    step: str
+    kind: str
+    description: str
+    changed: bool
+    message: str = ""
+
+
+class HandlerRecord(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    argv: tuple[str, ...]
+    env: dict[str, str] = Field(default_factory=dict)
+    exit_code: int | None = None
+
+
+class JournalEntry(BaseModel):
+    """``journal/<apply-id>.json``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    format: Literal["ojai-journal"] = JOURNAL_FORMAT
+    format_version: Literal[1] = 1
+    apply_id: str
+    kind: Literal["apply", "rollback"]
+    ojai_version: str
+    started: datetime
+    finished: datetime | None = None
+    status: Literal["running", "complete", "failed"] = "running"
+    error: str | None = None
+    boot_id: str | None = None
+    plan_fingerprint: str | None = None
+    previous_apply: str | None = None  # the last apply when this one started
+    rolls_back: str | None = None  # for a rollback: the apply it undid
+    actions: list[ActionRecord] = Field(default_factory=list)
+    files: list[FileRecord] = Field(default_factory=list)
+    handlers: list[HandlerRecord] = Field(default_factory=list)
+    reboot: list[str] = Field(default_factory=list)
+    #: state records this entry set, with their previous values (None: was unset)
+    records_before: dict[str, Any] = Field(default_factory=dict)
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.files or self.records_before)
+
+
+class State(BaseModel):
+    """``state.json``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    last_apply: str | None = None
+    records: dict[str, Any] = Field(default_factory=dict)
+    #: handlers that were due when an apply failed; the next apply runs them
+    pending_handlers: list[HandlerRecord] = Field(default_factory=list)

@@ -1,0 +1,359 @@
+"""Plans: the actions of every step, plus the fingerprint of the machine they were made against.
+
+``ojai setup`` makes a plan (:func:`make_plan`), shows it (:meth:`Plan.unified_diffs`,
+:meth:`Plan.reboot_reasons`, :attr:`Plan.exit_code`) and may save it (:meth:`Plan.save`).
+``ojai setup --apply --plan plan.json`` loads it (:meth:`Plan.load`), refuses it when the
+machine changed since (:func:`check_fresh`) and hands it to :func:`ojai_setup.apply.executor.apply`,
+which carries out exactly the actions in the file.
+
+The fingerprint holds a digest of every machine path the plan read or will write
+(:func:`path_digest`), a digest of the facts, and the ojai version.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+import os
+import shlex
+import stat
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from enum import IntEnum
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Literal, Mapping, Sequence
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from ojai_setup.core.atomic import write_text
+from ojai_setup.core.digest import sha256_file
+from ojai_setup.core.root import Root
+from ojai_setup.model.actions import Action, RunCommand, WriteFile
+from ojai_setup.planning.result import PlanContext, Step, StepResult
+
+PLAN_FORMAT = "ojai-plan"
+PLAN_FORMAT_VERSION = 1
+
+#: files larger than this are fingerprinted by size and modification time, not hashed
+LARGE_FILE = 64 * 2**20
+
+
+class PlanExit(IntEnum):
+    """Exit status of a dry run (Terraform's ``-detailed-exitcode``)."""
+
+    NOTHING_TO_DO = 0
+    ERROR = 1
+    CHANGES = 2
+
+
+def ojai_version() -> str:
+    """The installed ojai version (``0+unknown`` when run from a bare source tree)."""
+    try:
+        return metadata.version("ojai")
+    except metadata.PackageNotFoundError:
+        return "0+unknown"
+
+
+
+def path_digest(root: Root, machine_path: str) -> str | None:
+    """What is at ``machine_path`` now, as a short comparable string.
+
+    ``None``: nothing there. ``sha256:<hex>``: a regular file. ``large:<size>:<mtime_ns>``: a
+    file over :data:`LARGE_FILE` (model weights are not re-hashed on every plan).
+    ``symlink:<target>``: a symbolic link (not followed). ``directory``: a directory.
+    ``other``: a device, socket or fifo.
+    """
+    real = root.resolve(machine_path)
+    try:
+        st = os.lstat(real)
+    except FileNotFoundError:
+        return None
+    except NotADirectoryError:
+        return None
+    if stat.S_ISLNK(st.st_mode):
+        return "symlink:" + os.readlink(real)
+    if stat.S_ISDIR(st.st_mode):
+        return "directory"
+    if stat.S_ISREG(st.st_mode):
+        if st.st_size > LARGE_FILE:
+            return f"large:{st.st_size}:{st.st_mtime_ns}"
+        return "sha256:" + sha256_file(real)
+    return "other"
+
+
+def describe_digest(digest: str | None) -> str:
+    """A digest as words, for messages (``sha256 ab12cd34..``, ``absent``, ``link to /x``)."""
+    if digest is None:
+        return "absent"
+    if digest.startswith("sha256:"):
+        return f"sha256 {digest[7:15]}.."
+    if digest.startswith("symlink:"):
+        return f"link to {digest[8:]}"
+    if digest.startswith("large:"):
+        _, size, mtime = digest.split(":", 2)
+        when = datetime.fromtimestamp(int(mtime) / 1e9, timezone.utc).isoformat(timespec="seconds")
+        return f"{int(size)} bytes modified {when}"
+    return digest
+
+
+def text_digest(text: str) -> str:
+    """The :func:`path_digest` a regular file holding ``text`` has."""
+    return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def canonical_json(data: Any) -> str:
+    return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def json_snapshot(facts: BaseModel | Mapping[str, Any]) -> dict[str, Any]:
+    """A model (facts, settings) as a JSON-able dict."""
+    if isinstance(facts, BaseModel):
+        return facts.model_dump(mode="json")
+    return json.loads(canonical_json(dict(facts)))
+
+
+def facts_digest(facts: BaseModel | Mapping[str, Any]) -> str:
+    return hashlib.sha256(canonical_json(json_snapshot(facts)).encode("utf-8")).hexdigest()
+
+
+class Fingerprint(BaseModel):
+    """The state of the machine a plan was made against."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    ojai_version: str
+    facts_sha256: str
+    #: machine path -> :func:`path_digest` at planning time (``None``: absent)
+    files: dict[str, str | None]
+
+    @property
+    def digest(self) -> str:
+        """One sha256 over everything above."""
+        return hashlib.sha256(canonical_json(self.model_dump(mode="json")).encode()).hexdigest()
+
+
+class PlannedAction(BaseModel):
+    """An action together with the step that asked for it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    step: str
+    action: Action
+
+
+class Plan(BaseModel):
+    """A reviewed plan: what each step wants, and the machine state it was decided on."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    format: Literal["ojai-plan"] = PLAN_FORMAT
+    format_version: Literal[1] = PLAN_FORMAT_VERSION
+    ojai_version: str
+    created: datetime
+    root: str
+    settings: dict[str, Any]
+    facts: dict[str, Any]
+    steps: tuple[StepResult, ...]
+    #: follow-up commands by name (``update-grub``), run once at the end of an apply
+    handlers: dict[str, RunCommand] = Field(default_factory=dict)
+    fingerprint: Fingerprint
+
+    @model_validator(mode="after")
+    def _handlers_known(self) -> Plan:
+        for planned in self.actions():
+            for name in planned.action.notify:
+                if name not in self.handlers:
+                    raise ValueError(f"step {planned.step!r}: {planned.action.describe()} "
+                                     f"notifies unknown handler {name!r}")
+        return self
+
+    # -- reading a plan -------------------------------------------------------------------
+    def actions(self) -> list[PlannedAction]:
+        """Every action, in the order it will be applied."""
+        return [PlannedAction(step=r.step, action=a) for r in self.steps for a in r.actions]
+
+    @property
+    def exit_code(self) -> PlanExit:
+        """0 nothing to do, 2 changes pending, 1 a step is blocked."""
+        if any(r.status == "blocked" for r in self.steps):
+            return PlanExit.ERROR
+        if any(r.status == "change" for r in self.steps):
+            return PlanExit.CHANGES
+        return PlanExit.NOTHING_TO_DO
+
+    def blocked(self) -> list[StepResult]:
+        return [r for r in self.steps if r.status == "blocked"]
+
+    def needs_root(self) -> bool:
+        return any(p.action.needs_root for p in self.actions())
+
+    def reboot_reasons(self) -> list[str]:
+        """Why a reboot will be needed after applying (each reason once, in plan order)."""
+        reasons: list[str] = []
+        for r in self.steps:
+            if r.status != "change":
+                continue
+            for reason in (*(a.needs_reboot for a in r.actions), *r.reboot):
+                if reason and reason not in reasons:
+                    reasons.append(reason)
+        return reasons
+
+    def unified_diffs(self) -> list[str]:
+        """A unified diff for every file the plan writes, labelled with its machine path."""
+        diffs: list[str] = []
+        for planned in self.actions():
+            a = planned.action
+            if isinstance(a, WriteFile):
+                diffs.append(unified_diff(a.before, a.after, a.path))
+        return diffs
+
+    # -- files ----------------------------------------------------------------------------
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write the plan as JSON, atomically (temp file in the same folder, then rename)."""
+        write_text(Path(path), self.model_dump_json(indent=2) + "\n")
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> Plan:
+        """Read a saved plan; :class:`PlanFileError` says clearly why a file is not one."""
+        src = Path(path)
+        try:
+            text = src.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise PlanFileError(f"{src}: no such plan file; make one with "
+                                f"`ojai setup --out {shlex.quote(str(src))}`") from None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise PlanFileError(f"{src}: cannot read the plan file ({exc})") from None
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise PlanFileError(f"{src}: not a valid plan file: it is not JSON "
+                                f"(line {exc.lineno}: {exc.msg}); it may be truncated or "
+                                f"edited by hand") from None
+        if not isinstance(data, dict) or data.get("format") != PLAN_FORMAT:
+            raise PlanFileError(f"{src}: not an ojai plan (no \"format\": \"{PLAN_FORMAT}\" "
+                                f"field); make one with `ojai setup --out {shlex.quote(str(src))}`")
+        if data.get("format_version") != PLAN_FORMAT_VERSION:
+            raise PlanFileError(f"{src}: plan format version {data.get('format_version')!r} is "
+                                f"not supported by ojai {ojai_version()} (it reads version "
+                                f"{PLAN_FORMAT_VERSION}); make the plan again")
+        try:
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"])
+            raise PlanFileError(f"{src}: the plan file is damaged: {where}: {first['msg']} "
+                                f"({exc.error_count()} problem(s)); make the plan again") from None
+
+
+class PlanFileError(ValueError):
+    """A plan file that cannot be used: missing, not JSON, foreign or damaged."""
+
+
+def unified_diff(before: str | None, after: str, path: str) -> str:
+    """``diff -u`` of a file's content; a new file is compared with ``/dev/null``."""
+    old = _diff_lines(before or "")
+    new = _diff_lines(after)
+    lines = difflib.unified_diff(old, new, fromfile="/dev/null" if before is None else path,
+                                 tofile=path)
+    return "".join(lines)
+
+
+def _diff_lines(text: str) -> list[str]:
+    lines = text.splitlines(keepends=True)
+    if lines and not lines[-1].endswith("\n"):
+        lines[-1] += "\n\\ No newline at end of file\n"
+    return lines
+
+
+def make_plan(ctx: PlanContext, steps: Sequence[Step]) -> Plan:
+    """Ask every step for its result and fingerprint what they read and will write.
+
+    Paths a step reads through ``ctx.root`` while planning are fingerprinted too, besides the
+    ones it lists in ``StepResult.reads``. Raises ``ValueError`` when two steps declare the
+    same handler name with different commands, or a step result is named after another step.
+    """
+    results: list[StepResult] = []
+    handlers: dict[str, RunCommand] = {}
+    paths: list[str] = []
+    for step in steps:
+        seen = len(ctx.root.reads)
+        result = step.plan(ctx)
+        if result.step != step.name:
+            raise ValueError(f"step {step.name!r} returned a result named {result.step!r}")
+        results.append(result)
+        paths.extend(ctx.root.reads[seen:])
+        paths.extend(result.reads)
+        for action in result.actions:
+            paths.extend(action.targets())
+        for name, command in result.handlers.items():
+            if name in handlers and handlers[name] != command:
+                raise ValueError(f"handler {name!r} is declared twice with different commands: "
+                                 f"{handlers[name].describe()} and {command.describe()}")
+            handlers[name] = command
+    files = {p: path_digest(ctx.root, p) for p in sorted(set(paths))}
+    version = ojai_version()
+    return Plan(
+        ojai_version=version,
+        created=datetime.now(timezone.utc),
+        root=str(ctx.root.path),
+        settings=json_snapshot(ctx.settings),
+        facts=json_snapshot(ctx.facts),
+        steps=tuple(results),
+        handlers=handlers,
+        fingerprint=Fingerprint(ojai_version=version, facts_sha256=facts_digest(ctx.facts),
+                                files=files),
+    )
+
+
+@dataclass(frozen=True)
+class StalePlan:
+    """Why a saved plan no longer matches the machine."""
+
+    changes: tuple[str, ...]
+    plan_path: str = "plan.json"
+
+    @property
+    def message(self) -> str:
+        redo = (f"run `ojai setup --out {shlex.quote(self.plan_path)}` again and review it")
+        return "; ".join(self.changes) + "; " + redo
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def check_fresh(plan: Plan, root: Root, current_facts: BaseModel | Mapping[str, Any], *,
+                plan_path: str = "plan.json") -> StalePlan | None:
+    """None when ``plan`` still matches the machine, else what changed and what to do."""
+    changes: list[str] = []
+    if plan.root != str(root.path):
+        changes.append(f"the plan was made for the machine at {plan.root}, not {root.path}")
+    if plan.fingerprint.ojai_version != ojai_version():
+        changes.append(f"the plan was made by ojai {plan.fingerprint.ojai_version}, "
+                       f"this is ojai {ojai_version()}")
+    for path, recorded in plan.fingerprint.files.items():
+        now = path_digest(root, path)
+        if now != recorded:
+            changes.append(f"{path} changed since the plan was made "
+                           f"({describe_digest(recorded)} -> {describe_digest(now)})")
+    if facts_digest(current_facts) != plan.fingerprint.facts_sha256:
+        differing = _json_differences(plan.facts, json_snapshot(current_facts))
+        shown = ", ".join(differing[:5]) + (f" and {len(differing) - 5} more"
+                                            if len(differing) > 5 else "")
+        changes.append(f"the machine's facts changed since the plan was made ({shown or 'facts'})")
+    return StalePlan(tuple(changes), plan_path) if changes else None
+
+
+def _json_differences(old: Any, new: Any, prefix: str = "") -> list[str]:
+    """Dotted paths where two JSON values differ."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        found: list[str] = []
+        for key in sorted(set(old) | set(new), key=str):
+            where = f"{prefix}.{key}" if prefix else str(key)
+            if key not in old or key not in new:
+                found.append(where)
+            else:
+                found.extend(_json_differences(old[key], new[key], where))
+        return found
+    return [] if old == new else [prefix or "facts"]

@@ -1,0 +1,95 @@
+"""What a setup step is, and what planning it gives.
+
+A step is pure: ``plan(ctx)`` looks at the facts (and, through ``ctx.root``, at the files it
+is going to edit) and returns a :class:`StepResult`. It never writes or runs anything; the
+actions it returns are carried out by :mod:`ojai_setup.apply.executor`.
+
+Three outcomes:
+
+- ``satisfied``: nothing to do; ``sentence`` says why (``"ttm.pages_limit=12582912 is already
+  set in /etc/default/grub"``).
+- ``change``: ``actions`` says what to do; ``sentence`` summarises it.
+- ``blocked``: the step cannot be planned; ``sentence`` says why and what to do about it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from ojai_setup.core.root import Root
+from ojai_setup.model.actions import Action, RunCommand
+
+StepStatus = Literal["satisfied", "change", "blocked"]
+
+
+class StepResult(BaseModel):
+    """The outcome of planning one step."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    step: str
+    status: StepStatus
+    sentence: str
+    actions: tuple[Action, ...] = ()
+    #: machine paths the step looked at; their digests go into the plan's fingerprint
+    reads: tuple[str, ...] = ()
+    #: why a reboot is needed once this step is applied (besides the actions' own reasons)
+    reboot: tuple[str, ...] = ()
+    #: follow-up commands by name, run once at the end of an apply if an action notifying them
+    #: changed something (``{"update-grub": RunCommand(argv=("update-grub",), ...)}``)
+    handlers: dict[str, RunCommand] = Field(default_factory=dict)
+    #: records saved in ``/var/lib/ojai/state.json`` under their key when applying the step's
+    #: actions changed something; dict values get the apply's ``boot_id`` and ``apply_id`` added
+    records: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> StepResult:
+        if not self.sentence.strip():
+            raise ValueError(f"step {self.step!r}: a result needs a sentence")
+        if self.status == "change" and not self.actions:
+            raise ValueError(f"step {self.step!r}: status 'change' needs at least one action")
+        if self.status != "change" and self.actions:
+            raise ValueError(f"step {self.step!r}: status {self.status!r} carries no actions")
+        for path in self.reads:
+            if not path.startswith("/"):
+                raise ValueError(f"step {self.step!r}: reads are machine paths, got {path!r}")
+        return self
+
+    @classmethod
+    def satisfied(cls, step: str, sentence: str, *, reads: tuple[str, ...] = ()) -> StepResult:
+        """Nothing to do, and why."""
+        return cls(step=step, status="satisfied", sentence=sentence, reads=reads)
+
+    @classmethod
+    def blocked(cls, step: str, sentence: str, *, reads: tuple[str, ...] = ()) -> StepResult:
+        """Cannot proceed: why, and what the user can do."""
+        return cls(step=step, status="blocked", sentence=sentence, reads=reads)
+
+    @classmethod
+    def change(cls, step: str, sentence: str, actions: list[Any] | tuple[Any, ...],
+               **fields: Any) -> StepResult:
+        """Actions to carry out (``reads``, ``reboot``, ``handlers``, ``records`` as keywords)."""
+        return cls(step=step, status="change", sentence=sentence, actions=tuple(actions),
+                   **fields)
+
+
+@dataclass(frozen=True)
+class PlanContext:
+    """What a step may look at: the machine, its facts and the user's settings."""
+
+    root: Root
+    facts: BaseModel
+    settings: BaseModel
+
+
+@runtime_checkable
+class Step(Protocol):
+    """A unit of setup. ``name`` is stable (it appears in plans and journals)."""
+
+    name: str
+
+    def plan(self, ctx: PlanContext) -> StepResult:
+        """Decide what (if anything) to change; never write or run anything."""
+        ...
