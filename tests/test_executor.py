@@ -28,7 +28,8 @@ from ojai_setup.core.progress import NullProgress
 from ojai_setup.core.root import CommandResult, Root, store_capture
 from ojai_setup.model.actions import HubDownload, RunCommand, Symlink, WriteFile
 from ojai_setup.planning.plan import Plan, PlanExit, check_fresh, make_plan
-from ojai_setup.planning.result import PlanContext, StepResult
+from ojai_setup.planning.result import StepResult
+from support.context import ToyContext as PlanContext
 
 GRUB = "/etc/default/grub"
 CONFIG = "/etc/ojai/config.json"

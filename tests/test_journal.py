@@ -17,7 +17,8 @@ from ojai_setup.core.root import CommandResult, Root, store_capture
 from ojai_setup.facts.state import JournalError, read_state, state_dir
 from ojai_setup.model.actions import RunCommand, Symlink, WriteFile
 from ojai_setup.planning.plan import PlanExit, make_plan
-from ojai_setup.planning.result import PlanContext, StepResult
+from ojai_setup.planning.result import StepResult
+from support.context import ToyContext as PlanContext
 
 GRUB = "/etc/default/grub"
 MODPROBE = "/etc/modprobe.d/ttm.conf"

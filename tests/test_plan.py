@@ -22,7 +22,8 @@ from ojai_setup.planning.plan import (
     path_digest,
     unified_diff,
 )
-from ojai_setup.planning.result import PlanContext, StepResult
+from ojai_setup.planning.result import StepResult
+from support.context import ToyContext as PlanContext
 
 GRUB = "/etc/default/grub"
 

@@ -31,6 +31,7 @@ from pydantic import ValidationError
 
 from ojai_setup.core.atomic import write_text
 from ojai_setup.core.digest import sha256_file
+from ojai_setup.core.errors import StateError
 from ojai_setup.core.paths import STATE_DIR
 from ojai_setup.core.progress import Progress
 from ojai_setup.core.root import Root
@@ -197,7 +198,7 @@ class Journal:
 
 
 # -- rollback --------------------------------------------------------------------------------
-class RollbackError(RuntimeError):
+class RollbackError(StateError):
     """Rollback is impossible or refused; nothing was restored."""
 
 

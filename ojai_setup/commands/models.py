@@ -14,12 +14,12 @@ from ojai_setup.model.settings import Settings
 
 def model_rows(root: Root, settings: Settings) -> list[dict]:
     from ojai_setup.domain.models import verified_digest
-    from ojai_setup.steps.models import catalog_for
-    from ojai_setup.steps.ttm import budget_gib
+    from ojai_setup.planning.gather import budget_gib, invoking_user, resolve_profile, user_catalog
 
     facts = collect(root)
-    budget = budget_gib(facts, settings) * GIB if facts.memory or settings.gpu_memory_gib else 0
-    catalog = catalog_for(settings)
+    profile = resolve_profile(facts, settings)
+    budget = budget_gib(facts, settings, profile) * GIB if facts.memory or settings.gpu_memory_gib else 0
+    catalog = user_catalog(root, settings, invoking_user(root)[1])
     rows = []
     for route in sorted(catalog.routes.values(), key=lambda r: r.memory_need(r.context_size)):
         f = fit(route, route.context_size, budget, alternatives=catalog.routes.values())

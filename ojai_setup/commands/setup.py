@@ -15,15 +15,13 @@ from ojai_setup.planning.plan import (
     check_fresh,
     make_plan,
 )
-from ojai_setup.planning.result import PlanContext
+from ojai_setup.planning.gather import gather
 
 
 def build_plan(root: Root, settings: Settings) -> Plan:
     from ojai_setup.steps import build_steps
 
-    facts = collect(root)
-    ctx = PlanContext(root=root, facts=facts, settings=settings)
-    return make_plan(ctx, build_steps(settings, facts))
+    return make_plan(gather(root, settings), build_steps())
 
 
 def show_plan(term: Terminal, plan: Plan) -> None:

@@ -39,6 +39,7 @@ from pydantic import (
     model_validator,
 )
 
+from ojai_setup.core.errors import UsageError
 from ojai_setup.core.paths import GIB
 from ojai_setup.formats.gguf import MtpKind
 
@@ -64,7 +65,7 @@ _REPO_RE = r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$"
 _SHA256_RE = r"^[0-9a-f]{64}$"
 
 
-class CatalogError(ValueError):
+class CatalogError(UsageError):
     """A catalog file is unreadable or one of its entries is invalid; the text says where."""
 
 

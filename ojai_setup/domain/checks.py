@@ -17,6 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from ojai_setup.core.errors import UsageError
 from ojai_setup.core.paths import GIB, PAGE
 from ojai_setup.formats.machine import bios_version_tuple, version_tuple
 from ojai_setup.model.facts import Facts
@@ -82,7 +83,7 @@ class Outcome(BaseModel):
     fix: str | None = None  # overrides the spec's fix when the function knows better
 
 
-class ProfileError(ValueError):
+class ProfileError(UsageError):
     pass
 
 

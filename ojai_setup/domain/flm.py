@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ojai_setup.core.errors import InputError
 from ojai_setup.formats.flm import MIN_COLUMNS, FlmStatus, _Model
 
 
@@ -30,7 +31,7 @@ FLM_MODELS: tuple[FlmModel, ...] = (
 )
 
 
-class NoModelFits(ValueError):
+class NoModelFits(InputError):
     """No FastFlowLM chat model is both available and within the memory budget."""
 
 

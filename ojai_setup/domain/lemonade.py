@@ -27,6 +27,8 @@ comes back byte for byte; a malformed file raises :class:`ConfigError` and nothi
 
 from __future__ import annotations
 
+from typing import Any, Callable
+
 from pathlib import PurePosixPath
 from typing import Literal
 
@@ -40,7 +42,7 @@ from ojai_setup.formats.lemonade import (
     merge_recipe_options,
     merge_user_models,
 )
-from ojai_setup.model.actions import WriteFile
+from ojai_setup.model.actions import RunCommand, WriteFile
 
 SYSTEM_CONFIG_DIR = "/var/lib/lemonade"
 
@@ -203,3 +205,49 @@ def lemonade_commands(route: LemonadeRoute, settings: LemonadeSettings) -> list[
             f"Lemonade runs as the system service lemond with ProtectHome=yes and cannot use "
             f"{folder}; install ojai's llama-server outside /home (ojai's default is under /opt)")
     return [["lemonade", "config", "set", f"llamacpp.rocm_bin={folder}"]]
+
+
+#: ``state.json`` keys under which the steps record the Lemonade settings they made
+STATE_KEY = "lemonade"
+NPU_STATE_KEY = "lemonade-npu"
+
+
+def settings_done_before(records: dict[str, Any]) -> dict[str, str]:
+    """The ``config set`` values earlier applies recorded (a step's records replace its keys)."""
+    done: dict[str, str] = {}
+    for key in (STATE_KEY, NPU_STATE_KEY):
+        record = records.get(key)
+        if isinstance(record, dict):
+            done.update(record.get("config", {}))
+    return done
+
+
+def config_commands(layout: LemonadeLayout, commands: list[list[str]], handler: str, *,
+                    current: Callable[[str], Any], done: dict[str, str]
+                    ) -> tuple[list[RunCommand], dict[str, RunCommand], dict[str, str]]:
+    """``config set`` calls still needed (one action each), ``backends install`` calls as a
+    handler run after them, and the settings to record as done.
+
+    ``current(key)`` is the value in Lemonade's ``config.json``; ``done`` what earlier applies
+    set (a value Lemonade keeps elsewhere counts as set when ojai set it before).
+    """
+    actions: list[RunCommand] = []
+    handlers: dict[str, RunCommand] = {}
+    settings: dict[str, str] = {}
+    sets = [c for c in commands if c[1:3] == ["config", "set"]]
+    installs = [c for c in commands if c[1:3] == ["backends", "install"]]
+    for cmd in sets:
+        key, _, value = cmd[3].partition("=")
+        settings[key] = value
+        now = current(key)
+        if str(now).lower() == value.lower() or (now is None and done.get(key) == value):
+            continue
+        actions.append(RunCommand(argv=tuple(cmd), needs_root=layout.mode == "system-service",
+                                  reason=f"Lemonade setting {key}={value}",
+                                  notify=(handler,) if installs else ()))
+    if installs:
+        argv = ("sh", "-c", " && ".join(" ".join(c) for c in installs)) if len(installs) > 1 \
+            else tuple(installs[0])
+        handlers[handler] = RunCommand(argv=argv, needs_root=layout.mode == "system-service",
+                                       reason="install the engine Lemonade will use")
+    return actions, handlers, settings

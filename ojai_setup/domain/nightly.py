@@ -27,7 +27,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from ojai_setup.core.errors import ApplyError
+from ojai_setup.core.errors import ApplyError, RemoteError
 from ojai_setup.core.paths import LLAMACPP_CURRENT, LLAMACPP_DIR
 from ojai_setup.core.root import Root
 from ojai_setup.model.actions import InstallArchive
@@ -63,7 +63,7 @@ ASSET_RE = re.compile(r"^llama-(?P<tag>b\d{4,})-ubuntu-rocm-(?P<family>gfx[0-9a-
 DIGEST_RE = re.compile(r"^sha256:(?P<hex>[0-9a-f]{64})$")
 
 
-class NightlyError(ApplyError):
+class NightlyError(ApplyError, RemoteError):
     """A nightly release could not be resolved or installed; the message says why and what to do."""
 
 

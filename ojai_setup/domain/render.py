@@ -16,6 +16,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from ojai_setup.core.errors import InputError
 from ojai_setup.formats.llama_help import (
     DRAFT_CACHE_K_FLAGS,
     DRAFT_CACHE_V_FLAGS,
@@ -40,7 +41,7 @@ _LEGACY_LOAD_MODES: dict[str, tuple[str, ...]] = {
 }
 
 
-class UnsupportedRoute(ValueError):
+class UnsupportedRoute(InputError):
     """The binary cannot serve this route as asked."""
 
     def __init__(self, route: str, flag: str, version: str, reason: str) -> None:

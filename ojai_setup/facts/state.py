@@ -7,6 +7,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from ojai_setup.core.errors import StateError
 from ojai_setup.core.paths import BOOT_ID, STATE_DIR
 from ojai_setup.core.root import Root
 from ojai_setup.model.state import State
@@ -37,7 +38,7 @@ def read_boot_id(root: Root) -> str | None:
         return None
 
 
-class JournalError(RuntimeError):
+class JournalError(StateError):
     """The journal or state file cannot be read or written."""
 
 

@@ -32,12 +32,14 @@ from typing import Any, Literal
 import gguf
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from ojai_setup.core.errors import InputError
+
 ASSISTANT_ARCH = "gemma4-assistant"
 ASSISTANT_TARGET_ARCH = "gemma4"
 _CACHE_VERSION = 1
 
 
-class GGUFError(ValueError):
+class GGUFError(InputError):
     """A file could not be read as GGUF; the text names the file."""
 
 

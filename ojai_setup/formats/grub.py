@@ -43,6 +43,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from ojai_setup.core.errors import InputError
 from ojai_setup.core.paths import GRUB_DEFAULT
 
 DEFAULT_VAR = "GRUB_CMDLINE_LINUX_DEFAULT"
@@ -84,7 +85,7 @@ _LEADING_WORDS = frozenset(
 _BLANK = " \t"
 
 
-class GrubEditError(ValueError):
+class GrubEditError(InputError):
     """The file cannot be read or edited safely; the message says why and what to do."""
 
 

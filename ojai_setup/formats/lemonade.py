@@ -7,8 +7,10 @@ import json
 import re
 from typing import Any, Literal
 
+from ojai_setup.core.errors import InputError
 
-class ConfigError(ValueError):
+
+class ConfigError(InputError):
     """A Lemonade config file that ojai will not rewrite, or a value it cannot put in one."""
 
     def __init__(self, message: str, path: str | None = None, line: int | None = None,

@@ -18,6 +18,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ojai_setup.core.errors import InputError
+
 REMOVED_MARKER = "the argument has been removed."
 
 
@@ -70,7 +72,7 @@ _VERSION_OLD = re.compile(r"version:\s*(?P<build>\d+)\s+\((?P<commit>[^)\s]+)\)"
 _BUILT_WITH = re.compile(r"built with (?P<compiler>.+?) for (?P<target>.+)$")
 
 
-class DialectParseError(ValueError):
+class DialectParseError(InputError):
     """The text is not the output of ``llama-server --version`` / ``--help``."""
 
 

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import re
 
+from ojai_setup.core.errors import InputError
 from ojai_setup.model.facts import Cpu, Kernel, Memory, RocmAgent
 
 
-class ParseError(ValueError):
+class ParseError(InputError):
     """The text is not what the parser expects; the message says what was wrong."""
 
 

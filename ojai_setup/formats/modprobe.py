@@ -24,6 +24,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
+from ojai_setup.core.errors import InputError
 from ojai_setup.formats.grub import param_key, param_value
 
 MODPROBE_DIRS = (
@@ -39,7 +40,7 @@ _SAFE_VALUE = re.compile(r"[A-Za-z0-9_.,:/+@%-]*")
 _BLANK = " \t"
 
 
-class ModprobeEditError(ValueError):
+class ModprobeEditError(InputError):
     """A modprobe.d file cannot be edited safely; the message says why and what to do."""
 
 

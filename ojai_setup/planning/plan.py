@@ -23,7 +23,7 @@ from datetime import datetime, timezone
 from enum import IntEnum
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Literal, Mapping, Sequence
+from typing import Any, Literal, Mapping, Protocol, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -31,7 +31,7 @@ from ojai_setup.core.atomic import write_text
 from ojai_setup.core.digest import sha256_file
 from ojai_setup.core.root import Root
 from ojai_setup.model.actions import Action, RunCommand, WriteFile
-from ojai_setup.planning.result import PlanContext, Step, StepResult
+from ojai_setup.planning.result import Step, StepResult
 
 PLAN_FORMAT = "ojai-plan"
 PLAN_FORMAT_VERSION = 1
@@ -267,7 +267,15 @@ def _diff_lines(text: str) -> list[str]:
     return lines
 
 
-def make_plan(ctx: PlanContext, steps: Sequence[Step]) -> Plan:
+class PlanInputs(Protocol):
+    """What :func:`make_plan` reads of a :class:`~ojai_setup.planning.context.Context`."""
+
+    root: Root
+    facts: BaseModel
+    settings: BaseModel
+
+
+def make_plan(ctx: PlanInputs, steps: Sequence[Step]) -> Plan:
     """Ask every step for its result and fingerprint what they read and will write.
 
     Paths a step reads through ``ctx.root`` while planning are fingerprinted too, besides the

@@ -13,13 +13,16 @@ Three outcomes:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from ojai_setup.core.root import Root
 from ojai_setup.model.actions import Action, RunCommand
+
+if TYPE_CHECKING:
+    from ojai_setup.planning.context import Context
 
 StepStatus = Literal["satisfied", "change", "blocked"]
 
@@ -75,21 +78,12 @@ class StepResult(BaseModel):
                    **fields)
 
 
-@dataclass(frozen=True)
-class PlanContext:
-    """What a step may look at: the machine, its facts and the user's settings."""
-
-    root: Root
-    facts: BaseModel
-    settings: BaseModel
-
-
 @runtime_checkable
 class Step(Protocol):
     """A unit of setup. ``name`` is stable (it appears in plans and journals)."""
 
     name: str
 
-    def plan(self, ctx: PlanContext) -> StepResult:
+    def plan(self, ctx: Context) -> StepResult:
         """Decide what (if anything) to change; never write or run anything."""
         ...

@@ -1,13 +1,15 @@
-"""Setup steps, in the order they are planned and applied."""
+"""Setup steps, in the order they are planned and applied.
+
+Each step is pure: ``plan(ctx)`` takes the :class:`~ojai_setup.planning.context.Context`
+gathered once before planning and returns a result; steps never import each other.
+"""
 
 from __future__ import annotations
 
-from ojai_setup.model.facts import Facts
-from ojai_setup.model.settings import Settings
 from ojai_setup.planning.result import Step
 
 
-def build_steps(settings: Settings, facts: Facts) -> list[Step]:
+def build_steps() -> list[Step]:
     from ojai_setup.steps.lemonade import LemonadeStep
     from ojai_setup.steps.llamacpp import LlamacppStep
     from ojai_setup.steps.models import ModelStep

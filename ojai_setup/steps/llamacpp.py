@@ -13,32 +13,23 @@ from pathlib import Path, PurePosixPath
 from ojai_setup.core.paths import LLAMA_SERVER, LLAMACPP_CURRENT, LLAMACPP_DIR
 from ojai_setup.core.root import Root
 from ojai_setup.model.actions import BuildFromSource
-from ojai_setup.model.facts import Facts
-from ojai_setup.planning.result import PlanContext, StepResult
+from ojai_setup.domain import nightly
+from ojai_setup.planning.context import Context
+from ojai_setup.planning.result import StepResult
 
 INSTALL_BASE = LLAMACPP_DIR
 CURRENT = LLAMACPP_CURRENT
 SERVER = LLAMA_SERVER
 
 
-def gpu_target(facts: Facts, settings) -> str | None:
-    """The GPU's own gfx target: rocminfo's (unless overridden), else the profile's."""
-    gpu = facts.gpu
-    if gpu and gpu.targets and not gpu.hsa_override:
-        return gpu.targets[0]
-    from ojai_setup.domain.checks import detect_profile, load_profile
-
-    profile = load_profile(settings.profile) if settings.profile else detect_profile(facts)
-    return profile.gpu_target
-
-
 def _label(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-.")[:40] or "src"
 
 
-def source_action(facts: Facts, settings) -> BuildFromSource:
-    backend = settings.llamacpp_backend or ("hip" if facts.rocm_version else "cpu")
-    target = gpu_target(facts, settings) if backend == "hip" else None
+def source_action(ctx: Context) -> BuildFromSource:
+    settings = ctx.settings
+    backend = settings.llamacpp_backend or ("hip" if ctx.facts.rocm_version else "cpu")
+    target = ctx.gpu_target if backend == "hip" else None
     if backend == "hip" and target is None:
         raise ValueError("a HIP build needs the GPU's target and none was detected; "
                          "use --profile or --backend cpu")
@@ -56,33 +47,24 @@ def source_action(facts: Facts, settings) -> BuildFromSource:
 class LlamacppStep:
     name = "llama.cpp"
 
-    def plan(self, ctx: PlanContext) -> StepResult:
-        facts: Facts = ctx.facts  # type: ignore[assignment]
+    def plan(self, ctx: Context) -> StepResult:
         settings = ctx.settings
         if settings.llamacpp == "none":
             return StepResult.satisfied(self.name, "llama.cpp is not managed by ojai here "
                                         "(--llamacpp none)")
         if settings.llamacpp == "source":
-            return self._source(ctx, facts, settings)
-        return self._nightly(ctx, facts, settings)
+            return self._source(ctx)
+        return self._nightly(ctx)
 
-    def _current_target(self, ctx: PlanContext) -> str | None:
+    def _current_target(self, ctx: Context) -> str | None:
         link = ctx.root.resolve(CURRENT)
         return str(link.readlink()) if link.is_symlink() else None
 
-    def _nightly(self, ctx: PlanContext, facts: Facts, settings) -> StepResult:
-        from ojai_setup.domain import nightly
-
-        target = gpu_target(facts, settings)
-        if target is None:
-            return StepResult.blocked(self.name, "no GPU target detected, so no nightly build "
-                                      "can be chosen; build from source instead: "
-                                      "--llamacpp source --backend cpu (or --profile NAME)")
-        try:
-            family = nightly.family_for_target(target)
-            asset = nightly.resolve_release(None, settings.llamacpp_tag, family)
-        except nightly.NightlyError as exc:
-            return StepResult.blocked(self.name, str(exc))
+    def _nightly(self, ctx: Context) -> StepResult:
+        asset = ctx.release
+        if asset is None:
+            return StepResult.blocked(self.name, ctx.release_error or "no nightly release known")
+        family = asset.family
         action = nightly.install_action(asset)
         folder = PurePosixPath(action.dest).name
         if nightly.is_installed(ctx.root, action.dest, asset.sha256) and \
@@ -94,9 +76,9 @@ class LlamacppStep:
                                  f"({asset.size / 2**20:.0f} MiB, sha256 checked before unpacking)",
                                  [action])
 
-    def _source(self, ctx: PlanContext, facts: Facts, settings) -> StepResult:
+    def _source(self, ctx: Context) -> StepResult:
         try:
-            action = source_action(facts, settings)
+            action = source_action(ctx)
         except ValueError as exc:
             return StepResult.blocked(self.name, str(exc))
         folder = PurePosixPath(action.dest).name

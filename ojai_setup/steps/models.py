@@ -2,57 +2,31 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from ojai_setup.core.paths import GIB
-from ojai_setup.domain.catalog import (
-    Catalog,
-    CatalogError,
-    Route,
-    fit,
-    load_catalog,
-    model_path,
-)
-from ojai_setup.model.facts import Facts
-from ojai_setup.planning.result import PlanContext, StepResult
-
-USER_CATALOG = "~/.config/ojai/catalog.toml"
-
-
-def catalog_for(settings) -> Catalog:
-    """The built-in catalog plus the user's (``--catalog FILE``, else ~/.config/ojai/catalog.toml)."""
-    path = Path(settings.user_catalog or USER_CATALOG).expanduser()
-    return load_catalog(path if (settings.user_catalog or path.is_file()) else None)
+from ojai_setup.domain.catalog import fit, model_path
+from ojai_setup.planning.context import Context
+from ojai_setup.planning.result import StepResult
 
 
 def _size(n: int) -> str:
     return f"{n / GIB:.1f} GiB" if n >= GIB else f"{n} bytes"
 
 
-def chosen_route(settings) -> Route | None:
-    return catalog_for(settings).get(settings.model) if settings.model else None
-
-
 class ModelStep:
     name = "model"
 
-    def plan(self, ctx: PlanContext) -> StepResult:
-        facts: Facts = ctx.facts  # type: ignore[assignment]
+    def plan(self, ctx: Context) -> StepResult:
         settings = ctx.settings
         if not settings.model:
             return StepResult.satisfied(self.name, "no model route asked for (add --model NAME; "
                                         "`ojai models` lists them)")
-        from ojai_setup.core.errors import UsageError
         from ojai_setup.domain.models import plan_model_downloads, verify_local_pair
-        from ojai_setup.facts.disk import free_bytes, partial_bytes
-        from ojai_setup.steps.ttm import budget_gib
+        from ojai_setup.facts.disk import partial_bytes
 
-        try:
-            catalog = catalog_for(settings)
-            route = catalog.get(settings.model)
-        except CatalogError as exc:
-            return StepResult.blocked(self.name, str(exc))
-        budget = budget_gib(facts, settings) * GIB
+        route, catalog = ctx.route, ctx.catalog
+        if route is None or catalog is None:
+            return StepResult.blocked(self.name, ctx.route_error or "no catalog")
+        budget = ctx.budget_gib * GIB
         verdict = fit(route, route.context_size, budget, alternatives=catalog.routes.values())
         if not verdict.fits:
             return StepResult.blocked(self.name, "does not fit the GPU memory budget: "
@@ -72,10 +46,10 @@ class ModelStep:
             total = sum(f.size for f in route.files()
                         if model_path(settings.models_dir, route.repo, f.file) in pending)
             need = total - sum(partial_bytes(ctx.root.resolve(d)) for d in pending)
-            try:
-                free = free_bytes(ctx.root.resolve(settings.models_dir))
-            except UsageError as exc:
-                return StepResult.blocked(self.name, str(exc))
+            free = ctx.models_free_bytes
+            if free is None:
+                return StepResult.blocked(self.name, ctx.models_free_error or
+                                          f"cannot tell the free space in {settings.models_dir}")
             if need > free:
                 return StepResult.blocked(
                     self.name, f"not enough disk space in {settings.models_dir} for {route.name}: "

@@ -3,13 +3,11 @@ model, when the NPU is ready."""
 
 from __future__ import annotations
 
-import os
-
-from ojai_setup.core.paths import GIB, ROUTES_DIR, UNITS_DIR
+from ojai_setup.core.paths import FLM_PORT, GIB, ROUTES_DIR, UNITS_DIR
+from ojai_setup.domain.lemonade import NPU_STATE_KEY, config_commands, settings_done_before
 from ojai_setup.model.actions import RunCommand
-from ojai_setup.model.facts import Facts
-from ojai_setup.planning.result import PlanContext, StepResult
-from ojai_setup.steps.routes import file_action
+from ojai_setup.planning.context import Context
+from ojai_setup.planning.result import StepResult
 
 FLM = "/usr/bin/flm"
 
@@ -21,7 +19,7 @@ def flm_route_name(tag: str) -> str:
 class NpuStep:
     name = "npu"
 
-    def plan(self, ctx: PlanContext) -> StepResult:
+    def plan(self, ctx: Context) -> StepResult:
         from ojai_setup.domain.flm import (
             FLM_MODELS,
             NoModelFits,
@@ -31,15 +29,8 @@ class NpuStep:
         )
         from ojai_setup.domain.launch import render_flm_script, render_flm_unit
         from ojai_setup.formats.flm import FlmStatus
-        from ojai_setup.steps.lemonade import (
-            NPU_STATE_KEY,
-            config_commands,
-            home_dir,
-            lemonade_installed,
-        )
-        from ojai_setup.steps.ttm import budget_gib
 
-        facts: Facts = ctx.facts  # type: ignore[assignment]
+        facts = ctx.facts
         settings = ctx.settings
         if not settings.npu:
             return StepResult.satisfied(self.name, "the NPU path is not asked for (--no-npu)")
@@ -48,13 +39,13 @@ class NpuStep:
             todo = missing_npu_stack(status, NpuStackFacts(
                 cmdline=" ".join(facts.cmdline or []),
                 distro_id=facts.distro.id if facts.distro else "",
-                lemonade_installed=lemonade_installed(facts)))
+                lemonade_installed=ctx.lemonade is not None))
             what = "FastFlowLM is not installed" if status is None else \
                 "the NPU is not ready (" + ", ".join(status.failed()) + ")"
             return StepResult.satisfied(self.name, f"NPU path not set up: {what}. To get it: "
                                         + "; ".join(todo))
         total = facts.memory.total_bytes if facts.memory else 0
-        budget = total - budget_gib(facts, settings) * GIB - 4 * GIB
+        budget = total - ctx.budget_gib * GIB - 4 * GIB
         try:
             tag = choose_model([m.tag for m in FLM_MODELS], budget)
         except NoModelFits as exc:
@@ -63,37 +54,35 @@ class NpuStep:
         name = flm_route_name(tag)
         script = f"{ROUTES_DIR}/{name}.sh"
         actions: list = []
-        a = file_action(ctx, script, render_flm_script(tag, ctx_len=ctx_len, host=settings.host, flm=FLM),
+        a = ctx.file_action(script, render_flm_script(tag, ctx_len=ctx_len, host=settings.host, flm=FLM),
                    0o755, f"launch script of FastFlowLM route {tag} on the NPU")
         if a:
             actions.append(a)
         handlers: dict = {}
         if settings.systemd:
-            unit = render_flm_unit(script, tag, os.environ.get("SUDO_USER") or "root")
-            a = file_action(ctx, f"{UNITS_DIR}/ojai-{name}.service", unit, 0o644,
+            unit = render_flm_unit(script, tag, ctx.user)
+            a = ctx.file_action(f"{UNITS_DIR}/ojai-{name}.service", unit, 0o644,
                        f"systemd unit for FastFlowLM route {tag}", notify=("systemd",))
             if a:
                 actions.append(a)
                 handlers["systemd"] = RunCommand(argv=("systemctl", "daemon-reload"),
                                                  needs_root=True, reason="load the new units")
         done: dict = {}
-        if lemonade_installed(facts):
-            from ojai_setup.domain.lemonade import (
-                LemonadeRoute,
-                LemonadeSettings,
-                detect_layout,
-                lemonade_commands,
-            )
+        if ctx.lemonade is not None:
+            from ojai_setup.domain.lemonade import LemonadeRoute, LemonadeSettings, lemonade_commands
 
-            layout = detect_layout(ctx.root, home_dir(ctx))
+            layout = ctx.lemonade.layout
             commands = lemonade_commands(LemonadeRoute(name=tag, engine="flm"),
                                          LemonadeSettings(layout=layout,
-                                                          system_flm=ctx.root.which("flm") is not None))
-            runs, handlers, done = config_commands(ctx, layout, commands, "lemonade-flm-backend")
+                                                          system_flm=ctx.which("flm") is not None))
+            runs, more, done = config_commands(
+                layout, commands, "lemonade-flm-backend", current=ctx.lemonade.config_value,
+                done=settings_done_before(ctx.state.records))
             actions.extend(runs)
+            handlers.update(more)
         if not actions:
-            return StepResult.satisfied(self.name, f"FastFlowLM route {tag} (port 52625) is in place: {script}")
+            return StepResult.satisfied(self.name, f"FastFlowLM route {tag} (port {FLM_PORT}) is in place: {script}")
         return StepResult.change(self.name, f"write the FastFlowLM launch script for {tag} "
-                                 "(port 52625)", actions, handlers=handlers,
-                                 records={"npu": {"tag": tag, "script": script, "port": 52625},
+                                 f"(port {FLM_PORT})", actions, handlers=handlers,
+                                 records={"npu": {"tag": tag, "script": script, "port": FLM_PORT},
                                           NPU_STATE_KEY: {"config": done}})

@@ -14,14 +14,13 @@ binary.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 from ojai_setup.core.paths import ROUTES_DIR, UNITS_DIR
-from ojai_setup.model.actions import RunCommand, WriteFile
-from ojai_setup.model.facts import Facts
-from ojai_setup.planning.result import PlanContext, StepResult
-from ojai_setup.steps.llamacpp import SERVER
+from ojai_setup.model.actions import RunCommand
+from ojai_setup.domain.launch import route_names, script_path
+from ojai_setup.planning.context import Context
+from ojai_setup.planning.result import StepResult
 
 PLAIN_SLOTS = 4
 REFERENCE_HELP = Path(__file__).resolve().parent.parent / "formats" / "reference-help-b11434.txt"
@@ -29,40 +28,7 @@ REFERENCE_HELP = Path(__file__).resolve().parent.parent / "formats" / "reference
 OVERRIDES = {"gfx1150": "11.5.0", "gfx1151": "11.5.1"}
 
 
-def route_names(model: str) -> tuple[str, str]:
-    return f"{model}-mtp", model
-
-
-def script_path(route: str) -> str:
-    return f"{ROUTES_DIR}/{route}.sh"
-
-
-def _binary(ctx: PlanContext, settings) -> tuple[str | None, bool]:
-    """The llama-server the routes run, and whether it is installed already."""
-    if ctx.root.exists(SERVER):
-        return SERVER, True
-    if settings.llamacpp != "none":
-        return SERVER, False
-    found = ctx.root.which("llama-server")
-    return found, found is not None
-
-
-def _dialect(ctx: PlanContext, binary: str, installed: bool):
-    from ojai_setup.facts.probe import ProbeError, probe
-    from ojai_setup.formats.llama_help import parse_help, parse_version
-
-    if installed:
-        d = probe(ctx.root, binary)
-        if isinstance(d, ProbeError):
-            raise ValueError(f"cannot read what {binary} supports: {d.describe()}")
-        return d, ""
-    text = REFERENCE_HELP.read_text(encoding="utf-8")
-    version = parse_version("version: 0.6.0-dev (build 11434, commit unknown)")
-    return parse_help(text, version), (" (flags of upstream llama.cpp build 11434; checked "
-                                       "against the installed binary after apply)")
-
-
-def _binary_targets(ctx: PlanContext, binary: str) -> set[str] | None:
+def _binary_targets(ctx: Context, binary: str) -> set[str] | None:
     """The GPU targets an ojai-installed binary was built for, from its install record."""
     record = ctx.root.resolve(str(Path(binary).parent)) / "ojai-install.json"
     try:
@@ -73,11 +39,10 @@ def _binary_targets(ctx: PlanContext, binary: str) -> set[str] | None:
     return targets or ({"cpu"} if data.get("backend") == "cpu" else None)
 
 
-def _environment(ctx: PlanContext, facts: Facts, settings, binary: str) -> dict[str, str]:
+def _environment(ctx: Context, binary: str) -> dict[str, str]:
     from ojai_setup.domain.nightly import NightlyError, family_for_target
-    from ojai_setup.steps.llamacpp import gpu_target
 
-    target = gpu_target(facts, settings)
+    target = ctx.gpu_target
     built_for = _binary_targets(ctx, binary)
     if target is None or built_for is None or "cpu" in built_for:
         return {}
@@ -90,21 +55,10 @@ def _environment(ctx: PlanContext, facts: Facts, settings, binary: str) -> dict[
     return {"HSA_OVERRIDE_GFX_VERSION": OVERRIDES[target]}
 
 
-def file_action(ctx: PlanContext, path: str, text: str, mode: int, reason: str,
-                notify: tuple[str, ...] = ()) -> WriteFile | None:
-    """A root-owned file ojai writes whole (a script, a unit), or None when it is already so."""
-    before = ctx.root.read_text(path) if ctx.root.exists(path) else None
-    real = ctx.root.resolve(path)
-    if before == text and real.exists() and (real.stat().st_mode & 0o777) == mode:
-        return None
-    return WriteFile(path=path, before=before, after=text, mode=mode, needs_root=True,
-                     reason=reason, notify=notify)
-
-
 class RoutesStep:
     name = "routes"
 
-    def plan(self, ctx: PlanContext) -> StepResult:
+    def plan(self, ctx: Context) -> StepResult:
         from ojai_setup.domain.launch import (
             LaunchError,
             has_bundled_libs,
@@ -112,18 +66,16 @@ class RoutesStep:
             render_llama_unit,
         )
         from ojai_setup.domain.render import Route, UnsupportedRoute, render_args
-        from ojai_setup.steps.models import chosen_route
 
-        facts: Facts = ctx.facts  # type: ignore[assignment]
+        facts = ctx.facts
         settings = ctx.settings
         if not settings.model:
             return StepResult.satisfied(self.name, "no model route asked for, so no launch "
                                         "scripts (add --model NAME)")
-        try:
-            model = chosen_route(settings)
-        except ValueError as exc:
-            return StepResult.blocked(self.name, str(exc))
-        binary, installed = _binary(ctx, settings)
+        model = ctx.route
+        if model is None:
+            return StepResult.blocked(self.name, ctx.route_error or "no such route")
+        binary, installed = ctx.llama.path, ctx.llama.installed
         if binary is None:
             return StepResult.blocked(self.name, "no llama-server to launch: let ojai install "
                                       "one (--llamacpp nightly or source) or put one on PATH")
@@ -131,10 +83,9 @@ class RoutesStep:
             return StepResult.blocked(self.name, f"{binary} is known on this captured machine only "
                                       "by its output, not by its path; let ojai install one "
                                       "(--llamacpp nightly or source)")
-        try:
-            dialect, note = _dialect(ctx, binary, installed)
-        except ValueError as exc:
-            return StepResult.blocked(self.name, str(exc))
+        dialect, note = ctx.llama.dialect, ctx.llama.note
+        if dialect is None:
+            return StepResult.blocked(self.name, ctx.llama.error or f"cannot read what {binary} supports")
         main = model.main_path(settings.models_dir)
         draft = model.draft_path(settings.models_dir)
         mtp_name, plain_name = route_names(model.name)
@@ -147,7 +98,7 @@ class RoutesStep:
                   parallel=PLAIN_SLOTS, n_gpu_layers="all" if facts.gpu and facts.gpu.agents else None,
                   host=settings.host, port=settings.port + 1),
         ]
-        env = _environment(ctx, facts, settings, binary)
+        env = _environment(ctx, binary)
         bundled = has_bundled_libs(ctx.root, binary) or (not installed and settings.llamacpp == "nightly")
         actions: list = []
         records: dict[str, dict] = {}
@@ -159,7 +110,7 @@ class RoutesStep:
             except (UnsupportedRoute, LaunchError) as exc:
                 return StepResult.blocked(self.name, f"route {r.name}: {exc}")
             path = script_path(r.name)
-            a = file_action(ctx, path, script, 0o755, f"launch script of route {r.name}{note}")
+            a = ctx.file_action(path, script, 0o755, f"launch script of route {r.name}{note}")
             if a:
                 actions.append(a)
             records[r.name] = {"script": path, "host": r.host, "port": r.port,
@@ -167,8 +118,8 @@ class RoutesStep:
                                "slots": r.parallel, "model": model.name,
                                "main": main, "draft": draft, "mtp": model.mtp}
             if settings.systemd:
-                unit = render_llama_unit(path, r.name, os.environ.get("SUDO_USER") or "root")
-                a = file_action(ctx, f"{UNITS_DIR}/ojai-{r.name}.service", unit, 0o644,
+                unit = render_llama_unit(path, r.name, ctx.user)
+                a = ctx.file_action(f"{UNITS_DIR}/ojai-{r.name}.service", unit, 0o644,
                            f"systemd unit for route {r.name}", notify=("systemd",))
                 if a:
                     actions.append(a)

@@ -9,7 +9,6 @@ that make the edit reach the next boot (grub.cfg, the initramfs).
 from __future__ import annotations
 
 from ojai_setup.core.paths import GIB, GRUB_DEFAULT, PAGE
-from ojai_setup.domain.checks import load_profile
 from ojai_setup.formats.grub import (
     GrubEditError,
     bls_enabled,
@@ -27,7 +26,8 @@ from ojai_setup.formats.modprobe import (
 )
 from ojai_setup.model.actions import RunCommand, WriteFile
 from ojai_setup.model.facts import Facts
-from ojai_setup.planning.result import PlanContext, StepResult
+from ojai_setup.planning.context import Context
+from ojai_setup.planning.result import StepResult
 
 PAGES_PER_GIB = GIB // PAGE  # 262144
 MIN_OS_GIB = 4
@@ -39,28 +39,18 @@ def pages_for(gib: int) -> int:
     return gib * PAGES_PER_GIB
 
 
-def budget_gib(facts: Facts, settings) -> int:
-    """The GPU memory budget: ``--gpu-memory`` or the profile's default."""
-    if settings.gpu_memory_gib is not None:
-        return settings.gpu_memory_gib
-    from ojai_setup.domain.checks import detect_profile
-
-    profile = load_profile(settings.profile) if settings.profile else detect_profile(facts)
-    return profile.gpu_budget_gib(facts.memory.total_gib if facts.memory else 0)
-
-
-def _read(ctx: PlanContext, path: str) -> str | None:
+def _read(ctx: Context, path: str) -> str | None:
     try:
         return ctx.root.read_text(path)
     except FileNotFoundError:
         return None
 
 
-def _initramfs_command(ctx: PlanContext, facts: Facts) -> list[str]:
+def _initramfs_command(ctx: Context, facts: Facts) -> list[str]:
     release = facts.kernel.release if facts.kernel else "all"
-    if ctx.root.which("update-initramfs"):
+    if ctx.which("update-initramfs"):
         return ["update-initramfs", "-u", "-k", release]
-    if ctx.root.which("dracut"):
+    if ctx.which("dracut"):
         return ["dracut", "--force", "--kver", release]
     return ["mkinitcpio", "-P"]
 
@@ -68,14 +58,13 @@ def _initramfs_command(ctx: PlanContext, facts: Facts) -> list[str]:
 class TtmStep:
     name = "gpu-memory"
 
-    def plan(self, ctx: PlanContext) -> StepResult:
-        facts: Facts = ctx.facts  # type: ignore[assignment]
-        settings = ctx.settings
+    def plan(self, ctx: Context) -> StepResult:
+        facts = ctx.facts
         if facts.memory is None:
             return StepResult.blocked(self.name, "cannot size the GPU memory limit: "
                                       + facts.unknown.get("memory", "memory size unknown"))
         total = facts.memory.total_gib
-        gib = budget_gib(facts, settings)
+        gib = ctx.budget_gib
         if total - gib < MIN_OS_GIB:
             return StepResult.blocked(
                 self.name, f"a GPU budget of {gib} GiB leaves the OS {total - gib:.1f} GiB of "
@@ -109,7 +98,7 @@ class TtmStep:
             distro = facts.distro
             try:
                 cmds = regenerate_commands(distro.id if distro else "", distro.like if distro else [],
-                                           lambda p: ctx.root.which(p) is not None,
+                                           lambda p: ctx.which(p) is not None,
                                            bls=bls_enabled(before), args=[f"{key}={pages}"])
             except GrubEditError as exc:
                 return StepResult.blocked(self.name, str(exc), reads=tuple(reads))

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from ojai_setup.core.root import COMMANDS_DIR, command_key
 
-HELP = Path(__file__).resolve().parents[2] / "ojai_setup" / "llamacpp" / "reference-help-b11434.txt"
+HELP = Path(__file__).resolve().parents[2] / "ojai_setup" / "formats" / "reference-help-b11434.txt"
 LEMONADE_CONFIG = "var/lib/lemonade"
 
 

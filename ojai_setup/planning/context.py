@@ -1,0 +1,118 @@
+"""Everything a setup step may look at, gathered once before planning (:mod:`.gather`).
+
+A step's ``plan(ctx)`` reads this and, through ``ctx.root``, the files it is going to edit;
+it never runs a process, opens a connection or reads the host's environment. What needs any of
+that (the release to install, the installed binary's dialect, the invoking user, free disk
+space, which tools exist) is a field here, so a step is a function of its context and its
+cases can be written as data.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from ojai_setup.core.root import Root
+from ojai_setup.domain.catalog import Catalog, Route
+from ojai_setup.domain.checks import Profile
+from ojai_setup.domain.lemonade import LemonadeLayout
+from ojai_setup.domain.nightly import NightlyAsset
+from ojai_setup.formats.llama_help import Dialect
+from ojai_setup.model.actions import WriteFile
+from ojai_setup.model.facts import Facts
+from ojai_setup.model.settings import Settings
+from ojai_setup.model.state import State
+
+#: the programs a step may ask about (``ctx.which``); gathered once, on the machine's PATH
+KNOWN_PROGRAMS = ("update-grub", "grub-mkconfig", "grub2-mkconfig", "grubby",
+                  "update-initramfs", "dracut", "mkinitcpio", "flm", "llama-server",
+                  "lemonade", "lemond")
+
+
+@dataclass(frozen=True)
+class LlamaBinary:
+    """The llama-server the routes will run, and what it supports."""
+
+    #: machine path (or a bare name known only from a capture); None: there is none
+    path: str | None
+    #: installed already (False: the same plan installs it)
+    installed: bool
+    #: its flags: probed from the installed binary, or upstream's reference when not installed
+    dialect: Dialect | None = None
+    #: why the dialect could not be read
+    error: str | None = None
+    #: said in the routes step when the flags are upstream's reference, not the binary's own
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class LemonadeView:
+    """Lemonade on this machine: where its config lives and what ``config.json`` says."""
+
+    layout: LemonadeLayout
+    config: Mapping[str, Any] = field(default_factory=dict)
+
+    def config_value(self, key: str) -> Any:
+        """A ``config.json`` value by its dotted name (``llamacpp.rocm_bin``), or None."""
+        if key in self.config:
+            return self.config[key]
+        node: Any = self.config
+        for part in key.split("."):
+            if not isinstance(node, Mapping) or part not in node:
+                return None
+            node = node[part]
+        return node
+
+
+@dataclass(frozen=True)
+class Context:
+    """What every step sees. Built by :func:`ojai_setup.planning.gather.gather`."""
+
+    root: Root
+    facts: Facts
+    settings: Settings
+    profile: Profile
+    #: the GPU memory budget in GiB (``--gpu-memory`` or the profile's default for this RAM)
+    budget_gib: int
+    #: the GPU's own gfx target (rocminfo's unless overridden, else the profile's)
+    gpu_target: str | None
+    #: the user ojai was invoked for (``SUDO_USER`` in the machine's environment, else root)
+    user: str
+    #: that user's home on the machine
+    home: str
+    #: the built-in catalog plus the user's; None with ``catalog_error`` when it cannot be read
+    catalog: Catalog | None
+    catalog_error: str | None
+    #: the route ``--model`` names (None: no route asked for, or ``route_error``)
+    route: Route | None
+    route_error: str | None
+    #: the nightly release to install (``--llamacpp nightly``), or why it is unknown
+    release: NightlyAsset | None
+    release_error: str | None
+    llama: LlamaBinary
+    #: Lemonade, when installed
+    lemonade: LemonadeView | None
+    #: ojai's own records (``state.json``); empty when unreadable (``state_error`` says why)
+    state: State
+    state_error: str | None
+    #: free bytes where models go, or why unknown
+    models_free_bytes: int | None
+    models_free_error: str | None
+    #: :data:`KNOWN_PROGRAMS` found on the machine, with their paths
+    programs: Mapping[str, str | None]
+
+    def which(self, program: str) -> str | None:
+        """Where ``program`` is on the machine (None: not there); only :data:`KNOWN_PROGRAMS`."""
+        if program not in self.programs:
+            raise KeyError(f"{program!r} was not gathered; add it to KNOWN_PROGRAMS")
+        return self.programs[program]
+
+    def file_action(self, path: str, text: str, mode: int, reason: str,
+                    notify: tuple[str, ...] = ()) -> WriteFile | None:
+        """A root-owned file ojai writes whole (a script, a unit), or None when it is already so."""
+        before = self.root.read_text(path) if self.root.exists(path) else None
+        real = self.root.resolve(path)
+        if before == text and real.exists() and (real.stat().st_mode & 0o777) == mode:
+            return None
+        return WriteFile(path=path, before=before, after=text, mode=mode, needs_root=True,
+                         reason=reason, notify=notify)

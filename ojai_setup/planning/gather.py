@@ -1,0 +1,199 @@
+"""Gathering a :class:`~ojai_setup.planning.context.Context`: all the I/O planning needs, once.
+
+Facts of the machine (through its root), the invoking user and their home (from the machine's
+environment and ``/etc/passwd``, never this host's when a root is given), the catalog, the
+release to install (GitHub), the installed llama-server's dialect (the binary's ``--help``),
+Lemonade's config, ojai's state and the free space for models. Steps then only decide.
+
+Remote lookups go through :class:`Remote`, so a caller (a test, an offline run) can give the
+answers instead of the network.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from ojai_setup.core.errors import OjaiError, UsageError
+from ojai_setup.core.paths import LLAMA_SERVER
+from ojai_setup.core.root import Root
+from ojai_setup.domain.catalog import Catalog, CatalogError, load_catalog
+from ojai_setup.domain.checks import Profile, detect_profile, load_profile
+from ojai_setup.domain.lemonade import detect_layout
+from ojai_setup.domain.nightly import NightlyAsset, family_for_target
+from ojai_setup.facts.collect import collect, environment
+from ojai_setup.facts.disk import free_bytes
+from ojai_setup.facts.probe import ProbeError, probe
+from ojai_setup.facts.state import read_state
+from ojai_setup.formats.llama_help import parse_help, parse_version
+from ojai_setup.model.facts import Facts
+from ojai_setup.model.settings import Settings
+from ojai_setup.model.state import State
+from ojai_setup.planning.context import (
+    KNOWN_PROGRAMS,
+    Context,
+    LemonadeView,
+    LlamaBinary,
+)
+
+USER_CATALOG = ".config/ojai/catalog.toml"
+REFERENCE_HELP = Path(__file__).resolve().parent.parent / "formats" / "reference-help-b11434.txt"
+REFERENCE_VERSION = "version: 0.6.0-dev (build 11434, commit unknown)"
+
+
+@dataclass(frozen=True)
+class Remote:
+    """Where remote facts come from: ``release(tag, family)`` finds a nightly release."""
+
+    release: Callable[[str | None, str], NightlyAsset]
+
+    @staticmethod
+    def github() -> Remote:
+        from ojai_setup.facts.github import resolve_release
+
+        return Remote(release=lambda tag, family: resolve_release(None, tag, family))
+
+
+def resolve_profile(facts: Facts, settings: Settings) -> Profile:
+    """``--profile`` or the detected one (raises :class:`ProfileError` for an unknown name)."""
+    return load_profile(settings.profile) if settings.profile else detect_profile(facts)
+
+
+def budget_gib(facts: Facts, settings: Settings, profile: Profile) -> int:
+    """The GPU memory budget: ``--gpu-memory`` or the profile's default for this machine's RAM."""
+    if settings.gpu_memory_gib is not None:
+        return settings.gpu_memory_gib
+    return profile.gpu_budget_gib(facts.memory.total_gib if facts.memory else 0)
+
+
+def gpu_target(facts: Facts, profile: Profile) -> str | None:
+    """The GPU's own gfx target: rocminfo's (unless overridden), else the profile's."""
+    gpu = facts.gpu
+    if gpu and gpu.targets and not gpu.hsa_override:
+        return gpu.targets[0]
+    return profile.gpu_target
+
+
+def invoking_user(root: Root) -> tuple[str, str]:
+    """The user ojai runs for and their home, from the machine's own environment and passwd."""
+    user = environment(root).get("SUDO_USER") or "root"
+    home = "/root" if user == "root" else f"/home/{user}"
+    try:
+        for line in root.read_text("/etc/passwd").splitlines():
+            fields = line.split(":")
+            if len(fields) >= 7 and fields[0] == user and fields[5].startswith("/"):
+                home = fields[5]
+                break
+    except (OSError, UnicodeDecodeError):
+        pass
+    return user, home
+
+
+def user_catalog(root: Root, settings: Settings, home: str) -> Catalog:
+    """The built-in catalog plus ``--catalog FILE`` (which must exist) or the user's own."""
+    if settings.user_catalog:
+        path = Path(settings.user_catalog).expanduser()
+        if not path.is_file():
+            raise UsageError(f"--catalog {settings.user_catalog}: no such file")
+        return load_catalog(path)
+    own = root.resolve(f"{home.rstrip('/')}/{USER_CATALOG}")
+    return load_catalog(own if own.is_file() else None)
+
+
+def llama_binary(root: Root, settings: Settings, programs: dict[str, str | None]) -> LlamaBinary:
+    """The llama-server the routes run, probed when it is installed."""
+    if root.exists(LLAMA_SERVER):
+        path, installed = LLAMA_SERVER, True
+    elif settings.llamacpp != "none":
+        path, installed = LLAMA_SERVER, False
+    else:
+        path = programs.get("llama-server")
+        installed = path is not None
+    if path is None:
+        return LlamaBinary(path=None, installed=False)
+    if not installed:
+        dialect = parse_help(REFERENCE_HELP.read_text(encoding="utf-8"),
+                             parse_version(REFERENCE_VERSION))
+        return LlamaBinary(path=path, installed=False, dialect=dialect,
+                           note=" (flags of upstream llama.cpp build 11434; checked against the "
+                           "installed binary after apply)")
+    if not path.startswith("/"):
+        return LlamaBinary(path=path, installed=True)
+    found = probe(root, path)
+    if isinstance(found, ProbeError):
+        return LlamaBinary(path=path, installed=True,
+                           error=f"cannot read what {path} supports: {found.describe()}")
+    return LlamaBinary(path=path, installed=True, dialect=found)
+
+
+def lemonade_view(root: Root, facts: Facts, home: str) -> LemonadeView | None:
+    if "lemonade" not in facts.tools and "lemond" not in facts.tools:
+        return None
+    layout = detect_layout(root, home)
+    config: dict = {}
+    path = f"{layout.config_dir}/config.json"
+    if root.exists(path):
+        try:
+            loaded = json.loads(root.read_text(path))
+            config = loaded if isinstance(loaded, dict) else {}
+        except ValueError:
+            config = {}
+    return LemonadeView(layout=layout, config=config)
+
+
+def gather(root: Root, settings: Settings, *, facts: Facts | None = None,
+           remote: Remote | None = None) -> Context:
+    """Everything planning needs, read once. Raises :class:`UsageError` for bad settings
+    (an unknown profile, a missing ``--catalog`` file)."""
+    facts = facts if facts is not None else collect(root)
+    profile = resolve_profile(facts, settings)
+    target = gpu_target(facts, profile)
+    user, home = invoking_user(root)
+    programs = {name: root.which(name) for name in KNOWN_PROGRAMS}
+
+    catalog = catalog_error = route = route_error = None
+    try:
+        catalog = user_catalog(root, settings, home)
+    except CatalogError as exc:
+        catalog_error = str(exc)
+    if settings.model:
+        try:
+            route = catalog.get(settings.model) if catalog else None
+            route_error = catalog_error
+        except OjaiError as exc:
+            route_error = str(exc)
+
+    release = release_error = None
+    if settings.llamacpp == "nightly":
+        if target is None:
+            release_error = ("no GPU target detected, so no nightly build can be chosen; build "
+                             "from source instead: --llamacpp source --backend cpu (or --profile NAME)")
+        else:
+            try:
+                release = (remote or Remote.github()).release(settings.llamacpp_tag,
+                                                             family_for_target(target))
+            except OjaiError as exc:
+                release_error = str(exc)
+
+    try:
+        state, state_error = read_state(root), None
+    except OjaiError as exc:
+        state, state_error = State(), str(exc)
+
+    free = free_error = None
+    if settings.model:
+        try:
+            free = free_bytes(root.resolve(settings.models_dir))
+        except (OjaiError, OSError) as exc:
+            free_error = str(exc)
+
+    return Context(
+        root=root, facts=facts, settings=settings, profile=profile,
+        budget_gib=budget_gib(facts, settings, profile), gpu_target=target, user=user,
+        home=home, catalog=catalog, catalog_error=catalog_error, route=route,
+        route_error=route_error, release=release, release_error=release_error,
+        llama=llama_binary(root, settings, programs), lemonade=lemonade_view(root, facts, home),
+        state=state, state_error=state_error, models_free_bytes=free,
+        models_free_error=free_error, programs=programs)
