@@ -3,15 +3,42 @@ the :class:`~ojai_setup.commands.terminal.Terminal`; heavy modules are imported 
 
 from __future__ import annotations
 
-from enum import IntEnum
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Callable, NoReturn, Optional
 
 import typer
+from typer.core import TyperGroup
 
 from ojai_setup import __version__
+from ojai_setup.core.errors import OjaiError, UsageError
+from ojai_setup.core.status import ExitStatus
+
+
+#: the option parser's usage error class (typer may ship its own copy of click)
+_CLICK_USAGE_ERROR = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
+
+
+class _Group(TyperGroup):
+    """The option parser's own errors (``--bogus``, a bad value) exit with
+    :attr:`ExitStatus.USAGE` like every other usage error, not click's 2 ("changes pending")."""
+
+    def make_context(self, *args, **kwargs):
+        try:
+            return super().make_context(*args, **kwargs)
+        except _CLICK_USAGE_ERROR as exc:
+            exc.exit_code = ExitStatus.USAGE
+            raise
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except _CLICK_USAGE_ERROR as exc:
+            exc.exit_code = ExitStatus.USAGE
+            raise
+
 
 app = typer.Typer(
+    cls=_Group,
     name="ojai",
     help="Turn an AMD Ryzen AI mini-PC into a fast local LLM server, safely and repeatably.\n\n"
     "Start with `ojai doctor`, review `ojai setup`, then `ojai setup --apply`.",
@@ -20,13 +47,6 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
 )
-
-
-class ExitStatus(IntEnum):
-    OK = 0
-    ERROR = 1  # doctor: a check failed; setup: an error or a blocked step
-    CHANGES = 2  # setup dry run: changes pending
-    USAGE = 64
 
 
 RootOpt = Annotated[Path, typer.Option(
@@ -49,8 +69,20 @@ def _main(version: Annotated[bool, typer.Option(
     pass
 
 
-def _fail(term, message: str, code: int = ExitStatus.ERROR):
+def _fail(term, message: str, code: int = ExitStatus.FAILED) -> NoReturn:
     term.error(message)
+    raise typer.Exit(int(code))
+
+
+def _run(term, root: Path, command: Callable[[], int]) -> NoReturn:
+    """Run a command on ``root``: an expected failure (:class:`OjaiError`) is its message and
+    an exit status, never a traceback."""
+    if not root.is_dir():
+        _fail(term, f"--root {root}: not a directory", ExitStatus.USAGE)
+    try:
+        code = command()
+    except OjaiError as exc:
+        _fail(term, str(exc), ExitStatus.USAGE if isinstance(exc, UsageError) else ExitStatus.FAILED)
     raise typer.Exit(int(code))
 
 
@@ -81,13 +113,7 @@ def doctor(
             root = example_root(example)
         except FileNotFoundError as exc:
             _fail(term, str(exc), ExitStatus.USAGE)
-    if not root.is_dir():
-        _fail(term, f"--root {root}: not a directory", ExitStatus.USAGE)
-    try:
-        code = run_doctor(term, root, profile_name=profile, capture=capture)
-    except (ValueError, OSError) as exc:
-        _fail(term, str(exc))
-    raise typer.Exit(int(code))
+    _run(term, root, lambda: run_doctor(term, root, profile_name=profile, capture=capture))
 
 
 @app.command()
@@ -145,11 +171,8 @@ def setup(
     except ValidationError as exc:
         err = exc.errors()[0]
         _fail(term, f"--{str(err['loc'][0]).replace('_', '-')}: {err['msg']}", ExitStatus.USAGE)
-    try:
-        code = run_setup(term, root, settings, apply=apply, yes=yes, plan_file=plan, out=out)
-    except (ValueError, OSError) as exc:
-        _fail(term, str(exc))
-    raise typer.Exit(int(code))
+    _run(term, root, lambda: run_setup(term, root, settings, apply=apply, yes=yes, plan_file=plan,
+                                       out=out))
 
 
 @app.command()
@@ -164,18 +187,13 @@ def models(
     """List the routes ojai knows: whether each fits this machine's GPU budget and is downloaded."""
     from ojai_setup.commands.models import run_models
     from ojai_setup.commands.terminal import Terminal
-    from ojai_setup.domain.catalog import CatalogError
     from ojai_setup.model.settings import Settings
 
     term = Terminal(json_mode=json_out)
     fields = dict(profile=profile, gpu_memory_gib=gpu_memory, user_catalog=catalog)
     if models_dir:
         fields["models_dir"] = models_dir
-    try:
-        code = run_models(term, root, Settings(**fields))
-    except CatalogError as exc:
-        _fail(term, str(exc))
-    raise typer.Exit(code)
+    _run(term, root, lambda: run_models(term, root, Settings(**fields)))
 
 
 @app.command()
@@ -192,8 +210,9 @@ def verify(
     from ojai_setup.commands.terminal import Terminal
     from ojai_setup.commands.verify import run_verify
 
-    raise typer.Exit(run_verify(Terminal(json_mode=json_out), root, only=route, timeout=timeout,
-                                n_predict=n_predict))
+    term = Terminal(json_mode=json_out)
+    _run(term, root, lambda: run_verify(term, root, only=route, timeout=timeout,
+                                        n_predict=n_predict))
 
 
 @app.command()
@@ -205,7 +224,8 @@ def rollback(
     from ojai_setup.commands.setup import run_rollback
     from ojai_setup.commands.terminal import Terminal
 
-    raise typer.Exit(run_rollback(Terminal(), root, force=force))
+    term = Terminal()
+    _run(term, root, lambda: run_rollback(term, root, force=force))
 
 
 def main() -> None:

@@ -113,7 +113,7 @@ def test_profile_can_be_forced():
 
 def test_unknown_profile_is_a_clear_error():
     result = CliRunner().invoke(app, ["doctor", "--root", str(MACHINES / "ojai-fresh"), "--profile", "nope"])
-    assert result.exit_code == 1
+    assert result.exit_code == 64
     assert "no profile 'nope'" in result.stderr
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from pydantic import BaseModel
+from support.context import ToyContext as PlanContext
 
 from ojai_setup.apply.executor import (
     EXECUTORS,
@@ -26,10 +27,10 @@ from ojai_setup.apply.executor import (
 from ojai_setup.core.errors import ApplyError
 from ojai_setup.core.progress import NullProgress
 from ojai_setup.core.root import CommandResult, Root, store_capture
+from ojai_setup.core.status import ExitStatus
 from ojai_setup.model.actions import HubDownload, RunCommand, Symlink, WriteFile
-from ojai_setup.planning.plan import Plan, PlanExit, check_fresh, make_plan
+from ojai_setup.planning.plan import Plan, check_fresh, make_plan
 from ojai_setup.planning.result import StepResult
-from support.context import ToyContext as PlanContext
 
 GRUB = "/etc/default/grub"
 CONFIG = "/etc/ojai/config.json"
@@ -134,7 +135,7 @@ def _grub_runs(root: Root) -> int:
 def test_plan_apply_then_plan_again_has_nothing_to_do(tmp_path):
     root = _machine(tmp_path)
     plan = _plan(root)
-    assert plan.exit_code == PlanExit.CHANGES == 2
+    assert plan.exit_code == ExitStatus.CHANGES == 2
     result = apply(plan, root, NullProgress())
     assert result.changed
     assert result.message == ("changed 3 of 3 action(s); ran update-grub; reboot needed: "
@@ -143,7 +144,7 @@ def test_plan_apply_then_plan_again_has_nothing_to_do(tmp_path):
     assert os.readlink(root.resolve(LINK)) == "/opt/ojai/llama.cpp/b1311"
 
     again = _plan(root)
-    assert again.exit_code == PlanExit.NOTHING_TO_DO == 0
+    assert again.exit_code == ExitStatus.OK == 0
     assert [r.sentence for r in again.steps] == [
         f"ttm.pages_limit=12582912 is already set in {GRUB}",
         f"{CONFIG} is up to date",
@@ -256,7 +257,7 @@ def test_fault_before_rename_leaves_the_original_and_the_next_apply_completes(tm
 
     result = apply(plan, root, NullProgress())
     assert [a.changed for a in result.actions] == [True, True, True]
-    assert _plan(root).exit_code == PlanExit.NOTHING_TO_DO
+    assert _plan(root).exit_code == ExitStatus.OK
 
 
 def test_fault_in_a_later_action_leaves_earlier_ones_done_and_a_rerun_finishes(tmp_path):
@@ -321,7 +322,7 @@ def test_a_saved_plan_round_trips_and_applies_exactly_its_own_actions(tmp_path):
     assert [a.description for a in result.actions] == [p.action.describe() for p in plan.actions()]
     assert "ttm.pages_limit=25165824" in root.read_text(GRUB)
     assert json.loads(root.read_text(CONFIG)) == {"pages": 25165824}
-    assert _plan(root, pages=25165824).exit_code == PlanExit.NOTHING_TO_DO
+    assert _plan(root, pages=25165824).exit_code == ExitStatus.OK
 
 
 def test_a_target_changed_behind_the_plans_back_stops_the_apply_before_any_change(tmp_path):
@@ -348,7 +349,7 @@ def test_blocked_plans_are_not_applied(tmp_path):
                                       "the HWE kernel and reboot")
 
     plan = make_plan(PlanContext(root, Facts(), Settings()), [*STEPS, Blocked()])
-    assert plan.exit_code == PlanExit.ERROR
+    assert plan.exit_code == ExitStatus.FAILED
     with pytest.raises(ApplyError, match="kernel: kernel 6.8 is too old"):
         apply(plan, root, NullProgress())
     assert root.read_text(GRUB) == ORIGINAL_GRUB

@@ -9,16 +9,17 @@ from pathlib import Path
 
 import pytest
 from pydantic import BaseModel
+from support.context import ToyContext as PlanContext
 
 from ojai_setup.apply.executor import CommandFailed, apply
 from ojai_setup.apply.journal import RollbackError, load_entry, record_state, rollback
 from ojai_setup.core.progress import NullProgress
 from ojai_setup.core.root import CommandResult, Root, store_capture
+from ojai_setup.core.status import ExitStatus
 from ojai_setup.facts.state import JournalError, read_state, state_dir
 from ojai_setup.model.actions import RunCommand, Symlink, WriteFile
-from ojai_setup.planning.plan import PlanExit, make_plan
+from ojai_setup.planning.plan import make_plan
 from ojai_setup.planning.result import StepResult
-from support.context import ToyContext as PlanContext
 
 GRUB = "/etc/default/grub"
 MODPROBE = "/etc/modprobe.d/ttm.conf"
@@ -112,7 +113,7 @@ def test_step_records_land_in_state_with_the_boot_and_apply_ids(tmp_path):
                                     "apply_id": result.apply_id}
     # re-applying with nothing to change keeps the record of the apply that changed things
     again = make_plan(PlanContext(root, Facts(), Settings()), [TtmStep()])
-    assert again.exit_code == PlanExit.NOTHING_TO_DO
+    assert again.exit_code == ExitStatus.OK
     apply(again, root, NullProgress())
     assert read_state(root).records["ttm"]["apply_id"] == result.apply_id
 
@@ -243,7 +244,7 @@ def test_handlers_left_due_by_a_failed_apply_run_on_the_next_apply(tmp_path):
 
     store_capture(root.path, CommandResult(("update-grub",), 0, "done\n"))
     plan = make_plan(PlanContext(root, Facts(), Settings()), [TtmStep()])
-    assert plan.exit_code == PlanExit.NOTHING_TO_DO
+    assert plan.exit_code == ExitStatus.OK
     result = apply(plan, root, NullProgress())
     assert result.handlers == ["update-grub"]
     assert result.message == "ran update-grub"

@@ -9,13 +9,14 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 from pydantic import ValidationError as ModelError
+from support.context import ToyContext as PlanContext
 
 import ojai_setup.planning.plan as plan_module
 from ojai_setup.core.root import Root
+from ojai_setup.core.status import ExitStatus
 from ojai_setup.model.actions import InstallArchive, RunCommand, WriteFile
 from ojai_setup.planning.plan import (
     Plan,
-    PlanExit,
     PlanFileError,
     check_fresh,
     make_plan,
@@ -23,7 +24,6 @@ from ojai_setup.planning.plan import (
     unified_diff,
 )
 from ojai_setup.planning.result import StepResult
-from support.context import ToyContext as PlanContext
 
 GRUB = "/etc/default/grub"
 
@@ -82,13 +82,13 @@ def test_exit_codes_follow_terraform():
     blocked = StepResult.blocked("c", "kernel too old; install the HWE kernel")
     root = Root("/nonexistent-ojai-root")
 
-    def code(*results: StepResult) -> PlanExit:
+    def code(*results: StepResult) -> ExitStatus:
         return make_plan(_ctx(root), [Fixed(r) for r in results]).exit_code
 
-    assert code() == PlanExit.NOTHING_TO_DO == 0
+    assert code() == ExitStatus.OK == 0
     assert code(ok) == 0
-    assert code(ok, change) == PlanExit.CHANGES == 2
-    assert code(ok, change, blocked) == PlanExit.ERROR == 1
+    assert code(ok, change) == ExitStatus.CHANGES == 2
+    assert code(ok, change, blocked) == ExitStatus.FAILED == 1
 
 
 def test_step_results_must_be_consistent():

@@ -252,3 +252,43 @@ def test_systemd_option_adds_a_unit_for_the_flm_route(machine):
     assert f"ExecStart=/{FLM_SCRIPT}" in text.replace('"', "")
     assert "LimitMEMLOCK=infinity" in text
     assert "nothing to do" in ojai(*args, "--apply", "--yes").stdout
+
+
+def test_systemd_with_ready_npu_and_lemonade_keeps_every_handler(box, catalog):
+    """The NPU step once replaced its handlers with Lemonade's, so the plan named a handler
+    ("systemd") that no step declared."""
+    reload = box / COMMANDS_DIR / command_key(["systemctl", "daemon-reload"])
+    reload.mkdir(parents=True)
+    (reload / "exit_code").write_text("0\n")
+    plan = plan_json(box, catalog, "--systemd")
+    assert plan["exit_code"] == 2
+    s = step(plan, "npu")
+    assert set(s["handlers"]) == {"systemd"}
+    assert any(a.get("notify") == ["systemd"] for a in s["actions"])
+    applied = setup(box, catalog, "--systemd", "--apply", "--yes")
+    assert applied.exit_code == 0, applied.output
+    assert "unknown handler" not in applied.output
+    assert (box / "etc/systemd/system/ojai-flm-gemma4-it-e4b.service").is_file()
+
+
+def test_units_run_as_the_machines_invoking_user_not_this_hosts(box, catalog, monkeypatch,
+                                                                tmp_path):
+    """Under --root, SUDO_USER and the user catalog come from the machine, not this host."""
+    monkeypatch.setenv("SUDO_USER", "intruder")
+    home = tmp_path / "host-home"
+    (home / ".config/ojai").mkdir(parents=True)
+    (home / ".config/ojai/catalog.toml").write_text(catalog.read_text().replace(ROUTE, "host-only"))
+    monkeypatch.setenv("HOME", str(home))
+    plan = plan_json(box, catalog, "--systemd")
+    units = [a for s in plan["steps"] for a in s["actions"]
+             if a["kind"] == "write_file" and a["path"].endswith(".service")]
+    assert units, "no unit planned"
+    environ = (box / ".ojai/environ").read_text() if (box / ".ojai/environ").exists() else ""
+    machine_user = next((line.split("=", 1)[1] for line in environ.splitlines()
+                         if line.startswith("SUDO_USER=")), "root")
+    for unit in units:
+        assert "intruder" not in unit["after"]
+        assert f"User={machine_user}" in unit["after"]
+    # the host's own catalog is not the machine's
+    other = ojai("setup", "--root", box, "--llamacpp", "none", "--model", "host-only", "--json")
+    assert "no route named 'host-only'" in other.stdout

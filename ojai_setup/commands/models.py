@@ -14,7 +14,12 @@ from ojai_setup.model.settings import Settings
 
 def model_rows(root: Root, settings: Settings) -> list[dict]:
     from ojai_setup.domain.models import verified_digest
-    from ojai_setup.planning.gather import budget_gib, invoking_user, resolve_profile, user_catalog
+    from ojai_setup.planning.gather import (
+        budget_gib,
+        invoking_user,
+        resolve_profile,
+        user_catalog,
+    )
 
     facts = collect(root)
     profile = resolve_profile(facts, settings)
@@ -42,7 +47,7 @@ def model_rows(root: Root, settings: Settings) -> list[dict]:
 def run_models(term: Terminal, root_dir: Path, settings: Settings) -> int:
     rows = model_rows(Root(root_dir), settings)
     if term.json_mode:
-        term.emit_json({"routes": rows})
+        term.emit_json({"routes": rows}, schema="ojai.models/1")
         return 0
     from rich.table import Table
 

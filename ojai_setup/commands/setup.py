@@ -6,16 +6,11 @@ from pathlib import Path
 
 from ojai_setup.commands.terminal import SYMBOLS, Terminal
 from ojai_setup.core.root import Root
+from ojai_setup.core.status import ExitStatus
 from ojai_setup.facts.collect import collect
 from ojai_setup.model.settings import Settings
-from ojai_setup.planning.plan import (
-    Plan,
-    PlanExit,
-    PlanFileError,
-    check_fresh,
-    make_plan,
-)
 from ojai_setup.planning.gather import gather
+from ojai_setup.planning.plan import Plan, PlanFileError, check_fresh, make_plan
 
 
 def build_plan(root: Root, settings: Settings) -> Plan:
@@ -30,7 +25,7 @@ def show_plan(term: Terminal, plan: Plan) -> None:
         data["exit_code"] = int(plan.exit_code)
         data["diffs"] = plan.unified_diffs()
         data["reboot_reasons"] = plan.reboot_reasons()
-        term.emit_json(data)
+        term.emit_json(data, schema="ojai.setup/1")
         return
     from rich.markup import escape
     from rich.syntax import Syntax
@@ -52,8 +47,8 @@ def show_plan(term: Terminal, plan: Plan) -> None:
     if reasons:
         term.print("[bold]A reboot is needed after applying:[/] " + escape("; ".join(reasons)))
     code = plan.exit_code
-    summary = {PlanExit.NOTHING_TO_DO: "nothing to do", PlanExit.CHANGES: "changes pending",
-               PlanExit.ERROR: "blocked: fix the step(s) above first"}[code]
+    summary = {ExitStatus.OK: "nothing to do", ExitStatus.CHANGES: "changes pending",
+               ExitStatus.FAILED: "blocked: fix the step(s) above first"}[code]
     term.print(f"plan: {summary}")
 
 
@@ -68,16 +63,16 @@ def run_setup(term: Terminal, root_dir: Path, settings: Settings, *, apply: bool
         if not apply:
             term.error("--plan goes with --apply (to look at a saved plan, apply nothing: "
                        "`ojai setup --out FILE` writes one)")
-            return PlanExit.ERROR
+            return ExitStatus.FAILED
         try:
             plan = Plan.load(plan_file)
         except PlanFileError as exc:
             term.error(str(exc))
-            return PlanExit.ERROR
+            return ExitStatus.FAILED
         stale = check_fresh(plan, root, collect(root), plan_path=str(plan_file))
         if stale is not None:
             term.error(f"saved plan is stale: {stale.message}")
-            return PlanExit.ERROR
+            return ExitStatus.FAILED
     else:
         plan = build_plan(root, settings)
         if out is not None:
@@ -87,44 +82,44 @@ def run_setup(term: Terminal, root_dir: Path, settings: Settings, *, apply: bool
             term.note(f"plan saved to {out}; apply exactly it with: ojai setup --apply --plan {out}")
         if not apply:
             return int(plan.exit_code)
-    if plan.exit_code == PlanExit.ERROR:
+    if plan.exit_code == ExitStatus.FAILED:
         term.error("the plan has blocked steps; nothing was applied")
-        return PlanExit.ERROR
-    if plan.exit_code == PlanExit.NOTHING_TO_DO:
+        return ExitStatus.FAILED
+    if plan.exit_code == ExitStatus.OK:
         from ojai_setup.facts.state import JournalError, read_state
 
         try:
             pending = read_state(root).pending_handlers
         except JournalError as exc:
             term.error(str(exc))
-            return PlanExit.ERROR
+            return ExitStatus.FAILED
         if not pending:
             if not term.json_mode:
                 term.print("nothing to do: every step is satisfied; nothing was changed")
-            return PlanExit.NOTHING_TO_DO
+            return ExitStatus.OK
         # an earlier apply changed files but failed before its follow-up commands ran
         if not term.json_mode:
             term.print("every step is satisfied, but follow-up commands of an earlier apply are "
                        "still due: " + ", ".join(h.name for h in pending))
-    if plan_file is None and not yes and plan.exit_code == PlanExit.CHANGES:
+    if plan_file is None and not yes and plan.exit_code == ExitStatus.CHANGES:
         if not term.interactive:
             term.error("refusing to apply without review: no terminal to ask on. Review "
                        "`ojai setup`, then run `ojai setup --apply --yes` (or save with --out and "
                        "apply with --plan)")
-            return PlanExit.ERROR
+            return ExitStatus.FAILED
         if not term.confirm("Apply this plan?"):
             term.note("nothing was applied")
-            return PlanExit.ERROR
+            return ExitStatus.FAILED
     try:
         result = apply_plan(plan, root, term.progress(),
                             plan_path=str(plan_file) if plan_file else None)
     except NeedsRoot as exc:
         term.error(str(exc))
-        return PlanExit.ERROR
+        return ExitStatus.FAILED
     except (ApplyError, OSError, ValueError) as exc:
         term.error(f"apply failed: {exc}. Changed files were backed up; run `ojai setup --apply` "
                    "again to finish, or `ojai rollback` to undo")
-        return PlanExit.ERROR
+        return ExitStatus.FAILED
     after = build_plan(root, settings if plan_file is None else Settings(**plan.settings))
     leftover = [r for r in after.steps if r.status != "satisfied"]
     if not term.json_mode:
@@ -134,8 +129,8 @@ def run_setup(term: Terminal, root_dir: Path, settings: Settings, *, apply: bool
     if leftover:
         term.error("after applying, a new plan is not empty: "
                    + "; ".join(f"{r.step}: {r.sentence}" for r in leftover))
-        return PlanExit.ERROR
-    return PlanExit.NOTHING_TO_DO
+        return ExitStatus.FAILED
+    return ExitStatus.OK
 
 
 def run_rollback(term: Terminal, root_dir: Path, *, force: bool) -> int:

@@ -51,7 +51,10 @@ class Terminal:
                        soft_wrap=not self.color)
 
     # -- primitives --------------------------------------------------------------------------
-    def emit_json(self, data: Any) -> None:
+    def emit_json(self, data: Any, schema: str | None = None) -> None:
+        """Print ``data`` as JSON; ``schema`` (``ojai.<command>/<version>``) comes first."""
+        if schema is not None:
+            data = {"schema": schema, **data}
         self._stdout.write(json.dumps(data, indent=2, sort_keys=False) + "\n")
 
     def print(self, *objects: Any, **kwargs: Any) -> None:

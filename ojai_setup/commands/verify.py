@@ -164,7 +164,7 @@ def run_verify(term: Terminal, root_dir: Path, *, only: str | None, timeout: flo
                            timeout=timeout, n_predict=n_predict)
                for name, r in sorted(routes.items())]
     if term.json_mode:
-        term.emit_json({"draft_cost_assumed": DRAFT_COST,
+        term.emit_json(schema="ojai.verify/1", data={"draft_cost_assumed": DRAFT_COST,
                         "routes": [r.model_dump(mode="json") for r in results]})
     else:
         for r in results:

@@ -27,10 +27,8 @@ comes back byte for byte; a malformed file raises :class:`ConfigError` and nothi
 
 from __future__ import annotations
 
-from typing import Any, Callable
-
 from pathlib import PurePosixPath
-from typing import Literal
+from typing import Any, Callable, Literal
 
 from pydantic import BaseModel, ConfigDict
 

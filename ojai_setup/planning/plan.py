@@ -20,7 +20,6 @@ import shlex
 import stat
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from enum import IntEnum
 from importlib import metadata
 from pathlib import Path
 from typing import Any, Literal, Mapping, Protocol, Sequence
@@ -30,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from ojai_setup.core.atomic import write_text
 from ojai_setup.core.digest import sha256_file
 from ojai_setup.core.root import Root
+from ojai_setup.core.status import ExitStatus
 from ojai_setup.model.actions import Action, RunCommand, WriteFile
 from ojai_setup.planning.result import Step, StepResult
 
@@ -38,14 +38,6 @@ PLAN_FORMAT_VERSION = 1
 
 #: files larger than this are fingerprinted by size and modification time, not hashed
 LARGE_FILE = 64 * 2**20
-
-
-class PlanExit(IntEnum):
-    """Exit status of a dry run (Terraform's ``-detailed-exitcode``)."""
-
-    NOTHING_TO_DO = 0
-    ERROR = 1
-    CHANGES = 2
 
 
 def ojai_version() -> str:
@@ -175,13 +167,13 @@ class Plan(BaseModel):
         return [PlannedAction(step=r.step, action=a) for r in self.steps for a in r.actions]
 
     @property
-    def exit_code(self) -> PlanExit:
+    def exit_code(self) -> ExitStatus:
         """0 nothing to do, 2 changes pending, 1 a step is blocked."""
         if any(r.status == "blocked" for r in self.steps):
-            return PlanExit.ERROR
+            return ExitStatus.FAILED
         if any(r.status == "change" for r in self.steps):
-            return PlanExit.CHANGES
-        return PlanExit.NOTHING_TO_DO
+            return ExitStatus.CHANGES
+        return ExitStatus.OK
 
     def blocked(self) -> list[StepResult]:
         return [r for r in self.steps if r.status == "blocked"]

@@ -13,9 +13,7 @@ Three outcomes:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 

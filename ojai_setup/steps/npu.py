@@ -4,7 +4,11 @@ model, when the NPU is ready."""
 from __future__ import annotations
 
 from ojai_setup.core.paths import FLM_PORT, GIB, ROUTES_DIR, UNITS_DIR
-from ojai_setup.domain.lemonade import NPU_STATE_KEY, config_commands, settings_done_before
+from ojai_setup.domain.lemonade import (
+    NPU_STATE_KEY,
+    config_commands,
+    settings_done_before,
+)
 from ojai_setup.model.actions import RunCommand
 from ojai_setup.planning.context import Context
 from ojai_setup.planning.result import StepResult
@@ -69,7 +73,11 @@ class NpuStep:
                                                  needs_root=True, reason="load the new units")
         done: dict = {}
         if ctx.lemonade is not None:
-            from ojai_setup.domain.lemonade import LemonadeRoute, LemonadeSettings, lemonade_commands
+            from ojai_setup.domain.lemonade import (
+                LemonadeRoute,
+                LemonadeSettings,
+                lemonade_commands,
+            )
 
             layout = ctx.lemonade.layout
             commands = lemonade_commands(LemonadeRoute(name=tag, engine="flm"),

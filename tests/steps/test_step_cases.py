@@ -1,0 +1,98 @@
+"""Each setup step as data: a context in, the step's result out (pyinfra's operation tests).
+
+A case is ``tests/steps/cases/<step>/<case>.json``::
+
+    {"machine": "ojai-fresh",                 # a test machine under tests/machines/
+     "settings": {"llamacpp": "none"},        # ojai setup's settings
+     "files": {"/etc/default/grub.d/x.cfg": "..."},   # written into the copy first
+     "give": ["llama-server", "lemonade"],    # stand-ins installed first (support/stand_ins.py)
+     "release": {"tag": "b1311", ...},        # the nightly GitHub would name (else: offline)
+     "expect": {"status": "change", "sentence": "...", "actions": [["write_file", "/etc/..."]],
+                "handlers": ["update-grub"]}}
+
+The context is gathered as ``ojai setup`` gathers it; then the step plans under a guard that
+fails on any network, process or host-environment access. ``OJAI_WRITE_CASES=1`` fills in
+``expect`` from what the step does now (review the diff before committing it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from support.context import OFFLINE
+from support.purity import pure
+from support.stand_ins import give_lemonade, give_llama_server
+
+from ojai_setup.core.root import Root
+from ojai_setup.domain.nightly import NightlyAsset
+from ojai_setup.model.settings import Settings
+from ojai_setup.planning.gather import Remote, gather
+from ojai_setup.steps import build_steps
+
+CASES = Path(__file__).parent / "cases"
+MACHINES = Path(__file__).resolve().parents[1] / "machines"
+STEPS = {s.name: s for s in build_steps()}
+ALL = sorted(CASES.glob("*/*.json"))
+
+
+def _outcome(result) -> dict:
+    return {"status": result.status, "sentence": result.sentence,
+            "actions": [[a.kind, *a.targets()] for a in result.actions],
+            "handlers": sorted(result.handlers)}
+
+
+@pytest.mark.parametrize("case", ALL, ids=[f"{c.parent.name}/{c.stem}" for c in ALL])
+def test_step_case(case: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    spec = json.loads(case.read_text())
+    root_dir = tmp_path / "machine"
+    shutil.copytree(MACHINES / spec["machine"], root_dir, symlinks=True)
+    for what in spec.get("give", []):
+        if what == "llama-server":
+            give_llama_server(root_dir)
+        elif what == "lemonade":
+            give_lemonade(root_dir, ())
+        else:
+            raise ValueError(f"{case}: unknown stand-in {what!r}")
+    for path, text in spec.get("files", {}).items():
+        target = root_dir / path.lstrip("/")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text)
+    remote = OFFLINE
+    if spec.get("release"):
+        asset = NightlyAsset(**spec["release"])
+        remote = Remote(release=lambda tag, family: asset)
+    ctx = gather(Root(root_dir), Settings(**spec.get("settings", {})), remote=remote)
+    step = STEPS[case.parent.name]
+    with pure(monkeypatch):
+        got = _outcome(step.plan(ctx))
+    got["sentence"] = got["sentence"].replace(str(root_dir), "<root>")
+    if os.environ.get("OJAI_WRITE_CASES"):
+        spec["expect"] = got
+        case.write_text(json.dumps(spec, indent=2) + "\n")
+    assert got == spec["expect"]
+
+
+def test_every_step_has_a_change_a_satisfied_and_a_blocked_case():
+    seen: dict[str, set[str]] = {}
+    for case in ALL:
+        seen.setdefault(case.parent.name, set()).add(json.loads(case.read_text())["expect"]["status"])
+    # the NPU path is optional: when it cannot be set up the step says why and is satisfied
+    wanted = {name: {"change", "satisfied", "blocked"} - ({"blocked"} if name == "npu" else set())
+              for name in STEPS}
+    assert {n: seen.get(n, set()) >= w for n, w in wanted.items()} == {n: True for n in wanted}
+
+
+def test_the_guard_catches_an_impure_step(tmp_path, monkeypatch):
+    """A step that asks the host's environment or runs a process fails under the guard."""
+    import subprocess
+
+    from support.purity import Impure
+
+    with pure(monkeypatch), pytest.raises(Impure, match="environment"):
+        os.environ.get("SUDO_USER")
+    with pure(monkeypatch), pytest.raises(Impure, match="process"):
+        subprocess.run(["true"])
