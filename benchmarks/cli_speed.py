@@ -4,8 +4,10 @@
 
 Prints the median (and min/max) of N runs of each command, each in a fresh process, as a
 user would run them: with Python's bytecode cache (pip compiles it when it installs ojai; one
-warm-up run fills it for a source checkout). Targets: `ojai doctor --json` on the OJAI box
-<= 0.40 s; `ojai setup` with nothing to do <= 0.5 s.
+warm-up run fills it for a source checkout). Each median is also given as a ratio of the
+import floor, `python -c "import typer, rich, pydantic, jinja2, sh, distro"` timed in the same
+run, so the figures compare across machines. Targets: `ojai doctor --json` on the OJAI box
+<= 1.15x the floor; `ojai setup` with nothing to do (every step planned) <= 1.6x.
 (PYTHONDONTWRITEBYTECODE, if set, is dropped for the measured runs.)
 """
 
@@ -45,11 +47,19 @@ def timed(argv: list[str], runs: int, ok_codes: tuple[int, ...]) -> list[float]:
     return times
 
 
-def report(name: str, times: list[float], target: float) -> None:
+FLOOR = [sys.executable, "-c", "import typer, rich, pydantic, jinja2, sh, distro"]
+
+
+def report(name: str, times: list[float], floor: float | None = None,
+           target: float | None = None) -> float:
     med = statistics.median(times)
-    verdict = "ok" if med <= target else "OVER TARGET"
-    print(f"{name:<55} median {med:.3f} s  (min {min(times):.3f}, max {max(times):.3f}; "
-          f"target {target:.2f} s: {verdict})")
+    line = f"{name:<58} median {med:.3f} s (min {min(times):.3f}, max {max(times):.3f})"
+    if floor:
+        ratio = med / floor
+        verdict = "ok" if ratio <= target else "OVER TARGET"
+        line += f"  {ratio:.2f}x floor (target {target:.2f}x: {verdict})"
+    print(line)
+    return med
 
 
 def main() -> None:
@@ -58,15 +68,17 @@ def main() -> None:
     args = ap.parse_args()
     ENV.pop("PYTHONDONTWRITEBYTECODE", None)
     base = ojai()
+    floor = report("import floor (typer, rich, pydantic, jinja2, sh, distro)",
+                   timed(FLOOR, args.runs, (0,)))
     times = timed(base + ["doctor", "--json", "--root", str(MACHINES / "ojai-fresh")], args.runs, (0, 1))
-    report("ojai doctor --json --root <ojai-fresh>", times, 0.40)
+    report("ojai doctor --json --root <ojai-fresh>", times, floor, 1.15)
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "m"
         shutil.copytree(MACHINES / "ojai-fresh", root, symlinks=True)
         subprocess.run(base + ["setup", "--apply", "--yes", "--root", str(root), "--llamacpp", "none"],
                        check=True, capture_output=True)
         times = timed(base + ["setup", "--root", str(root), "--llamacpp", "none"], args.runs, (0,))
-        report("ojai setup --root <provisioned ojai box> (nothing to do)", times, 0.50)
+        report("ojai setup --root <provisioned ojai box> (nothing to do)", times, floor, 1.6)
 
 
 if __name__ == "__main__":
