@@ -39,7 +39,7 @@ from pydantic import (
     model_validator,
 )
 
-from ojai_setup.core.errors import UsageError
+from ojai_setup.core.errors import InputError
 from ojai_setup.core.paths import GIB
 from ojai_setup.formats.gguf import MtpKind
 
@@ -65,7 +65,7 @@ _REPO_RE = r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$"
 _SHA256_RE = r"^[0-9a-f]{64}$"
 
 
-class CatalogError(UsageError):
+class CatalogError(InputError):
     """A catalog file is unreadable or one of its entries is invalid; the text says where."""
 
 
