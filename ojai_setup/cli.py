@@ -13,7 +13,6 @@ from ojai_setup import __version__
 from ojai_setup.core.errors import OjaiError, UsageError
 from ojai_setup.core.status import ExitStatus
 
-
 #: the option parser's usage error class (typer may ship its own copy of click)
 _CLICK_USAGE_ERROR = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
 

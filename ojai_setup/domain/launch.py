@@ -27,7 +27,7 @@ from pathlib import PurePosixPath
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
 from ojai_setup.core.errors import InputError
-from ojai_setup.core.paths import FLM_PORT, ROUTES_DIR
+from ojai_setup.core.paths import FLM_PORT
 from ojai_setup.core.resources import data_dir
 from ojai_setup.core.root import Root
 
@@ -210,13 +210,3 @@ def render_flm_unit(script: str, tag: str, user: str) -> str:
     _check_unit_path("the launch script", script)
     _check_user(user)
     return _render("flm-serve.service.j2", script=script, tag=tag, user=user)
-
-
-def route_names(model: str) -> tuple[str, str]:
-    """The MTP route and the plain route of a catalog model."""
-    return f"{model}-mtp", model
-
-
-def script_path(route: str) -> str:
-    """Where the launch script of ``route`` lives on the machine."""
-    return f"{ROUTES_DIR}/{route}.sh"

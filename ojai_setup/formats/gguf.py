@@ -27,10 +27,12 @@ import hashlib
 import json
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-import gguf
 from pydantic import BaseModel, ConfigDict, ValidationError
+
+if TYPE_CHECKING:
+    import gguf
 
 from ojai_setup.core.errors import InputError
 
@@ -92,6 +94,8 @@ def _tokens_digest(reader: gguf.GGUFReader) -> tuple[int, str | None]:
 
 
 def _parse(path: Path) -> ModelInfo:
+    import gguf  # numpy comes with it: imported only when a model file is read
+
     try:
         reader = gguf.GGUFReader(path, "r")
     except (ValueError, KeyError, IndexError, OSError) as exc:

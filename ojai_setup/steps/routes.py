@@ -17,7 +17,7 @@ import json
 from pathlib import Path
 
 from ojai_setup.core.paths import ROUTES_DIR, UNITS_DIR
-from ojai_setup.domain.launch import route_names, script_path
+from ojai_setup.domain.routes import route_names, script_path
 from ojai_setup.model.actions import RunCommand
 from ojai_setup.planning.context import Context
 from ojai_setup.planning.result import StepResult
