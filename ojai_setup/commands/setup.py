@@ -28,7 +28,8 @@ def show_plan(term: Terminal, plan: Plan) -> None:
         term.emit_json(data, schema="ojai.setup/1")
         return
     from rich.markup import escape
-    from rich.syntax import Syntax
+
+    from ojai_setup.commands.diffview import diff_lines
 
     for r in plan.steps:
         pad = " " * (9 - len(SYMBOLS.get(r.status, r.status)))
@@ -39,10 +40,9 @@ def show_plan(term: Terminal, plan: Plan) -> None:
     for name, cmd in plan.handlers.items():
         term.print(f"{'':>10} then, if something changed: {escape(cmd.describe())}  [dim]({name})[/]")
     for diff in plan.unified_diffs():
-        if term.color:
-            term.print(Syntax(diff, "diff", theme="ansi_dark", background_color="default"))
-        else:
-            term.print(diff, markup=False, highlight=False, end="" if diff.endswith("\n") else "\n")
+        for line in diff_lines(diff):
+            # one line each, never cropped: the terminal wraps what is wider than it
+            term.print(line, soft_wrap=True)
     reasons = plan.reboot_reasons()
     if reasons:
         term.print("[bold]A reboot is needed after applying:[/] " + escape("; ".join(reasons)))

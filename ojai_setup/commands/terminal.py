@@ -31,6 +31,10 @@ class Terminal:
         return bool(getattr(self._stdout, "isatty", lambda: False)())
 
     @property
+    def interactive_out(self) -> bool:
+        return bool(getattr(self._stdout, "isatty", lambda: False)())
+
+    @property
     def interactive(self) -> bool:
         return bool(getattr(sys.stdin, "isatty", lambda: False)()) and \
             bool(getattr(self._stdout, "isatty", lambda: False)())
@@ -39,9 +43,11 @@ class Terminal:
     def console(self):
         from rich.console import Console
 
+        # the width is the terminal's (or $COLUMNS); output that is not a terminal is never
+        # wrapped by ojai, so a pipe or a file gets every line whole
         return Console(file=self._stdout, no_color=not self.color, highlight=False,
                        force_terminal=self.color or None, emoji=False,
-                       width=None if self.color else 120, soft_wrap=not self.color)
+                       soft_wrap=not self.interactive_out)
 
     @cached_property
     def err_console(self):
