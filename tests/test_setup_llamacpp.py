@@ -378,3 +378,37 @@ def test_source_build_failure_keeps_the_nightly_install(machine, releases, tmp_p
     assert result.exit_code == 1, result.output
     assert "building llama-server failed" in result.stderr
     assert os.readlink(root / BASE.lstrip("/") / "current") == "b1311-gfx1150"
+
+
+# -- offline ----------------------------------------------------------------------------------
+def _dead_api(monkeypatch) -> str:
+    with socket.socket() as s:  # a port on which nothing listens
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv("OJAI_GITHUB_API", f"http://127.0.0.1:{port}")
+    return f"http://127.0.0.1:{port}"
+
+
+def test_installed_pinned_nightly_is_satisfied_without_github(machine, releases, monkeypatch):
+    root = machine("ojai-fresh")
+    assert apply(root).exit_code == 0
+    releases.requests.clear()
+    _dead_api(monkeypatch)
+    s = step(plan_json(root, "--llamacpp-tag", "b1311"))
+    assert s["status"] == "satisfied", s
+    assert "b1311" in s["sentence"]
+    assert releases.requests == []
+
+
+def test_unreachable_github_blocks_only_llamacpp_and_says_the_ways_forward(machine, releases,
+                                                                          monkeypatch):
+    root = machine("ojai-fresh")
+    assert apply(root).exit_code == 0
+    _dead_api(monkeypatch)
+    plan = plan_json(root)
+    s = step(plan)
+    assert s["status"] == "blocked"
+    for way in ("--llamacpp-tag b1311", "--llamacpp none", "--llamacpp source --llamacpp-src DIR",
+                "GITHUB_TOKEN"):
+        assert way in s["sentence"], s["sentence"]
+    assert [x["status"] for x in plan["steps"] if x["step"] != "llama.cpp"] == ["satisfied"] * 5

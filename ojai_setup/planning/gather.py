@@ -16,13 +16,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from ojai_setup.core.errors import OjaiError, UsageError
-from ojai_setup.core.paths import LLAMA_SERVER
+from ojai_setup.core.errors import OjaiError, RemoteError, UsageError
+from ojai_setup.core.paths import LLAMA_SERVER, LLAMACPP_CURRENT, LLAMACPP_DIR
 from ojai_setup.core.root import Root
 from ojai_setup.domain.catalog import Catalog, CatalogError, load_catalog
 from ojai_setup.domain.checks import Profile, detect_profile, load_profile
 from ojai_setup.domain.lemonade import detect_layout
-from ojai_setup.domain.nightly import NightlyAsset, family_for_target
+from ojai_setup.domain.nightly import (
+    NightlyAsset,
+    family_for_target,
+    install_dir_name,
+    is_installed,
+    read_record,
+)
 from ojai_setup.facts.collect import collect, environment
 from ojai_setup.facts.disk import free_bytes
 from ojai_setup.facts.probe import ProbeError, probe
@@ -74,6 +80,39 @@ def gpu_target(facts: Facts, profile: Profile) -> str | None:
     if gpu and gpu.targets and not gpu.hsa_override:
         return gpu.targets[0]
     return profile.gpu_target
+
+
+def installed_release(root: Root, tag: str | None, family: str) -> NightlyAsset | None:
+    """The nightly ``tag`` for ``family`` as the install ojai verified records it, when it is in
+    place and ``current`` points at it (then no lookup is needed); else None."""
+    if tag is None:
+        return None
+    name = install_dir_name(tag, family)
+    dest = f"{LLAMACPP_DIR}/{name}"
+    record = read_record(root, dest)
+    link = root.resolve(LLAMACPP_CURRENT)
+    if record is None or record.tag != tag or record.family != family or \
+            not link.is_symlink() or str(link.readlink()) not in (name, dest) or \
+            not is_installed(root, dest, record.sha256):
+        return None
+    return NightlyAsset(tag=tag, name=record.asset, url=record.url, size=0, sha256=record.sha256)
+
+
+def _current_nightly_tag(root: Root) -> str | None:
+    link = root.resolve(LLAMACPP_CURRENT)
+    if not link.is_symlink():
+        return None
+    record = read_record(root, f"{LLAMACPP_DIR}/{Path(str(link.readlink())).name}")
+    return record.tag if record is not None else None
+
+
+def _offline_advice(root: Root, error: str) -> str:
+    tag = _current_nightly_tag(root)
+    return (f"{error}. Ways forward: --llamacpp-tag {tag or 'TAG'} "
+            + ("(the installed build, checked without GitHub)" if tag else "(a release you know)")
+            + "; --llamacpp none (leave llama.cpp as it is); or --llamacpp source "
+            "--llamacpp-src DIR (build from a local checkout). GITHUB_TOKEN raises GitHub's rate "
+            "limit; OJAI_GITHUB_API points at another API address")
 
 
 def invoking_user(root: Root) -> tuple[str, str]:
@@ -172,8 +211,11 @@ def gather(root: Root, settings: Settings, *, facts: Facts | None = None,
                              "from source instead: --llamacpp source --backend cpu (or --profile NAME)")
         else:
             try:
-                release = (remote or Remote.github()).release(settings.llamacpp_tag,
-                                                             family_for_target(target))
+                family = family_for_target(target)
+                release = installed_release(root, settings.llamacpp_tag, family) or \
+                    (remote or Remote.github()).release(settings.llamacpp_tag, family)
+            except RemoteError as exc:
+                release_error = _offline_advice(root, str(exc).rstrip("."))
             except OjaiError as exc:
                 release_error = str(exc)
 
