@@ -3,6 +3,7 @@ the :class:`~ojai_setup.commands.terminal.Terminal`; heavy modules are imported 
 
 from __future__ import annotations
 
+from enum import Enum
 from pathlib import Path
 from typing import Annotated, Callable, NoReturn, Optional
 
@@ -52,8 +53,36 @@ RootOpt = Annotated[Path, typer.Option(
     "--root", help="Machine root: / for this machine, or a directory holding a captured or "
     "test machine (no host command runs then).", show_default=True)]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON (schema in README).")]
-ProfileOpt = Annotated[Optional[str], typer.Option(
-    "--profile", help="Force a hardware profile (ojai, strix-halo, generic) instead of detecting it.")]
+def _profiles() -> list[str]:
+    from ojai_setup.domain.checks import profile_names
+
+    try:
+        return [*profile_names(), "generic"]
+    except OSError:  # an installation without its checks/ folder: doctor says so clearly
+        return ["generic"]
+
+
+#: choices shown by --help and checked by the parser
+Profile = Enum("Profile", {name: name for name in _profiles()}, type=str)
+
+
+class Llamacpp(str, Enum):
+    nightly = "nightly"
+    source = "source"
+    none = "none"
+
+
+class Backend(str, Enum):
+    hip = "hip"
+    cpu = "cpu"
+
+
+def _value(choice: Enum | None) -> str | None:
+    return choice.value if choice is not None else None
+
+
+ProfileOpt = Annotated[Optional[Profile], typer.Option(
+    "--profile", help="Force a hardware profile instead of detecting it.")]
 
 
 def _version_callback(value: bool) -> None:
@@ -112,7 +141,7 @@ def doctor(
             root = example_root(example)
         except FileNotFoundError as exc:
             _fail(term, str(exc), ExitStatus.USAGE)
-    _run(term, root, lambda: run_doctor(term, root, profile_name=profile, capture=capture))
+    _run(term, root, lambda: run_doctor(term, root, profile_name=_value(profile), capture=capture))
 
 
 @app.command()
@@ -127,12 +156,12 @@ def setup(
     profile: ProfileOpt = None,
     gpu_memory: Annotated[Optional[int], typer.Option(
         "--gpu-memory", min=1, help="GPU memory budget in GiB (default: the profile's, 48 on the OJAI box).")] = None,
-    llamacpp: Annotated[str, typer.Option(
-        "--llamacpp", help="How to get llama-server: nightly (Lemonade's ROCm builds), source, or none.")] = "nightly",
+    llamacpp: Annotated[Llamacpp, typer.Option(
+        "--llamacpp", help="How to get llama-server: nightly (Lemonade's ROCm builds), source, or none.")] = Llamacpp.nightly,
     llamacpp_tag: Annotated[Optional[str], typer.Option("--llamacpp-tag", help="Pin a nightly tag (e.g. b1311); default: the latest release.")] = None,
     llamacpp_src: Annotated[Optional[str], typer.Option("--llamacpp-src", help="Source for --llamacpp source: a git URL, a directory or a .tar.gz.")] = None,
     llamacpp_ref: Annotated[Optional[str], typer.Option("--llamacpp-ref", help="Git ref to build with --llamacpp source.")] = None,
-    backend: Annotated[Optional[str], typer.Option("--backend", help="Source build backend: hip or cpu (default: hip when ROCm is installed).")] = None,
+    backend: Annotated[Optional[Backend], typer.Option("--backend", help="Source build backend (default: hip when ROCm is installed).")] = None,
     model: Annotated[Optional[str], typer.Option("--model", help="Add the download, pairing check and launch files for this catalog route (see `ojai models`).")] = None,
     models_dir: Annotated[Optional[str], typer.Option("--models-dir", help="Where models are stored (default /var/lib/ojai/models).")] = None,
     host: Annotated[str, typer.Option("--host", help="Address the servers ojai writes listen on.")] = "127.0.0.1",
@@ -158,9 +187,9 @@ def setup(
     if not root.is_dir():
         _fail(term, f"--root {root}: not a directory", ExitStatus.USAGE)
     try:
-        fields = dict(profile=profile, gpu_memory_gib=gpu_memory, llamacpp=llamacpp,
+        fields = dict(profile=_value(profile), gpu_memory_gib=gpu_memory, llamacpp=_value(llamacpp),
                       llamacpp_tag=llamacpp_tag, llamacpp_ref=llamacpp_ref,
-                      llamacpp_backend=backend, model=model, host=host, port=port, systemd=systemd,
+                      llamacpp_backend=_value(backend), model=model, host=host, port=port, systemd=systemd,
                       npu=npu, user_catalog=catalog)
         if llamacpp_src:
             fields["llamacpp_src"] = llamacpp_src
@@ -169,7 +198,10 @@ def setup(
         settings = Settings(**fields)
     except ValidationError as exc:
         err = exc.errors()[0]
-        _fail(term, f"--{str(err['loc'][0]).replace('_', '-')}: {err['msg']}", ExitStatus.USAGE)
+        message = str(err["msg"]).removeprefix("Value error, ")
+        if err["loc"]:
+            message = f"--{str(err['loc'][0]).replace('_', '-')}: {message}"
+        _fail(term, message, ExitStatus.USAGE)
     _run(term, root, lambda: run_setup(term, root, settings, apply=apply, yes=yes, plan_file=plan,
                                        out=out))
 
@@ -189,7 +221,7 @@ def models(
     from ojai_setup.model.settings import Settings
 
     term = Terminal(json_mode=json_out)
-    fields = dict(profile=profile, gpu_memory_gib=gpu_memory, user_catalog=catalog)
+    fields = dict(profile=_value(profile), gpu_memory_gib=gpu_memory, user_catalog=catalog)
     if models_dir:
         fields["models_dir"] = models_dir
     _run(term, root, lambda: run_models(term, root, Settings(**fields)))

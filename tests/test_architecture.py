@@ -52,6 +52,9 @@ def test_the_contracts_catch_a_wrong_import(tmp_path, module, bad_import, contra
     ["setup", "--bogus"],
     ["setup", "--port", "eighty"],
     ["setup", "--llamacpp", "sideways"],
+    ["setup", "--port", "65535"],
+    ["setup", "--port", "52624"],
+    ["setup", "--profile", "nope"],
     ["doctor", "--bogus"],
     ["nosuchcommand"],
 ])
@@ -85,3 +88,22 @@ def test_every_json_output_names_its_schema(tmp_path):
                          (["models"], "ojai.models/1")):
         result = CliRunner().invoke(app, [*args, "--root", machine, "--json"])
         assert result.stdout.lstrip().startswith('{\n  "schema": "' + schema + '"'), result.output
+
+
+def test_port_clashes_name_the_option(tmp_path):
+    machine = str(REPO / "tests/machines/ojai-fresh")
+    for port, words in (("65535", "no port for the plain route"), ("52625", "FastFlowLM's port")):
+        result = CliRunner().invoke(app, ["setup", "--root", machine, "--port", port])
+        assert result.exit_code == 64
+        assert result.stderr.startswith("error: --port") and words in result.stderr
+        assert "validation error" not in result.stderr
+
+
+def test_help_lists_the_choices_of_every_fixed_option():
+    text = CliRunner().invoke(app, ["setup", "--help"], env={"COLUMNS": "200"}).stdout
+    from ojai_setup.cli import _profiles
+
+    profiles = "<" + "|".join(_profiles()) + ">"
+    assert "generic" in profiles and len(_profiles()) > 1
+    for choices in ("<nightly|source|none>", "<hip|cpu>", profiles):
+        assert choices in text, text

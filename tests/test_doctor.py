@@ -114,7 +114,7 @@ def test_profile_can_be_forced():
 def test_unknown_profile_is_a_clear_error():
     result = CliRunner().invoke(app, ["doctor", "--root", str(MACHINES / "ojai-fresh"), "--profile", "nope"])
     assert result.exit_code == 64
-    assert "no profile 'nope'" in result.stderr
+    assert "'nope' is not one of 'ojai'" in result.stderr
 
 
 def test_empty_root_reports_unknowns_and_never_crashes(tmp_path):

@@ -236,3 +236,22 @@ def test_failed_follow_up_command_runs_on_the_next_apply(machine):
     assert "ran update-grub" in again.stdout
     done = ojai("setup", "--root", str(root), "--apply", *NO_LLAMA)
     assert "nothing to do" in done.stdout
+
+
+def test_the_plan_lists_the_failing_preconditions_first(machine):
+    """A BIOS below Minisforum's minimum is said above the steps, with its fix; the TTM limit
+    the plan itself sets is not repeated as a finding."""
+    from typer.testing import CliRunner
+
+    from ojai_setup.cli import app
+
+    root = machine("ojai-fresh")
+    result = CliRunner().invoke(app, ["setup", "--root", str(root), "--llamacpp", "none",
+                                      "--no-npu"], env={"COLUMNS": "200"})
+    out = result.stdout
+    assert out.index("Minisforum BIOS 1.01 or newer") < out.index("gpu-memory:")
+    assert "fix: Update the BIOS to 1.01" in out
+    assert "GPU memory limit not configured" not in out
+    data = CliRunner().invoke(app, ["setup", "--root", str(root), "--llamacpp", "none", "--json"])
+    ids = [f["id"] for f in __import__("json").loads(data.stdout)["preconditions"]]
+    assert "bios.min" in ids and not any(i.startswith("ttm.") for i in ids)

@@ -16,7 +16,17 @@ from ojai_setup.planning.plan import Plan, PlanFileError, check_fresh, make_plan
 def build_plan(root: Root, settings: Settings) -> Plan:
     from ojai_setup.steps import build_steps
 
-    return make_plan(gather(root, settings), build_steps())
+    from ojai_setup.domain.checks import Severity, run_checks
+
+    ctx = gather(root, settings)
+    plan = make_plan(ctx, build_steps())
+    # what this plan changes is not a precondition of it (the TTM limit, when the step sets it)
+    fixed_here = {"ttm"} if any(r.step == "gpu-memory" and r.status == "change"
+                                for r in plan.steps) else set()
+    findings = tuple(f for f in run_checks(ctx.facts, ctx.profile)
+                     if Severity[f.severity.upper()] >= Severity.WARN
+                     and f.id.split(".")[0] not in fixed_here)
+    return plan.model_copy(update={"preconditions": findings})
 
 
 def show_plan(term: Terminal, plan: Plan) -> None:
@@ -31,6 +41,13 @@ def show_plan(term: Terminal, plan: Plan) -> None:
 
     from ojai_setup.commands.diffview import diff_lines
 
+    if plan.preconditions:
+        term.print("[bold]Doctor's findings on this machine[/] (`ojai doctor` for all):")
+        for f in plan.preconditions:
+            pad = " " * (9 - len(SYMBOLS.get(f.severity, f.severity)))
+            term.print(f"{pad}{term.styled(f.severity)} {escape(f.title)}: {escape(f.evidence)}")
+            if f.fix:
+                term.print(f"{'':>10} fix: {escape(f.fix)}")
     for r in plan.steps:
         pad = " " * (9 - len(SYMBOLS.get(r.status, r.status)))
         term.print(f"{pad}{term.styled(r.status)} [bold]{escape(r.step)}[/]: {escape(r.sentence)}")

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from ojai_setup.core.paths import DEFAULT_MODELS_DIR
+from ojai_setup.core.paths import DEFAULT_MODELS_DIR, FLM_PORT
 
 
 class Settings(BaseModel):
@@ -26,3 +26,19 @@ class Settings(BaseModel):
     port: int = Field(default=8080, ge=1, le=65535)
     systemd: bool = False
     npu: bool = True
+
+    @field_validator("port")
+    @classmethod
+    def _plain_route_port(cls, port: int) -> int:
+        if port + 1 > 65535:
+            raise ValueError(f"{port} leaves no port for the plain route, which listens on the "
+                             "next one; use 65534 or lower")
+        return port
+
+    @model_validator(mode="after")
+    def _no_clash_with_the_npu_route(self) -> "Settings":
+        if self.npu and FLM_PORT in (self.port, self.port + 1):
+            raise ValueError(f"--port {self.port}: the routes would listen on {self.port} and "
+                             f"{self.port + 1}, and {FLM_PORT} is FastFlowLM's port on the NPU "
+                             "route; choose another --port (or --no-npu)")
+        return self

@@ -30,6 +30,7 @@ from ojai_setup.core.atomic import write_text
 from ojai_setup.core.digest import sha256_file
 from ojai_setup.core.root import Root
 from ojai_setup.core.status import ExitStatus
+from ojai_setup.domain.checks import Finding
 from ojai_setup.model.actions import Action, RunCommand, WriteFile
 from ojai_setup.planning.result import Step, StepResult
 
@@ -151,6 +152,8 @@ class Plan(BaseModel):
     #: follow-up commands by name (``update-grub``), run once at the end of an apply
     handlers: dict[str, RunCommand] = Field(default_factory=dict)
     fingerprint: Fingerprint
+    #: doctor's findings of severity warn or fail on this machine, shown above the steps
+    preconditions: tuple[Finding, ...] = ()
 
     @model_validator(mode="after")
     def _handlers_known(self) -> Plan:
