@@ -268,6 +268,9 @@ def test_systemd_with_ready_npu_and_lemonade_keeps_every_handler(box, catalog):
     applied = setup(box, catalog, "--systemd", "--apply", "--yes")
     assert applied.exit_code == 0, applied.output
     assert "unknown handler" not in applied.output
+    # after the apply, how to start each route and check it
+    assert ("start flm gemma4-it:e4b: sudo systemctl enable --now ojai-flm-gemma4-it-e4b.service; "
+            "then check it: ojai verify --route 'flm gemma4-it:e4b'") in applied.stdout
     assert (box / "etc/systemd/system/ojai-flm-gemma4-it-e4b.service").is_file()
 
 

@@ -101,10 +101,20 @@ def test_verify_reports_routes_and_npu(tmp_path, fake_route):
 
 def test_verify_fails_for_a_route_that_does_not_answer(tmp_path):
     root = Root(tmp_path)
-    record_state(root, "routes", {"gone": {"host": "127.0.0.1", "port": free_port()}})
-    result = CliRunner().invoke(app, ["verify", "--root", str(tmp_path), "--timeout", "1"])
+    record_state(root, "routes", {"gone": {"host": "127.0.0.1", "port": free_port(),
+                                           "script": "/opt/ojai/routes/gone.sh"}})
+    result = CliRunner().invoke(app, ["verify", "--root", str(tmp_path), "--timeout", "1"],
+                                env={"COLUMNS": "200"})
     assert result.exit_code == 1
     assert "gone" in result.stdout and "/health answered nothing" in result.stdout
+    assert "start it with: /opt/ojai/routes/gone.sh" in result.stdout
+    # with a unit, the unit is the way to start it
+    unit = tmp_path / "etc/systemd/system/ojai-gone.service"
+    unit.parent.mkdir(parents=True)
+    unit.write_text("[Service]\n")
+    result = CliRunner().invoke(app, ["verify", "--root", str(tmp_path), "--timeout", "1"],
+                                env={"COLUMNS": "200"})
+    assert "start it with: sudo systemctl enable --now ojai-gone.service" in result.stdout
 
 
 def test_verify_without_routes_says_how_to_get_them(tmp_path):

@@ -14,9 +14,8 @@ from ojai_setup.planning.plan import Plan, PlanFileError, check_fresh, make_plan
 
 
 def build_plan(root: Root, settings: Settings) -> Plan:
-    from ojai_setup.steps import build_steps
-
     from ojai_setup.domain.checks import Severity, run_checks
+    from ojai_setup.steps import build_steps
 
     ctx = gather(root, settings)
     plan = make_plan(ctx, build_steps())
@@ -143,6 +142,10 @@ def run_setup(term: Terminal, root_dir: Path, settings: Settings, *, apply: bool
         term.print(f"applied: {result.message}")
         if result.journal:
             term.print(f"journal: {root.machine_path(result.journal) if not root.is_host else result.journal}")
+        from ojai_setup.commands.verify import next_steps
+
+        for line in next_steps(root):
+            term.print(line, markup=False)
     if leftover:
         term.error("after applying, a new plan is not empty: "
                    + "; ".join(f"{r.step}: {r.sentence}" for r in leftover))

@@ -12,6 +12,7 @@ is a prediction: a measured speedup needs a paired run without speculation.
 from __future__ import annotations
 
 import json
+import shlex
 import time
 import urllib.error
 import urllib.request
@@ -20,6 +21,7 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from ojai_setup.commands.terminal import Terminal
+from ojai_setup.core.paths import FLM_PORT, ROUTES_DIR, UNITS_DIR
 from ojai_setup.core.root import Root
 
 PROMPT = "Write a short story about a lighthouse keeper who finds a message in a bottle."
@@ -146,13 +148,38 @@ def routes_of(root: Root) -> dict[str, dict]:
               if isinstance(v, dict) and "port" in v}
     npu = records.get("npu")
     if isinstance(npu, dict) and npu.get("tag"):
-        routes[f"flm {npu['tag']}"] = {"port": npu.get("port", 52625), "flm_tag": npu["tag"]}
+        routes[f"flm {npu['tag']}"] = {"port": npu.get("port", FLM_PORT), "flm_tag": npu["tag"],
+                                         "script": npu.get("script")}
     return routes
+
+
+#: below this per-token acceptance the draft head likely does not match the model
+LOW_ACCEPTANCE = 0.5
+
+
+def how_to_start(root: Root, name: str, record: dict) -> str:
+    """The command that starts a route ojai wrote: its systemd unit when there is one, else
+    its launch script."""
+    unit_name = ("ojai-" + record["script"].rsplit("/", 1)[-1].removesuffix(".sh") + ".service"
+                 if record.get("script") else f"ojai-{name}.service")
+    if root.exists(f"{UNITS_DIR}/{unit_name}"):
+        return f"sudo systemctl enable --now {unit_name}"
+    return record.get("script") or f"{ROUTES_DIR}/{name}.sh"
+
+
+def next_steps(root: Root) -> list[str]:
+    """For every route ojai wrote: how to start it and how to check it."""
+    lines = []
+    for name, record in sorted(routes_of(root).items()):
+        lines.append(f"start {name}: {how_to_start(root, name, record)}; then check it: "
+                     f"ojai verify --route {shlex.quote(name)}")
+    return lines
 
 
 def run_verify(term: Terminal, root_dir: Path, *, only: str | None, timeout: float,
                n_predict: int) -> int:
-    routes = routes_of(Root(root_dir))
+    root = Root(root_dir)
+    routes = routes_of(root)
     if only:
         routes = {k: v for k, v in routes.items() if k == only}
     if not routes:
@@ -170,6 +197,9 @@ def run_verify(term: Terminal, root_dir: Path, *, only: str | None, timeout: flo
         for r in results:
             if not r.healthy or r.error:
                 term.print(f"{term.styled('fail')} {r.route} ({r.url}): {r.error}")
+                if not r.healthy:
+                    term.print(f"{'':>5}is it running? start it with: "
+                               f"{how_to_start(root, r.route, routes[r.route])}")
                 continue
             if r.predicted_n is None:
                 term.print(f"{term.styled('pass')} {r.route} ({r.url}): ready")
@@ -185,4 +215,8 @@ def run_verify(term: Terminal, root_dir: Path, *, only: str | None, timeout: flo
                          f"predicted speedup {r.predicted_speedup:.2f}x (model, assuming draft cost "
                          f"{DRAFT_COST}; not measured)")
             term.print(line)
+            if r.acceptance_estimate is not None and r.acceptance_estimate < LOW_ACCEPTANCE:
+                term.print(f"{'':>5}{term.styled('warn')} per-token acceptance "
+                           f"{r.acceptance_estimate:.2f} is below {LOW_ACCEPTANCE}: the draft "
+                           "head may not match the model (check the pair with `ojai doctor`)")
     return 0 if all(r.healthy and not r.error for r in results) else 1
