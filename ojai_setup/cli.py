@@ -43,7 +43,7 @@ app = typer.Typer(
     help="Turn an AMD Ryzen AI mini-PC into a fast local LLM server, safely and repeatably.\n\n"
     "Start with `ojai doctor`, review `ojai setup`, then `ojai setup --apply`.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
 )

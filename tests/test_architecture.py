@@ -107,3 +107,14 @@ def test_help_lists_the_choices_of_every_fixed_option():
     assert "generic" in profiles and len(_profiles()) > 1
     for choices in ("<nightly|source|none>", "<hip|cpu>", profiles):
         assert choices in text, text
+
+
+def test_models_shows_download_sizes_and_completion_can_be_installed():
+    machine = str(REPO / "tests/machines/ojai-fresh")
+    import json
+
+    rows = json.loads(CliRunner().invoke(app, ["models", "--root", machine, "--json"]).stdout)["routes"]
+    assert all(r["download_bytes"] > 10**9 for r in rows)
+    table = CliRunner().invoke(app, ["models", "--root", machine], env={"COLUMNS": "120"}).stdout
+    assert "download" in table and "16.2 GiB" in table
+    assert "--install-completion" in CliRunner().invoke(app, ["--help"]).stdout

@@ -40,7 +40,8 @@ def model_rows(root: Root, settings: Settings) -> list[dict]:
         rows.append({"name": route.name, "title": route.title, "mtp": route.mtp,
                      "context_size": route.context_size, "need_bytes": f.need_bytes,
                      "budget_bytes": budget, "fits": f.fits, "max_ctx": f.max_ctx,
-                     "downloaded": state, "sizes_estimated": route.sizes_estimated})
+                     "downloaded": state, "sizes_estimated": route.sizes_estimated,
+                     "download_bytes": sum(mf.size for mf in route.files())})
     return rows
 
 
@@ -54,13 +55,14 @@ def run_models(term: Terminal, root_dir: Path, settings: Settings) -> int:
     budget = rows[0]["budget_bytes"] if rows else 0
     table = Table(title=f"Routes (GPU budget {budget / GIB:.0f} GiB; models in {settings.models_dir})",
                   title_justify="left")
-    for col in ("route", "MTP", "context", "needs", "fits", "downloaded"):
+    for col in ("route", "MTP", "context", "needs", "fits", "download", "downloaded"):
         table.add_column(col)
     for r in rows:
         fits = "yes" if r["fits"] else (f"no (ctx {r['max_ctx']} fits)" if r["max_ctx"] else "no")
         need = f"{r['need_bytes'] / GIB:.1f} GiB" + (" (est.)" if r["sizes_estimated"] else "")
+        size = f"{r['download_bytes'] / GIB:.1f} GiB" + (" (est.)" if r["sizes_estimated"] else "")
         table.add_row(f"{r['name']}\n[dim]{r['title']}[/]", r["mtp"].replace("_", "-"),
-                      str(r["context_size"]), need, fits, r["downloaded"])
+                      str(r["context_size"]), need, fits, size, r["downloaded"])
     term.print(table)
     term.print("Set one up with: ojai setup --model NAME")
     return 0
