@@ -249,14 +249,22 @@ def verify(
 @app.command()
 def rollback(
     root: RootOpt = Path("/"),
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Roll back without asking.")] = False,
     force: Annotated[bool, typer.Option("--force", help="Restore even files changed since the apply.")] = False,
+    remove_downloads: Annotated[bool, typer.Option(
+        "--remove-downloads", help="Also remove the model files and llama.cpp builds the apply "
+        "downloaded or installed (kept by default).")] = False,
 ) -> None:
-    """Restore the files the last `ojai setup --apply` changed (from its backups)."""
+    """Undo the last `ojai setup --apply`: shows what it will restore (with diffs) and asks
+    unless --yes, restores the files from their backups, runs the follow-up commands
+    (update-grub, the initramfs) and says when a reboot is needed. Downloaded models and
+    installed builds stay unless --remove-downloads."""
     from ojai_setup.commands.setup import run_rollback
     from ojai_setup.commands.terminal import Terminal
 
     term = Terminal()
-    _run(term, root, lambda: run_rollback(term, root, force=force))
+    _run(term, root, lambda: run_rollback(term, root, force=force, yes=yes,
+                                          remove_downloads=remove_downloads))
 
 
 def main() -> None:

@@ -125,7 +125,7 @@ def test_rollback_restores_last_apply(machine):
     root = machine("ojai-fresh")
     original = (root / "etc/default/grub").read_bytes()
     assert ojai("setup", "--root", str(root), "--apply", "--yes", *NO_LLAMA).exit_code == 0
-    result = ojai("rollback", "--root", str(root))
+    result = ojai("rollback", "--root", str(root), "--yes")
     assert result.exit_code == 0, result.output
     assert (root / "etc/default/grub").read_bytes() == original
     again = ojai("setup", "--root", str(root), *NO_LLAMA)

@@ -490,8 +490,10 @@ def apply(plan: Plan, root: Root, progress: Progress, *,
         for step in plan.steps:
             for action in step.actions:
                 targets = action.targets()
+                download = getattr(action, "dest", None) if isinstance(
+                    action, (InstallArchive, BuildFromSource, HubDownload)) else None
                 for target in targets:
-                    journal.stage(target)
+                    journal.stage(target, download=target == download)
                 before = [path_digest(root, t) for t in targets]
                 outcome = _outcome(executors[action.kind](root, action, progress), before,
                                    [path_digest(root, t) for t in targets])

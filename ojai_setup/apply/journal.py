@@ -120,14 +120,16 @@ class Journal:
         """``state.json`` as it was when this journal was opened."""
         return self._state
 
-    def stage(self, machine_path: str) -> None:
-        """Remember what is at ``machine_path`` (and back up a regular file) before a change."""
+    def stage(self, machine_path: str, *, download: bool = False) -> None:
+        """Remember what is at ``machine_path`` (and back up a regular file) before a change.
+        ``download``: the path is a download or install (kept by rollback unless asked)."""
         if machine_path in self._staged:
             return
         real = self.root.resolve(machine_path)
         before = path_digest(self.root, machine_path)
-        record = FileRecord(path=machine_path, existed_before=before is not None, before=before)
-        if before is not None and before.startswith("sha256:"):
+        record = FileRecord(path=machine_path, existed_before=before is not None, before=before,
+                            download=download)
+        if before is not None and before.startswith("sha256:") and not download:
             st = os.lstat(real)
             backup = Path("backups") / self.id / machine_path.lstrip("/")
             dest = self.dir / backup
@@ -224,20 +226,85 @@ class RollbackResult:
             parts.append("ran " + ", ".join(self.handlers))
         if self.left:
             parts.append("left in place: " + "; ".join(self.left))
+        if self.reboot:
+            parts.append("reboot to make the restored settings active: " + "; ".join(self.reboot))
         return "; ".join(parts)
 
 
-def rollback(root: Root, progress: Progress, *, force: bool = False,
-             euid: int | None = None) -> RollbackResult:
-    """Put back what the last apply changed, and journal it as a rollback.
+#: what rollback does with one path of the apply it undoes
+RollbackDecision = Literal["restore", "remove", "keep", "none"]
+#: largest file rollback shows a diff of
+DIFF_LIMIT = 256 * 1024
 
-    Files that existed are restored from their backup (content, mode, owner), links are
-    pointed back at their old target, and files and links the apply created are removed.
-    Folders an install created and files too large to back up are left in place and named in
-    :attr:`RollbackResult.left`. The handlers the apply ran (``update-grub``) run again.
-    Refuses (:class:`RollbackError`, nothing restored) when a path changed after the apply,
-    unless ``force``. Repeated rollbacks walk back through earlier applies.
-    """
+
+@dataclass
+class RollbackPreview:
+    """What ``ojai rollback`` would do, for a person to review before it does it."""
+
+    entry: JournalEntry
+    directory: Path  # the state dir holding the backups
+    #: (record, decision, why) for each path the apply changed, in the order rollback goes
+    items: list[tuple[FileRecord, RollbackDecision, str]] = field(default_factory=list)
+    conflicts: list[str] = field(default_factory=list)
+    handlers: list[HandlerRecord] = field(default_factory=list)
+    reboot: list[str] = field(default_factory=list)
+
+    def of(self, decision: RollbackDecision) -> list[FileRecord]:
+        return [r for r, d, _ in self.items if d == decision]
+
+    def diffs(self, root: Root) -> list[str]:
+        """Unified diffs from what is there now to what rollback puts back (text files)."""
+        import difflib
+
+        out = []
+        for record, decision, _ in self.items:
+            if decision != "restore" or record.backup is None:
+                continue
+            backup = self.directory / record.backup
+            real = root.resolve(record.path)
+            try:
+                if backup.stat().st_size > DIFF_LIMIT or (
+                        real.is_file() and real.stat().st_size > DIFF_LIMIT):
+                    continue
+                old = backup.read_text(encoding="utf-8")
+                now = real.read_text(encoding="utf-8") if real.is_file() else ""
+            except (OSError, UnicodeDecodeError):
+                continue
+            diff = "".join(difflib.unified_diff(
+                now.splitlines(keepends=True), old.splitlines(keepends=True),
+                fromfile=f"{record.path} (now)", tofile=f"{record.path} (restored)"))
+            if diff:
+                out.append(diff if diff.endswith("\n") else diff + "\n")
+        return out
+
+
+def _decide(root: Root, record: FileRecord, remove_downloads: bool
+            ) -> tuple[RollbackDecision, str]:
+    now = path_digest(root, record.path)
+    kept = "downloaded or installed by the apply; `ojai rollback --remove-downloads` removes it"
+    if record.before is None:
+        if now is None:
+            return "none", "already gone"
+        if record.download and not remove_downloads:
+            return "keep", kept
+        if now.startswith(("sha256:", "symlink:")) or (now == "directory" and record.download):
+            return "remove", "created by the apply"
+        return "keep", "created by the apply; remove it by hand if it is not wanted"
+    if record.before.startswith("symlink:"):
+        return "restore", f"back to {describe_digest(record.before)}"
+    if record.backup is None:
+        if record.download and not remove_downloads:
+            return "keep", kept
+        return "keep", (f"was {describe_digest(record.before)}; no backup is kept of this kind "
+                        "of path")
+    return "restore", "from its backup"
+
+
+def preview_rollback(root: Root, *, remove_downloads: bool = False,
+                     euid: int | None = None) -> RollbackPreview:
+    """What a rollback of the last apply would restore, remove and keep, the follow-up
+    commands it would run and whether a reboot follows. Raises :class:`RollbackError` when
+    there is nothing to roll back."""
     directory = state_dir(root, euid=euid)
     state = _load_state(directory)
     if state.last_apply is None:
@@ -246,66 +313,101 @@ def rollback(root: Root, progress: Progress, *, force: bool = False,
             hint = "; the last apply was made as root: run `sudo ojai rollback`"
         raise RollbackError(f"nothing to roll back: no apply is journaled in {directory}{hint}")
     entry = load_entry(root, state.last_apply, euid=euid)
-
-    conflicts = []
-    for record in entry.files:
+    preview = RollbackPreview(entry=entry, directory=directory)
+    for record in reversed(entry.files):
         now = path_digest(root, record.path)
         if now != record.after:
-            conflicts.append(f"{record.path} changed since apply {entry.apply_id} "
-                             f"(it was left as {describe_digest(record.after)}, "
-                             f"now it is {describe_digest(now)})")
-    if conflicts and not force:
-        raise RollbackError("; ".join(conflicts) + "; nothing was restored. Look at the "
+            preview.conflicts.append(f"{record.path} changed since apply {entry.apply_id} "
+                                     f"(it was left as {describe_digest(record.after)}, "
+                                     f"now it is {describe_digest(now)})")
+        decision, why = _decide(root, record, remove_downloads)
+        preview.items.append((record, decision, why))
+    # the follow-ups (update-grub, the initramfs) and the reboot belong to the settings that
+    # are put back, not to downloads
+    if any(not r.download for r, d, _ in preview.items if d in ("restore", "remove")):
+        preview.handlers = list(entry.handlers)
+        preview.reboot = list(entry.reboot)
+    return preview
+
+
+def rollback(root: Root, progress: Progress, *, force: bool = False,
+             remove_downloads: bool = False, euid: int | None = None,
+             preview: RollbackPreview | None = None) -> RollbackResult:
+    """Put back what the last apply changed, and journal it as a rollback.
+
+    Files that existed are restored from their backup (content, mode, owner), links are
+    pointed back at their old target, and files and links the apply created are removed.
+    Downloads and installs (model files, llama.cpp folders) stay unless ``remove_downloads``;
+    other folders an install created and files without a backup are left in place too, named
+    in :attr:`RollbackResult.left`. The follow-up commands the apply ran (``update-grub``, the
+    initramfs) run again for what was restored, and :attr:`RollbackResult.reboot` says why a
+    reboot is needed. Refuses (:class:`RollbackError`, nothing restored) when a path changed
+    after the apply, unless ``force``. Repeated rollbacks walk back through earlier applies.
+    ``preview``: the one a person reviewed (:func:`preview_rollback`).
+    """
+    if preview is None:
+        preview = preview_rollback(root, remove_downloads=remove_downloads, euid=euid)
+    entry, directory = preview.entry, preview.directory
+    if preview.conflicts and not force:
+        raise RollbackError("; ".join(preview.conflicts) + "; nothing was restored. Look at the "
                             f"change, then run `{ROLLBACK_FORCE_COMMAND}` to restore anyway")
 
+    last_apply = _load_state(directory).last_apply
+    if last_apply != entry.apply_id:
+        raise RollbackError(f"the last apply is now {last_apply}, not {entry.apply_id}; "
+                            "nothing was restored: run `ojai rollback` again and review it")
     journal = Journal(root, "rollback", euid=euid, rolls_back=entry.apply_id)
     result = RollbackResult(rolled_back=entry.apply_id, journal_id=journal.id)
-    task = progress.task(f"roll back apply {entry.apply_id}", total=len(entry.files))
+    task = progress.task(f"roll back apply {entry.apply_id}", total=len(preview.items))
     error: str | None = None
     try:
-        for record in reversed(entry.files):
-            journal.stage(record.path)
-            _restore(root, directory, record, result)
+        for record, decision, why in preview.items:
+            if decision == "keep":
+                result.left.append(f"{record.path} ({why})")
+            elif decision == "remove":
+                journal.stage(record.path, download=record.download)
+                _remove(root, record, result)
+            elif decision == "restore":
+                journal.stage(record.path)
+                _restore(root, directory, record, result)
             task.advance(1)
         for key, value in entry.records_before.items():
             journal.set_record(key, value)
-        if result.restored or result.removed:
-            for handler in entry.handlers:
-                run = root.run(list(handler.argv), env=handler.env or None, timeout=900)
-                journal.handler(HandlerRecord(name=handler.name, argv=handler.argv,
-                                              env=handler.env, exit_code=run.exit_code))
-                if not run.ok:
-                    raise RollbackError(f"`{' '.join(handler.argv)}` failed with exit code "
-                                        f"{run.exit_code} after the files were restored: "
-                                        f"{run.stderr.strip()[-500:]}")
-                result.handlers.append(handler.name)
-            result.reboot = list(entry.reboot)
-            for reason in entry.reboot:
-                journal.reboot(reason)
+        for handler in preview.handlers:
+            run = root.run(list(handler.argv), env=handler.env or None, timeout=900)
+            journal.handler(HandlerRecord(name=handler.name, argv=handler.argv,
+                                          env=handler.env, exit_code=run.exit_code))
+            if not run.ok:
+                raise RollbackError(f"`{' '.join(handler.argv)}` failed with exit code "
+                                    f"{run.exit_code} after the files were restored: "
+                                    f"{run.stderr.strip()[-500:]}")
+            result.handlers.append(handler.name)
+        result.reboot = list(preview.reboot)
+        for reason in preview.reboot:
+            journal.reboot(reason)
     except BaseException as exc:
         error = str(exc) or type(exc).__name__
         raise
     finally:
         task.done()
         journal.close("failed" if error else "complete", error,
-                      last_apply=entry.previous_apply if error is None else state.last_apply)
+                      last_apply=entry.previous_apply if error is None else last_apply)
     return result
+
+
+def _remove(root: Root, record: FileRecord, result: RollbackResult) -> None:
+    real = root.resolve(record.path)
+    if real.is_dir() and not real.is_symlink():
+        shutil.rmtree(real)
+    else:
+        real.unlink(missing_ok=True)
+    result.removed.append(record.path)
 
 
 def _restore(root: Root, directory: Path, record: FileRecord, result: RollbackResult) -> None:
     real = root.resolve(record.path)
     before = record.before
-    if before is None:
-        now = path_digest(root, record.path)
-        if now is None:
-            return
-        if now.startswith(("sha256:", "symlink:")):
-            real.unlink()
-            result.removed.append(record.path)
-        else:
-            result.left.append(f"{record.path} (created by the apply; remove it by hand "
-                               f"if it is not wanted)")
-        return
+    assert before is not None
     if before.startswith("symlink:"):
         tmp = real.parent / f".{real.name}.ojai-{secrets.token_hex(4)}"
         os.symlink(before[len("symlink:"):], tmp)
@@ -316,10 +418,8 @@ def _restore(root: Root, directory: Path, record: FileRecord, result: RollbackRe
             raise
         result.restored.append(record.path)
         return
-    if record.backup is None:
-        result.left.append(f"{record.path} (was {describe_digest(before)}; no backup is kept "
-                           f"of this kind of path)")
-        return
+    if record.backup is None:  # _decide keeps these
+        raise RollbackError(f"no backup of {record.path}")
     real.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=real.parent, prefix=f".{real.name}.", suffix=".ojai-tmp")
     os.close(fd)

@@ -48,7 +48,10 @@ class DoctorReport:
 
 def diagnose(root: Root, profile_name: str | None = None) -> DoctorReport:
     facts = collect(root)
-    profile = load_profile(profile_name) if profile_name else detect_profile(facts)
+    if profile_name:
+        profile = load_profile(profile_name).model_copy(update={"forced": True})
+    else:
+        profile = detect_profile(facts)
     return DoctorReport(facts, profile, profile_name is not None, run_checks(facts, profile))
 
 

@@ -153,14 +153,61 @@ def run_setup(term: Terminal, root_dir: Path, settings: Settings, *, apply: bool
     return ExitStatus.OK
 
 
-def run_rollback(term: Terminal, root_dir: Path, *, force: bool) -> int:
-    from ojai_setup.apply.journal import RollbackError, rollback
+def show_rollback(term: Terminal, preview, root: Root) -> None:
+    from rich.markup import escape
+    from rich.syntax import Syntax
+
+    entry = preview.entry
+    term.print(f"rollback of apply {escape(entry.apply_id)} ({entry.status}, "
+               f"{entry.started:%Y-%m-%d %H:%M} UTC):")
+    verbs = {"restore": "restore", "remove": "remove", "keep": "keep", "none": "skip"}
+    for record, decision, why in preview.items:
+        term.print(f"  {verbs[decision]:>8} {escape(record.path)}  [dim]({escape(why)})[/]")
+    for handler in preview.handlers:
+        term.print(f"  then run: {escape(' '.join(handler.argv))}  [dim]({handler.name})[/]")
+    for diff in preview.diffs(root):
+        if term.color:
+            term.print(Syntax(diff, "diff", theme="ansi_dark", background_color="default"))
+        else:
+            term.print(diff, markup=False, highlight=False, end="")
+    for conflict in preview.conflicts:
+        term.print(f"[bold yellow]changed since the apply:[/] {escape(conflict)}")
+    if preview.reboot:
+        term.print("[bold]A reboot is needed after rolling back:[/] "
+                   + escape("; ".join(preview.reboot)))
+
+
+def run_rollback(term: Terminal, root_dir: Path, *, force: bool, yes: bool = False,
+                 remove_downloads: bool = False) -> int:
+    from ojai_setup.apply.journal import RollbackError, preview_rollback, rollback
     from ojai_setup.facts.state import JournalError
 
+    root = Root(root_dir)
     try:
-        result = rollback(Root(root_dir), term.progress(), force=force)
+        preview = preview_rollback(root, remove_downloads=remove_downloads)
     except (RollbackError, JournalError) as exc:
         term.error(str(exc))
         return 1
+    show_rollback(term, preview, root)
+    if preview.conflicts and not force:
+        term.error("files changed since the apply; nothing was restored. Look at the change, "
+                   "then run `ojai rollback --force` to restore anyway")
+        return 1
+    if not yes:
+        if not term.interactive:
+            term.error("refusing to roll back without review: no terminal to ask on. Review "
+                       "the above, then run `ojai rollback --yes`")
+            return 1
+        if not term.confirm("Roll back?"):
+            term.note("nothing was restored")
+            return 1
+    try:
+        result = rollback(root, term.progress(), force=force, remove_downloads=remove_downloads,
+                          preview=preview)
+    except (RollbackError, JournalError, OSError) as exc:
+        term.error(str(exc))
+        return 1
     term.print(result.message)
+    if result.reboot:
+        term.print("[bold]Reboot now[/] to make the restored settings active.")
     return 0

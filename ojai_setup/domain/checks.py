@@ -61,6 +61,9 @@ class Profile(BaseModel):
     reserve_gib: int = 4  # memory left to the OS when no default is given
     include: list[str] = Field(default_factory=list)
     checks: list[CheckSpec] = Field(default_factory=list)
+    #: chosen with --profile rather than detected: checks that stand down on hardware they do
+    #: not recognise (no AMD GPU) run anyway, as the person said this is such a machine
+    forced: bool = False
 
     def gpu_budget_gib(self, total_gib: float) -> int:
         if self.default_gpu_memory_gib is not None:
@@ -278,8 +281,10 @@ def _bios_min(facts: Facts, profile: Profile, params: dict) -> Outcome:
 @kind("ttm_active")
 def _ttm_active(facts: Facts, profile: Profile, params: dict) -> Outcome:
     ttm = _need(facts, "ttm")
-    if facts.gpu is not None and not facts.gpu.cards and not facts.gpu.agents:
-        return Outcome(ok=None, evidence="no AMD GPU: the TTM limit does not matter here")
+    if (not profile.forced and facts.gpu is not None and not facts.gpu.cards
+            and not facts.gpu.agents):
+        return Outcome(ok=None, evidence="no AMD GPU: the TTM limit does not matter here "
+                       "(force a profile with --profile to check it anyway)")
     configured, active = ttm.configured_pages, ttm.active_pages
     if configured is None:
         return Outcome(ok=False, evidence=f"GPU memory limit not configured; active "

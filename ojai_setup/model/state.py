@@ -24,6 +24,9 @@ class FileRecord(BaseModel):
     mode: int | None = None  # permission bits of the original
     uid: int | None = None
     gid: int | None = None
+    #: a download or install (a model file, a llama.cpp folder): rollback leaves it in place
+    #: unless asked to remove downloads
+    download: bool = False
 
 
 class ActionRecord(BaseModel):

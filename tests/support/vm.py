@@ -1,0 +1,731 @@
+"""A real Debian 12 machine for the tests: built once from Debian's packages, booted with qemu.
+
+The image is made without loop devices or mounts, so it builds in a container as well:
+
+1. ``debootstrap --variant=minbase bookworm`` with the kernel, GRUB (BIOS), systemd, udev,
+   kmod, initramfs-tools and python3-venv (:data:`PACKAGES`);
+2. a few files of our own in it (:func:`configure_rootfs`): fstab, a short GRUB timeout, the
+   kernel console on the serial port, and the control channel of the driver below
+   (``tests/support/vm_guest/``);
+3. ``mke2fs -t ext4 -d ROOTFS`` makes the root file system from the folder, ``sfdisk`` gives a
+   raw disk one MBR partition, the file system is copied into it;
+4. a first boot with ``-kernel``/``-initrd`` runs ``grub-install /dev/vda`` and ``update-grub``
+   inside the guest, so that from then on SeaBIOS boots the disk through its own GRUB;
+5. a second boot, from the disk alone, checks the result: GRUB started the kernel and the
+   ``ttm`` module is live (``-vga std``: the bochs DRM driver uses TTM);
+6. the disk is stored as qcow2 in the cache, keyed by a hash of this recipe::
+
+    ${OJAI_TEST_CACHE:-~/.cache/ojai-tests}/vm/<recipe hash>/disk.qcow2, image.json
+
+Tests never write to that disk: each boots a copy-on-write overlay (``qemu-img create -b``).
+The guest runs under TCG (``-accel tcg``; KVM guests hang on the CI machines), with 2 CPUs, no
+network device, and one way in: a virtio console whose host end is a socket file, where
+``/usr/local/sbin/test-shell`` runs the commands the :class:`Machine` driver sends (in the style
+of the NixOS test driver: ``machine.succeed(...)``, ``machine.fail(...)``, ``machine.reboot()``).
+
+ojai goes in per test session (:func:`ojai_image`): the wheel built from this checkout and its
+dependencies' wheels (downloaded on the host into a cached wheelhouse; the guest has no
+network) are put on a small second disk, and a boot installs them into ``/opt/ojai`` with pip
+``--no-index``; that state is saved as another overlay the tests start from.
+
+Building needs root (debootstrap, and ``mke2fs -d`` keeps owners and modes), qemu, debootstrap,
+sfdisk and mke2fs (``apt-get install qemu-system-x86 qemu-utils debootstrap fdisk``). A file
+lock keeps two processes from building at once. Run this file as a script to build ahead of
+pytest (CI does); ``--boot-shell`` then boots the image and gives you a shell in it.
+"""
+
+from __future__ import annotations
+
+import base64
+import fcntl
+import hashlib
+import json
+import os
+import re
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+GUEST_FILES = Path(__file__).resolve().parent / "vm_guest"
+
+SUITE = "bookworm"
+#: the mirror is not part of the recipe: any Debian mirror gives the same packages
+MIRROR = os.environ.get("OJAI_DEBIAN_MIRROR", "http://deb.debian.org/debian")
+PACKAGES = ("linux-image-amd64", "grub-pc", "systemd-sysv", "udev", "kmod", "initramfs-tools",
+            "python3", "python3-venv", "e2fsprogs")
+DISK_MIB = 4096
+PART_START_MIB = 1
+ROOT_UUID = "0a1e5c2d-8b7f-4c3e-9d21-6f0b3a7c9e15"
+HOSTNAME = "ojai-vm"
+#: the guest's RAM: ojai's GPU budget must leave the OS 4 GiB, so 1 GiB for the GPU needs ~5.
+#: Under TCG the host only backs the pages the guest touches.
+MEMORY_MIB = 6144
+CPUS = 2
+#: the Python of bookworm, for the dependency wheels
+GUEST_PYTHON = "3.11"
+GUEST_GLIBC_MINOR = 36
+#: raise when the recipe changes in a way the hash does not see
+RECIPE_VERSION = 1
+
+BOOT_TIMEOUT = float(os.environ.get("OJAI_VM_BOOT_TIMEOUT", "600"))
+COMMAND_TIMEOUT = 600.0
+
+GRUB_SETTINGS = {"GRUB_TIMEOUT": "0", "GRUB_CMDLINE_LINUX": '"console=ttyS0,115200n8"'}
+KERNEL_APPEND = f"root=UUID={ROOT_UUID} ro console=ttyS0,115200n8"
+
+
+class VMError(RuntimeError):
+    """The virtual machine could not be built, booted or driven."""
+
+
+def log(message: str) -> None:
+    print(f"[vm] {message}", file=sys.stderr, flush=True)
+
+
+# -- the recipe and the cache ----------------------------------------------------------------
+def recipe() -> dict:
+    """Everything the built disk depends on; its hash names the cache folder."""
+    guest = {p.name: hashlib.sha256(p.read_bytes()).hexdigest()
+             for p in sorted(GUEST_FILES.iterdir()) if p.is_file()}
+    return {"version": RECIPE_VERSION, "suite": SUITE, "packages": list(PACKAGES),
+            "disk_mib": DISK_MIB, "part_start_mib": PART_START_MIB, "root_uuid": ROOT_UUID,
+            "hostname": HOSTNAME, "grub": GRUB_SETTINGS, "guest_files": guest,
+            "configure": hashlib.sha256(_configure_source().encode()).hexdigest()}
+
+
+def _configure_source() -> str:
+    import inspect
+
+    return inspect.getsource(configure_rootfs)
+
+
+def recipe_hash() -> str:
+    return hashlib.sha256(json.dumps(recipe(), sort_keys=True).encode()).hexdigest()[:16]
+
+
+def cache_base() -> Path:
+    base = os.environ.get("OJAI_TEST_CACHE") or str(Path.home() / ".cache" / "ojai-tests")
+    return Path(base).expanduser() / "vm"
+
+
+def image_dir() -> Path:
+    return cache_base() / recipe_hash()
+
+
+@dataclass(frozen=True)
+class Image:
+    """A built disk: boot overlays of it, never the file itself."""
+
+    disk: Path
+    kernel_release: str
+    info: dict
+
+
+def _priv(argv: list[str]) -> list[str]:
+    """``argv`` run as root: directly when we are root, else through ``sudo -n``."""
+    if os.geteuid() == 0:
+        return argv
+    if shutil.which("sudo") is None:
+        raise VMError(f"building the test machine needs root for `{argv[0]}`; run as root "
+                      "or install sudo")
+    return ["sudo", "-n", *argv]
+
+
+def _run(argv: list[str], *, log_to: Path | None = None, check: bool = True,
+         timeout: float | None = None, **kw) -> subprocess.CompletedProcess:
+    if log_to is not None:
+        with log_to.open("ab") as out:
+            out.write(f"\n$ {' '.join(argv)}\n".encode())
+            out.flush()
+            proc = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, timeout=timeout, **kw)
+    else:
+        proc = subprocess.run(argv, capture_output=True, timeout=timeout, **kw)
+    if check and proc.returncode != 0:
+        detail = ""
+        if log_to is not None:
+            detail = log_to.read_text(errors="replace")[-3000:]
+        else:
+            detail = (proc.stderr or b"").decode(errors="replace")[-3000:]
+        raise VMError(f"`{' '.join(argv)}` failed with exit code {proc.returncode}:\n{detail}")
+    return proc
+
+
+def check_host_tools() -> None:
+    missing = [t for t in ("qemu-system-x86_64", "qemu-img", "debootstrap", "sfdisk", "mke2fs")
+               if shutil.which(t) is None and not Path("/usr/sbin", t).exists()
+               and not Path("/sbin", t).exists()]
+    if missing:
+        raise VMError("missing host tools: " + ", ".join(missing) + "; install them with "
+                      "`apt-get install qemu-system-x86 qemu-utils debootstrap fdisk e2fsprogs`")
+
+
+def _tool(name: str) -> str:
+    found = shutil.which(name)
+    if found:
+        return found
+    for d in ("/usr/sbin", "/sbin"):
+        if Path(d, name).exists():
+            return str(Path(d, name))
+    raise VMError(f"{name} is not installed")
+
+
+# -- building the image ----------------------------------------------------------------------
+def debootstrap(rootfs: Path, logfile: Path) -> None:
+    log(f"debootstrap {SUITE} into {rootfs} (about 5 minutes)")
+    _run(_priv(["nice", "-n", "10", _tool("debootstrap"), "--variant=minbase",
+                "--include=" + ",".join(PACKAGES), SUITE, str(rootfs), MIRROR]), log_to=logfile)
+
+
+def _set_shell_var(text: str, name: str, value: str) -> str:
+    """Set ``NAME=value`` in a shell-variable file (GRUB's defaults), replacing the line."""
+    pattern = re.compile(rf"^#?\s*{re.escape(name)}=.*$", re.M)
+    line = f"{name}={value}"
+    if pattern.search(text):
+        return pattern.sub(line, text, count=1)
+    return text.rstrip("\n") + "\n" + line + "\n"
+
+
+def configure_rootfs(rootfs: Path) -> None:
+    """Our files in the debootstrapped tree: how it mounts its root, how GRUB shows the boot,
+    and the driver's control channel. Everything else is Debian's."""
+    etc = rootfs / "etc"
+    (etc / "fstab").write_text(f"UUID={ROOT_UUID} / ext4 errors=remount-ro 0 1\n")
+    (etc / "hostname").write_text(HOSTNAME + "\n")
+    (etc / "hosts").write_text(f"127.0.0.1 localhost\n127.0.1.1 {HOSTNAME}\n")
+    (etc / "resolv.conf").unlink(missing_ok=True)
+    grub = etc / "default" / "grub"
+    text = grub.read_text()
+    for name, value in GRUB_SETTINGS.items():
+        text = _set_shell_var(text, name, value)
+    grub.write_text(text)
+    sbin = rootfs / "usr" / "local" / "sbin"
+    sbin.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(GUEST_FILES / "test-shell", sbin / "test-shell")
+    os.chmod(sbin / "test-shell", 0o755)
+    units = etc / "systemd" / "system"
+    shutil.copyfile(GUEST_FILES / "test-shell.service", units / "test-shell.service")
+    wants = units / "multi-user.target.wants"
+    wants.mkdir(parents=True, exist_ok=True)
+    link = wants / "test-shell.service"
+    link.unlink(missing_ok=True)
+    link.symlink_to("/etc/systemd/system/test-shell.service")
+    # no network: timers that would try it only add noise to the boots
+    for unit in ("apt-daily.timer", "apt-daily-upgrade.timer"):
+        masked = units / unit
+        masked.unlink(missing_ok=True)
+        masked.symlink_to("/dev/null")
+    # the .deb files debootstrap kept
+    for deb in (rootfs / "var" / "cache" / "apt" / "archives").glob("*.deb"):
+        deb.unlink()
+
+
+def _kernel_files(rootfs: Path) -> tuple[str, Path, Path]:
+    kernels = sorted((rootfs / "boot").glob("vmlinuz-*"))
+    if len(kernels) != 1:
+        raise VMError(f"expected one kernel in {rootfs / 'boot'}, found {kernels}")
+    release = kernels[0].name.removeprefix("vmlinuz-")
+    initrd = rootfs / "boot" / f"initrd.img-{release}"
+    if not initrd.is_file():
+        raise VMError(f"no {initrd}")
+    return release, kernels[0], initrd
+
+
+def make_disk(rootfs: Path, disk: Path, logfile: Path) -> None:
+    """A raw disk: one bootable MBR partition holding an ext4 made from ``rootfs``."""
+    part_mib = DISK_MIB - PART_START_MIB
+    part = disk.with_name("root.ext4")
+    part.unlink(missing_ok=True)
+    log(f"mke2fs -d {rootfs} ({part_mib} MiB)")
+    _run(_priv([_tool("mke2fs"), "-q", "-F", "-t", "ext4", "-U", ROOT_UUID, "-L", "root",
+                "-d", str(rootfs), str(part), f"{part_mib}M"]), log_to=logfile)
+    with disk.open("wb") as f:
+        f.truncate(DISK_MIB << 20)
+    start = PART_START_MIB << 20 >> 9
+    _run([_tool("sfdisk"), "--quiet", str(disk)], input=f"start={start}, type=83, bootable\n".encode(),
+         log_to=None)
+    with _open_readable(part) as src, disk.open("r+b") as dst:
+        dst.seek(PART_START_MIB << 20)
+        for chunk in iter(lambda: src.read(4 << 20), b""):
+            if chunk.count(0) == len(chunk):
+                dst.seek(len(chunk), os.SEEK_CUR)  # keep the raw disk sparse
+            else:
+                dst.write(chunk)
+    _run(_priv(["rm", "-f", str(part)]))
+
+
+def _open_readable(path: Path):
+    if os.access(path, os.R_OK):
+        return path.open("rb")
+    _run(_priv(["chmod", "a+r", str(path)]))
+    return path.open("rb")
+
+
+def build_image(dest: Path) -> Image:
+    """Build the disk into ``dest`` (a new folder); see the module docstring."""
+    check_host_tools()
+    work = dest.with_name(dest.name + ".build")
+    work.mkdir(parents=True, exist_ok=True)
+    logfile = work / "build.log"
+    started = time.monotonic()
+    rootfs = work / "rootfs"
+    done = work / "rootfs.done"
+    if not done.exists():
+        if rootfs.exists():
+            _run(_priv(["rm", "-rf", "--one-file-system", str(rootfs)]))
+        debootstrap(rootfs, logfile)
+        done.write_text(f"{time.monotonic() - started:.0f}\n")
+    timings = {"debootstrap_s": float(done.read_text().strip() or 0)}
+    configure_rootfs(rootfs)
+    release, vmlinuz, initrd = _kernel_files(rootfs)
+    kernel = work / "vmlinuz"
+    initramfs = work / "initrd.img"
+    shutil.copyfile(vmlinuz, kernel)
+    shutil.copyfile(initrd, initramfs)
+    t = time.monotonic()
+    raw = work / "disk.raw"
+    make_disk(rootfs, raw, logfile)
+    timings["make_disk_s"] = round(time.monotonic() - t, 1)
+
+    log("first boot (direct kernel): grub-install /dev/vda, update-grub")
+    t = time.monotonic()
+    with Machine(raw, work / "boot1", disk_format="raw", kernel=kernel, initrd=initramfs,
+                 append=KERNEL_APPEND, name="image-build") as m:
+        m.wait_for_boot()
+        m.succeed("grub-install --target=i386-pc /dev/vda 2>&1 && update-grub 2>&1", timeout=900)
+        m.succeed("test -s /boot/grub/grub.cfg")
+        m.shutdown()
+    timings["first_boot_s"] = round(time.monotonic() - t, 1)
+
+    log("second boot (SeaBIOS -> GRUB on the disk): checking the image")
+    t = time.monotonic()
+    with Machine(raw, work / "boot2", disk_format="raw", name="image-check") as m:
+        m.wait_for_boot()
+        cmdline = m.succeed("cat /proc/cmdline")
+        if "BOOT_IMAGE=" not in cmdline:
+            raise VMError(f"the disk did not boot through its GRUB: /proc/cmdline is {cmdline!r}")
+        m.succeed("test -e /sys/module/ttm/parameters/pages_limit")
+        m.succeed("python3 -m venv --help >/dev/null")
+        m.shutdown()
+    timings["check_boot_s"] = round(time.monotonic() - t, 1)
+
+    t = time.monotonic()
+    tmp_dest = dest.with_name(dest.name + ".new")
+    if tmp_dest.exists():
+        shutil.rmtree(tmp_dest)
+    tmp_dest.mkdir(parents=True)
+    _run([_tool("qemu-img"), "convert", "-O", "qcow2", str(raw), str(tmp_dest / "disk.qcow2")])
+    timings["convert_s"] = round(time.monotonic() - t, 1)
+    timings["total_s"] = round(time.monotonic() - started, 1)
+    info = {"recipe": recipe(), "recipe_hash": recipe_hash(), "kernel_release": release,
+            "built": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "timings": timings}
+    (tmp_dest / "image.json").write_text(json.dumps(info, indent=2) + "\n")
+    os.chmod(tmp_dest / "disk.qcow2", 0o444)
+    os.replace(tmp_dest, dest)
+    _run(_priv(["rm", "-rf", "--one-file-system", str(work)]))
+    log(f"image ready in {dest} ({timings['total_s']:.0f} s: {timings})")
+    return Image(dest / "disk.qcow2", release, info)
+
+
+def _load_image(dest: Path) -> Image | None:
+    try:
+        info = json.loads((dest / "image.json").read_text())
+    except (OSError, ValueError):
+        return None
+    disk = dest / "disk.qcow2"
+    if not disk.is_file():
+        return None
+    return Image(disk, info["kernel_release"], info)
+
+
+def ensure_image() -> Image:
+    """The cached disk of this recipe; builds it on first use (a file lock serialises builds)."""
+    dest = image_dir()
+    image = _load_image(dest)
+    if image is not None:
+        return image
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with (dest.parent / f".{dest.name}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        image = _load_image(dest)
+        if image is not None:
+            return image
+        return build_image(dest)
+
+
+# -- ojai in the guest -----------------------------------------------------------------------
+def _dependencies() -> list[str]:
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    return sorted(project["dependencies"])
+
+
+def _guest_platforms() -> list[str]:
+    return [f"manylinux_2_{minor}_x86_64" for minor in range(GUEST_GLIBC_MINOR, 4, -1)] + [
+        "manylinux2014_x86_64", "manylinux2010_x86_64", "manylinux1_x86_64", "linux_x86_64"]
+
+
+def ensure_wheelhouse() -> Path:
+    """Wheels of ojai's dependencies for the guest's Python, cached by the dependency list.
+
+    The guest has no network, so they are downloaded here (``pip download`` for CPython
+    3.11 on glibc 2.36, wheels only) and copied in.
+    """
+    deps = _dependencies()
+    key = hashlib.sha256(json.dumps({"deps": deps, "python": GUEST_PYTHON,
+                                     "glibc": GUEST_GLIBC_MINOR}).encode()).hexdigest()[:16]
+    dest = cache_base() / "wheels" / key
+    if (dest / "requirements.txt").is_file():
+        return dest
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with (dest.parent / f".{key}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (dest / "requirements.txt").is_file():
+            return dest
+        tmp = dest.with_name(key + ".new")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+        log(f"downloading the wheels of {', '.join(deps)} for CPython {GUEST_PYTHON}")
+        argv = [sys.executable, "-m", "pip", "download", "--quiet", "--dest", str(tmp),
+                "--only-binary=:all:", "--python-version", GUEST_PYTHON, "--implementation",
+                "cp", "--abi", "cp" + GUEST_PYTHON.replace(".", ""), "--abi", "abi3", "--abi", "none"]
+        for platform in _guest_platforms():
+            argv += ["--platform", platform]
+        _run(argv + deps)
+        (tmp / "requirements.txt").write_text("\n".join(deps) + "\n")
+        os.replace(tmp, dest)
+    return dest
+
+
+def build_ojai_wheel(out: Path) -> Path:
+    """The wheel of this checkout (``pip wheel --no-deps``)."""
+    out.mkdir(parents=True, exist_ok=True)
+    _run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--wheel-dir", str(out),
+          str(REPO)])
+    wheels = sorted(out.glob("ojai-*.whl"))
+    if len(wheels) != 1:
+        raise VMError(f"expected one ojai wheel in {out}, found {wheels}")
+    return wheels[0]
+
+
+def make_payload_disk(folder: Path, image: Path) -> Path:
+    """A small ext4 image holding ``folder`` (no partition table), for a second virtio disk."""
+    size_mib = 32 + sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()) * 2 // (1 << 20)
+    _run([_tool("mke2fs"), "-q", "-F", "-t", "ext4", "-L", "payload", "-d", str(folder),
+          str(image), f"{size_mib}M"])
+    return image
+
+
+def ojai_image(workdir: Path, base: Image | None = None) -> Path:
+    """An overlay of the cached disk with this checkout's ojai installed in ``/opt/ojai``
+    (``ojai`` on PATH), for one test session. Tests boot overlays of it."""
+    base = base or ensure_image()
+    workdir.mkdir(parents=True, exist_ok=True)
+    payload = workdir / "payload"
+    shutil.rmtree(payload, ignore_errors=True)
+    payload.mkdir()
+    wheelhouse = ensure_wheelhouse()
+    for wheel in wheelhouse.glob("*.whl"):
+        shutil.copyfile(wheel, payload / wheel.name)
+    build_ojai_wheel(payload)
+    disk = overlay(base.disk, workdir / "ojai.qcow2")
+    with Machine(disk, workdir / "install", name="ojai-install",
+                 payload=make_payload_disk(payload, workdir / "payload.ext4")) as m:
+        m.wait_for_boot()
+        m.succeed("mkdir -p /mnt/payload && mount -o ro /dev/vdb /mnt/payload")
+        m.succeed("python3 -m venv /opt/ojai && /opt/ojai/bin/pip install --quiet --no-index "
+                  "--no-cache-dir --find-links /mnt/payload ojai && ln -sf /opt/ojai/bin/ojai "
+                  "/usr/local/bin/ojai", timeout=1200)
+        m.succeed("umount /mnt/payload && ojai --version")
+        m.shutdown()
+    os.chmod(disk, 0o444)
+    return disk
+
+
+def overlay(backing: Path, path: Path) -> Path:
+    """A new qcow2 file at ``path`` whose unwritten blocks read from ``backing``."""
+    path.unlink(missing_ok=True)
+    _run([_tool("qemu-img"), "create", "-q", "-f", "qcow2", "-F", "qcow2", "-b",
+          str(backing.resolve()), str(path)])
+    return path
+
+
+# -- the driver ------------------------------------------------------------------------------
+@dataclass
+class Result:
+    command: str
+    exit_code: int
+    stdout: str
+    stderr: str
+
+    def __str__(self) -> str:
+        return (f"$ {self.command}\n(exit code {self.exit_code})\n--- stdout\n{self.stdout}"
+                f"--- stderr\n{self.stderr}")
+
+
+_READY = re.compile(rb"@@READY ([0-9a-f-]{36})\r?\n")
+_DONE = re.compile(rb"@@DONE (\S+) (\d+) out=([A-Za-z0-9+/=]*) err=([A-Za-z0-9+/=]*)\r?\n")
+
+
+@dataclass
+class Machine:
+    """One qemu guest, driven through its virtio console.
+
+    ``succeed(cmd)`` runs ``cmd`` with bash as root in the guest and returns its stdout,
+    raising AssertionError (with stdout, stderr and the end of the serial console) when it
+    exits non-zero; ``fail(cmd)`` expects a non-zero exit; ``reboot()`` reboots the guest
+    (through SeaBIOS and the disk's own GRUB) and waits for the new boot; ``shutdown()`` powers
+    it off cleanly; ``crash()`` pulls the plug. Only this machine's own qemu process is ever
+    killed.
+    """
+
+    disk: Path
+    workdir: Path
+    name: str = "vm"
+    disk_format: str = "qcow2"
+    kernel: Path | None = None
+    initrd: Path | None = None
+    append: str | None = None
+    payload: Path | None = None
+    memory_mib: int = MEMORY_MIB
+    boot_id: str | None = None
+    boot_times: list[float] = field(default_factory=list)
+    _proc: subprocess.Popen | None = None
+    _sock: socket.socket | None = None
+    _buf: bytearray = field(default_factory=bytearray)
+    _boot_started: float = 0.0
+
+    @property
+    def serial_log(self) -> Path:
+        return self.workdir / "serial.log"
+
+    def argv(self) -> list[str]:
+        argv = [_tool("qemu-system-x86_64"), "-name", self.name, "-accel", "tcg",
+                "-machine", "pc", "-m", str(self.memory_mib), "-smp", str(CPUS),
+                "-vga", "std", "-display", "none", "-nic", "none",
+                "-drive", f"file={self.disk},if=virtio,format={self.disk_format},cache=unsafe",
+                "-chardev", f"socket,id=shell,path={self.workdir / 'shell.sock'},server=on,wait=off",
+                "-device", "virtio-serial-pci", "-device", "virtconsole,chardev=shell",
+                "-chardev", f"file,id=serial,path={self.serial_log},append=on",
+                "-serial", "chardev:serial", "-monitor", "none"]
+        if self.payload is not None:
+            argv += ["-drive", f"file={self.payload},if=virtio,format=raw,readonly=on"]
+        if self.kernel is not None:
+            argv += ["-kernel", str(self.kernel), "-initrd", str(self.initrd),
+                     "-append", self.append or KERNEL_APPEND]
+        return argv
+
+    # lifecycle
+    def start(self) -> None:
+        if self._proc is not None:
+            raise VMError(f"{self.name} is already running")
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        sock_path = self.workdir / "shell.sock"
+        sock_path.unlink(missing_ok=True)
+        self._boot_started = time.monotonic()
+        with (self.workdir / "qemu.log").open("ab") as err:
+            self._proc = subprocess.Popen(self.argv(), stdin=subprocess.DEVNULL, stdout=err,
+                                          stderr=err, start_new_session=True)
+        deadline = time.monotonic() + 30
+        while True:
+            if self._proc.poll() is not None:
+                raise VMError(f"qemu exited with code {self._proc.returncode}: "
+                              + (self.workdir / "qemu.log").read_text(errors="replace")[-2000:])
+            try:
+                s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                s.connect(str(sock_path))
+                break
+            except OSError:
+                s.close()
+                if time.monotonic() > deadline:
+                    raise VMError(f"qemu did not open {sock_path}") from None
+                time.sleep(0.1)
+        self._sock = s
+        self._buf.clear()
+
+    def __enter__(self) -> Machine:
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.kill()
+
+    @property
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def wait_for_boot(self, timeout: float = BOOT_TIMEOUT) -> str:
+        """Wait until a new boot's control channel answers and systemd finished starting up;
+        returns the new boot id."""
+        if self._proc is None:
+            self.start()
+        previous = self.boot_id
+        deadline = time.monotonic() + timeout
+        while True:
+            match = self._expect(_READY, deadline, what="the guest to boot")
+            if match.group(1).decode() != previous:
+                break
+        self.boot_id = match.group(1).decode()
+        state = self.execute("systemctl is-system-running --wait",
+                             timeout=max(30.0, deadline - time.monotonic())).stdout.strip()
+        if state not in ("running", "degraded"):
+            raise VMError(f"{self.name}: systemd says {state!r} after boot\n{self._serial_tail()}")
+        self.boot_times.append(time.monotonic() - self._boot_started)
+        return self.boot_id
+
+    def reboot(self, timeout: float = BOOT_TIMEOUT) -> str:
+        """Reboot the guest (the firmware, then the disk's GRUB reading its grub.cfg) and wait
+        for the new boot; returns the new boot id."""
+        if self.boot_id is None:
+            raise VMError("reboot() before wait_for_boot()")
+        self._boot_started = time.monotonic()
+        self.send("systemctl reboot")
+        return self.wait_for_boot(timeout)
+
+    def shutdown(self, timeout: float = 180.0) -> None:
+        """Power off cleanly and wait for qemu to exit (killed when it does not in time)."""
+        if not self.running:
+            return
+        try:
+            self.send("systemctl poweroff")
+            self._proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise VMError(f"{self.name} did not power off within {timeout:.0f} s\n"
+                          + self._serial_tail()) from None
+        finally:
+            self._close()
+
+    def crash(self) -> None:
+        """Stop the guest at once, as a power cut would (writes qemu holds are kept)."""
+        self.kill()
+
+    def kill(self) -> None:
+        """Kill this machine's qemu process (only it) and wait for it."""
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.kill()
+            self._proc.wait(timeout=30)
+        self._close()
+
+    def _close(self) -> None:
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+        self._proc = None
+        self.boot_id = None
+
+    # commands
+    def send(self, command: str) -> None:
+        """Start ``command`` in the guest without waiting for its answer (which a reboot or a
+        power-off may never let it give)."""
+        if self._sock is None:
+            raise VMError(f"{self.name} is not running")
+        payload = base64.b64encode(command.encode()).decode()
+        self._sock.sendall(f"{secrets.token_hex(6)} {payload}\n".encode())
+        self.log(f"$ {command}  (not waiting for an answer)")
+
+    def execute(self, command: str, timeout: float = COMMAND_TIMEOUT) -> Result:
+        """Run ``command`` with bash as root in the guest: exit code, stdout, stderr."""
+        if self._sock is None:
+            raise VMError(f"{self.name} is not running")
+        tag = secrets.token_hex(6)
+        payload = base64.b64encode(command.encode()).decode()
+        self._sock.sendall(f"{tag} {payload}\n".encode())
+        self.log(f"$ {command}")
+        deadline = time.monotonic() + timeout
+        pattern = re.compile(rb"@@DONE " + tag.encode() + rb" (\d+) out=([A-Za-z0-9+/=]*) "
+                             rb"err=([A-Za-z0-9+/=]*)\r?\n")
+        match = self._expect(pattern, deadline, what=f"`{command}`")
+        result = Result(command, int(match.group(1)), base64.b64decode(match.group(2)).decode(
+            errors="replace"), base64.b64decode(match.group(3)).decode(errors="replace"))
+        self.log(f"(exit code {result.exit_code})\n{result.stdout}{result.stderr}")
+        return result
+
+    def log(self, text: str) -> None:
+        """Append to ``commands.log`` in the work folder: what ran, and what it said."""
+        with (self.workdir / "commands.log").open("a", encoding="utf-8") as f:
+            f.write(text.rstrip("\n") + "\n")
+
+    def succeed(self, command: str, timeout: float = COMMAND_TIMEOUT) -> str:
+        result = self.execute(command, timeout)
+        if result.exit_code != 0:
+            raise AssertionError(f"command failed in the guest:\n{result}")
+        return result.stdout
+
+    def fail(self, command: str, timeout: float = COMMAND_TIMEOUT) -> Result:
+        result = self.execute(command, timeout)
+        if result.exit_code == 0:
+            raise AssertionError(f"command succeeded in the guest, expected a failure:\n{result}")
+        return result
+
+    def write_file(self, path: str, content: str, mode: int = 0o644) -> None:
+        data = base64.b64encode(content.encode()).decode()
+        self.succeed(f"mkdir -p \"$(dirname {path})\" && echo {data} | base64 -d > {path}.tmp "
+                     f"&& chmod {mode:o} {path}.tmp && mv {path}.tmp {path}")
+
+    # the channel
+    def _expect(self, pattern: re.Pattern, deadline: float, *, what: str) -> re.Match:
+        while True:
+            match = pattern.search(bytes(self._buf))
+            if match:
+                del self._buf[:match.end()]
+                return match
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise VMError(f"{self.name}: timed out waiting for {what}\n{self._serial_tail()}")
+            if self._proc is None or self._proc.poll() is not None:
+                raise VMError(f"{self.name}: qemu exited while waiting for {what}\n"
+                              + self._serial_tail())
+            self._sock.settimeout(min(remaining, 1.0))
+            try:
+                data = self._sock.recv(1 << 16)
+            except TimeoutError:
+                continue
+            if not data:
+                raise VMError(f"{self.name}: the control channel closed while waiting for {what}")
+            self._buf += data
+
+    def _serial_tail(self, n: int = 4000) -> str:
+        try:
+            return "--- serial console (end)\n" + self.serial_log.read_text(errors="replace")[-n:]
+        except OSError:
+            return ""
+
+
+@pytest.fixture(scope="session")
+def vm_ojai_disk(tmp_path_factory) -> Path:
+    """The cached Debian 12 disk with this checkout's ojai in /opt/ojai (once per session);
+    boot overlays of it."""
+    return ojai_image(tmp_path_factory.mktemp("vm-ojai"))
+
+
+def main(argv: list[str]) -> int:
+    started = time.monotonic()
+    image = ensure_image()
+    print(image.disk)
+    log(f"image {image.disk} ready after {time.monotonic() - started:.0f} s "
+        f"(kernel {image.kernel_release})")
+    ensure_wheelhouse()
+    if "--boot-shell" in argv:
+        with tempfile.TemporaryDirectory(prefix="ojai-vm-") as tmp:
+            disk = overlay(image.disk, Path(tmp) / "disk.qcow2")
+            with Machine(disk, Path(tmp)) as m:
+                m.wait_for_boot()
+                log(f"booted in {m.boot_times[-1]:.1f} s; type commands, end with EOF")
+                for line in sys.stdin:
+                    r = m.execute(line.rstrip("\n"))
+                    sys.stdout.write(r.stdout + r.stderr + f"[exit {r.exit_code}]\n")
+                m.shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
