@@ -111,6 +111,16 @@ def test_profile_can_be_forced():
     assert gpu["severity"] == "fail" and "gfx1100" in gpu["evidence"]
 
 
+def test_a_forced_profile_checks_the_ttm_limit_without_an_amd_gpu():
+    _, detected = doctor_json(MACHINES / "no-amd-gpu")
+    ttm = next(f for f in detected["findings"] if f["id"] == "ttm.active")
+    assert ttm["severity"] == "info" and "no AMD GPU" in ttm["evidence"]
+    assert "--profile" in ttm["evidence"]
+    _, forced = doctor_json(MACHINES / "no-amd-gpu", "--profile", "strix-halo")
+    ttm = next(f for f in forced["findings"] if f["id"] == "ttm.active")
+    assert ttm["severity"] == "warn" and "not configured" in ttm["evidence"]
+
+
 def test_unknown_profile_is_a_clear_error():
     result = CliRunner().invoke(app, ["doctor", "--root", str(MACHINES / "ojai-fresh"), "--profile", "nope"])
     assert result.exit_code == 64

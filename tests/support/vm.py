@@ -9,7 +9,8 @@ The image is made without loop devices or mounts, so it builds in a container as
    (``tests/support/vm_guest/``);
 3. ``mke2fs -t ext4 -d ROOTFS`` makes the root file system from the folder, ``sfdisk`` gives a
    raw disk one MBR partition, the file system is copied into it;
-4. a first boot with ``-kernel``/``-initrd`` runs ``grub-install /dev/vda`` and ``update-grub``
+4. a first boot with ``-kernel``/``-initrd`` runs ``grub-install /dev/vda``,
+   ``update-initramfs -u`` (``MODULES=dep``: the modules this machine needs) and ``update-grub``
    inside the guest, so that from then on SeaBIOS boots the disk through its own GRUB;
 5. a second boot, from the disk alone, checks the result: GRUB started the kernel and the
    ``ttm`` module is live (``-vga std``: the bochs DRM driver uses TTM);
@@ -23,10 +24,12 @@ network device, and one way in: a virtio console whose host end is a socket file
 ``/usr/local/sbin/test-shell`` runs the commands the :class:`Machine` driver sends (in the style
 of the NixOS test driver: ``machine.succeed(...)``, ``machine.fail(...)``, ``machine.reboot()``).
 
-ojai goes in per test session (:func:`ojai_image`): the wheel built from this checkout and its
-dependencies' wheels (downloaded on the host into a cached wheelhouse; the guest has no
-network) are put on a small second disk, and a boot installs them into ``/opt/ojai`` with pip
-``--no-index``; that state is saved as another overlay the tests start from.
+ojai goes in as the person would install it, with pip into a venv, from wheels on a small second
+disk (``mke2fs -d``; the guest has no network): its dependencies' wheels are downloaded on the
+host into a cached wheelhouse and installed once into ``/opt/ojai`` on a cached overlay
+(:func:`ensure_deps_disk`, ``vm/<recipe hash>/deps-<dependencies hash>/``); the wheel built
+from this checkout is installed per test session (:func:`ojai_image`) on one more overlay, which
+the tests start from.
 
 Building needs root (debootstrap, and ``mke2fs -d`` keeps owners and modes), qemu, debootstrap,
 sfdisk and mke2fs (``apt-get install qemu-system-x86 qemu-utils debootstrap fdisk``). A file
@@ -104,9 +107,10 @@ def recipe() -> dict:
 
 
 def _configure_source() -> str:
+    """The code that makes the disk (not the driver): a change to it is a new recipe."""
     import inspect
 
-    return inspect.getsource(configure_rootfs)
+    return "".join(inspect.getsource(f) for f in (configure_rootfs, make_disk, build_image))
 
 
 def recipe_hash() -> str:
@@ -219,6 +223,10 @@ def configure_rootfs(rootfs: Path) -> None:
     link = wants / "test-shell.service"
     link.unlink(missing_ok=True)
     link.symlink_to("/etc/systemd/system/test-shell.service")
+    # only the modules this machine needs in the initramfs (Debian's own choice besides
+    # "most"): under TCG a small initramfs loads and rebuilds several times faster
+    conf = etc / "initramfs-tools" / "initramfs.conf"
+    conf.write_text(_set_shell_var(conf.read_text(), "MODULES", "dep"))
     # no network: timers that would try it only add noise to the boots
     for unit in ("apt-daily.timer", "apt-daily-upgrade.timer"):
         masked = units / unit
@@ -296,12 +304,13 @@ def build_image(dest: Path) -> Image:
     make_disk(rootfs, raw, logfile)
     timings["make_disk_s"] = round(time.monotonic() - t, 1)
 
-    log("first boot (direct kernel): grub-install /dev/vda, update-grub")
+    log("first boot (direct kernel): grub-install /dev/vda, update-initramfs, update-grub")
     t = time.monotonic()
     with Machine(raw, work / "boot1", disk_format="raw", kernel=kernel, initrd=initramfs,
                  append=KERNEL_APPEND, name="image-build") as m:
         m.wait_for_boot()
-        m.succeed("grub-install --target=i386-pc /dev/vda 2>&1 && update-grub 2>&1", timeout=900)
+        m.succeed("grub-install --target=i386-pc /dev/vda 2>&1 && update-initramfs -u 2>&1 "
+                  "&& update-grub 2>&1", timeout=1800)
         m.succeed("test -s /boot/grub/grub.cfg")
         m.shutdown()
     timings["first_boot_s"] = round(time.monotonic() - t, 1)
@@ -373,6 +382,11 @@ def _guest_platforms() -> list[str]:
         "manylinux2014_x86_64", "manylinux2010_x86_64", "manylinux1_x86_64", "linux_x86_64"]
 
 
+def _wheelhouse_key() -> str:
+    return hashlib.sha256(json.dumps({"deps": _dependencies(), "python": GUEST_PYTHON,
+                                      "glibc": GUEST_GLIBC_MINOR}).encode()).hexdigest()[:16]
+
+
 def ensure_wheelhouse() -> Path:
     """Wheels of ojai's dependencies for the guest's Python, cached by the dependency list.
 
@@ -380,8 +394,7 @@ def ensure_wheelhouse() -> Path:
     3.11 on glibc 2.36, wheels only) and copied in.
     """
     deps = _dependencies()
-    key = hashlib.sha256(json.dumps({"deps": deps, "python": GUEST_PYTHON,
-                                     "glibc": GUEST_GLIBC_MINOR}).encode()).hexdigest()[:16]
+    key = _wheelhouse_key()
     dest = cache_base() / "wheels" / key
     if (dest / "requirements.txt").is_file():
         return dest
@@ -424,37 +437,71 @@ def make_payload_disk(folder: Path, image: Path) -> Path:
     return image
 
 
-def ojai_image(workdir: Path, base: Image | None = None) -> Path:
-    """An overlay of the cached disk with this checkout's ojai installed in ``/opt/ojai``
-    (``ojai`` on PATH), for one test session. Tests boot overlays of it."""
+def ensure_deps_disk(base: Image | None = None) -> Path:
+    """A cached overlay of the image with a venv in ``/opt/ojai`` holding ojai's dependencies
+    (installed by pip from the wheelhouse, in the guest), keyed by the image and the
+    dependency list. Installing them under TCG takes minutes, ojai itself seconds."""
     base = base or ensure_image()
+    wheelhouse = ensure_wheelhouse()
+    dest = base.disk.parent / f"deps-{wheelhouse.name}"
+    disk = dest / "disk.qcow2"
+    if (dest / "done").is_file():
+        return disk
+    with (base.disk.parent / f".deps-{wheelhouse.name}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (dest / "done").is_file():
+            return disk
+        started = time.monotonic()
+        shutil.rmtree(dest, ignore_errors=True)
+        dest.mkdir(parents=True)
+        overlay(base.disk, disk, relative=True)
+        payload = make_payload_disk(wheelhouse, dest / "payload.ext4")
+        log(f"installing ojai's dependencies into /opt/ojai in the guest ({disk})")
+        with Machine(disk, dest / "boot", name="deps-install", payload=payload) as m:
+            m.wait_for_boot()
+            m.succeed("mkdir -p /mnt/payload && mount -o ro /dev/vdb /mnt/payload")
+            m.succeed("python3 -m venv /opt/ojai && /opt/ojai/bin/pip install --quiet "
+                      "--no-index --no-cache-dir --find-links /mnt/payload "
+                      "-r /mnt/payload/requirements.txt", timeout=3600)
+            m.succeed("umount /mnt/payload")
+            m.shutdown()
+        payload.unlink()
+        os.chmod(disk, 0o444)
+        (dest / "done").write_text(f"{time.monotonic() - started:.0f}\n")
+        log(f"dependencies installed in {time.monotonic() - started:.0f} s")
+    return disk
+
+
+def ojai_image(workdir: Path) -> Path:
+    """An overlay with this checkout's ojai installed in ``/opt/ojai`` (``ojai`` on PATH) over
+    the cached dependencies, for one test session. Tests boot overlays of it."""
+    deps = ensure_deps_disk()
     workdir.mkdir(parents=True, exist_ok=True)
     payload = workdir / "payload"
     shutil.rmtree(payload, ignore_errors=True)
-    payload.mkdir()
-    wheelhouse = ensure_wheelhouse()
-    for wheel in wheelhouse.glob("*.whl"):
-        shutil.copyfile(wheel, payload / wheel.name)
     build_ojai_wheel(payload)
-    disk = overlay(base.disk, workdir / "ojai.qcow2")
+    disk = overlay(deps, workdir / "ojai.qcow2")
     with Machine(disk, workdir / "install", name="ojai-install",
                  payload=make_payload_disk(payload, workdir / "payload.ext4")) as m:
         m.wait_for_boot()
         m.succeed("mkdir -p /mnt/payload && mount -o ro /dev/vdb /mnt/payload")
-        m.succeed("python3 -m venv /opt/ojai && /opt/ojai/bin/pip install --quiet --no-index "
-                  "--no-cache-dir --find-links /mnt/payload ojai && ln -sf /opt/ojai/bin/ojai "
-                  "/usr/local/bin/ojai", timeout=1200)
-        m.succeed("umount /mnt/payload && ojai --version")
+        m.succeed("/opt/ojai/bin/pip install --quiet --no-index --no-cache-dir --no-deps "
+                  "/mnt/payload/ojai-*.whl && ln -sf /opt/ojai/bin/ojai /usr/local/bin/ojai",
+                  timeout=1200)
+        m.succeed("umount /mnt/payload && /opt/ojai/bin/pip check && ojai --version")
         m.shutdown()
     os.chmod(disk, 0o444)
     return disk
 
 
-def overlay(backing: Path, path: Path) -> Path:
-    """A new qcow2 file at ``path`` whose unwritten blocks read from ``backing``."""
+def overlay(backing: Path, path: Path, *, relative: bool = False) -> Path:
+    """A new qcow2 file at ``path`` whose unwritten blocks read from ``backing`` (named by a
+    path relative to ``path``'s folder with ``relative``, so that a cache can move)."""
     path.unlink(missing_ok=True)
-    _run([_tool("qemu-img"), "create", "-q", "-f", "qcow2", "-F", "qcow2", "-b",
-          str(backing.resolve()), str(path)])
+    ref = os.path.relpath(backing.resolve(), path.parent.resolve()) if relative else str(
+        backing.resolve())
+    _run([_tool("qemu-img"), "create", "-q", "-f", "qcow2", "-F", "qcow2", "-b", ref,
+          str(path)], cwd=path.parent)
     return path
 
 
@@ -713,7 +760,7 @@ def main(argv: list[str]) -> int:
     print(image.disk)
     log(f"image {image.disk} ready after {time.monotonic() - started:.0f} s "
         f"(kernel {image.kernel_release})")
-    ensure_wheelhouse()
+    ensure_deps_disk(image)
     if "--boot-shell" in argv:
         with tempfile.TemporaryDirectory(prefix="ojai-vm-") as tmp:
             disk = overlay(image.disk, Path(tmp) / "disk.qcow2")
