@@ -6,7 +6,7 @@ The image is made without loop devices or mounts, so it builds in a container as
    kmod, initramfs-tools and python3-venv (:data:`PACKAGES`);
 2. a few files of our own in it (:func:`configure_rootfs`): fstab, a short GRUB timeout, the
    kernel console on the serial port, and the control channel of the driver below
-   (``tests/support/vm_guest/``);
+   (``tests/support/vm_guest/``); then ojai's dependencies (:func:`install_dependencies`);
 3. ``mke2fs -t ext4 -d ROOTFS`` makes the root file system from the folder, ``sfdisk`` gives a
    raw disk one MBR partition, the file system is copied into it;
 4. a first boot with ``-kernel``/``-initrd`` runs ``grub-install /dev/vda``,
@@ -24,12 +24,13 @@ network device, and one way in: a virtio console whose host end is a socket file
 ``/usr/local/sbin/test-shell`` runs the commands the :class:`Machine` driver sends (in the style
 of the NixOS test driver: ``machine.succeed(...)``, ``machine.fail(...)``, ``machine.reboot()``).
 
-ojai goes in as the person would install it, with pip into a venv, from wheels on a small second
-disk (``mke2fs -d``; the guest has no network): its dependencies' wheels are downloaded on the
-host into a cached wheelhouse and installed once into ``/opt/ojai`` on a cached overlay
-(:func:`ensure_deps_disk`, ``vm/<recipe hash>/deps-<dependencies hash>/``); the wheel built
-from this checkout is installed per test session (:func:`ojai_image`) on one more overlay, which
-the tests start from.
+ojai goes in as a person would install it, with pip into a venv, from wheels (the guest has no
+network): its dependencies' wheels are downloaded on the host into a cached wheelhouse
+(``vm/wheels/<hash>/``) and installed into the venv ``/opt/ojai`` while the image is built, by
+the image's own python3 and pip run in a ``chroot`` (pip under TCG would take many minutes);
+the wheel built from this checkout goes in once per test session (:func:`ojai_image`), from a
+small second disk (``mke2fs -d``), with pip in the booted guest, onto one more overlay that the
+tests start from.
 
 Building needs root (debootstrap, and ``mke2fs -d`` keeps owners and modes), qemu, debootstrap,
 sfdisk and mke2fs (``apt-get install qemu-system-x86 qemu-utils debootstrap fdisk``). A file
@@ -103,7 +104,8 @@ def recipe() -> dict:
     return {"version": RECIPE_VERSION, "suite": SUITE, "packages": list(PACKAGES),
             "disk_mib": DISK_MIB, "part_start_mib": PART_START_MIB, "root_uuid": ROOT_UUID,
             "hostname": HOSTNAME, "grub": GRUB_SETTINGS, "guest_files": guest,
-            "configure": hashlib.sha256(_configure_source().encode()).hexdigest()}
+            "configure": hashlib.sha256(_configure_source().encode()).hexdigest(),
+            "dependencies": _dependencies(), "guest_python": GUEST_PYTHON}
 
 
 def _configure_source() -> str:
@@ -237,6 +239,23 @@ def configure_rootfs(rootfs: Path) -> None:
         deb.unlink()
 
 
+def install_dependencies(rootfs: Path, wheelhouse: Path, logfile: Path) -> None:
+    """A venv ``/opt/ojai`` in the tree with ojai's dependencies, made by the tree's own
+    python3 and pip (``chroot``: native speed, where pip under TCG takes many minutes) from
+    the wheelhouse, with no index."""
+    wheels = rootfs / "var" / "tmp" / "wheels"
+    shutil.rmtree(wheels, ignore_errors=True)
+    shutil.copytree(wheelhouse, wheels)
+    try:
+        _run(_priv(["chroot", str(rootfs), "/usr/bin/python3", "-m", "venv", "/opt/ojai"]),
+             log_to=logfile)
+        _run(_priv(["chroot", str(rootfs), "/opt/ojai/bin/pip", "install", "--quiet",
+                    "--no-index", "--no-cache-dir", "--find-links", "/var/tmp/wheels",
+                    "-r", "/var/tmp/wheels/requirements.txt"]), log_to=logfile)
+    finally:
+        shutil.rmtree(wheels, ignore_errors=True)
+
+
 def _kernel_files(rootfs: Path) -> tuple[str, Path, Path]:
     kernels = sorted((rootfs / "boot").glob("vmlinuz-*"))
     if len(kernels) != 1:
@@ -294,6 +313,9 @@ def build_image(dest: Path) -> Image:
         done.write_text(f"{time.monotonic() - started:.0f}\n")
     timings = {"debootstrap_s": float(done.read_text().strip() or 0)}
     configure_rootfs(rootfs)
+    t = time.monotonic()
+    install_dependencies(rootfs, ensure_wheelhouse(), logfile)
+    timings["dependencies_s"] = round(time.monotonic() - t, 1)
     release, vmlinuz, initrd = _kernel_files(rootfs)
     kernel = work / "vmlinuz"
     initramfs = work / "initrd.img"
@@ -323,7 +345,7 @@ def build_image(dest: Path) -> Image:
         if "BOOT_IMAGE=" not in cmdline:
             raise VMError(f"the disk did not boot through its GRUB: /proc/cmdline is {cmdline!r}")
         m.succeed("test -e /sys/module/ttm/parameters/pages_limit")
-        m.succeed("python3 -m venv --help >/dev/null")
+        m.succeed("/opt/ojai/bin/pip check")
         m.shutdown()
     timings["check_boot_s"] = round(time.monotonic() - t, 1)
 
@@ -437,50 +459,16 @@ def make_payload_disk(folder: Path, image: Path) -> Path:
     return image
 
 
-def ensure_deps_disk(base: Image | None = None) -> Path:
-    """A cached overlay of the image with a venv in ``/opt/ojai`` holding ojai's dependencies
-    (installed by pip from the wheelhouse, in the guest), keyed by the image and the
-    dependency list. Installing them under TCG takes minutes, ojai itself seconds."""
-    base = base or ensure_image()
-    wheelhouse = ensure_wheelhouse()
-    dest = base.disk.parent / f"deps-{wheelhouse.name}"
-    disk = dest / "disk.qcow2"
-    if (dest / "done").is_file():
-        return disk
-    with (base.disk.parent / f".deps-{wheelhouse.name}.lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if (dest / "done").is_file():
-            return disk
-        started = time.monotonic()
-        shutil.rmtree(dest, ignore_errors=True)
-        dest.mkdir(parents=True)
-        overlay(base.disk, disk, relative=True)
-        payload = make_payload_disk(wheelhouse, dest / "payload.ext4")
-        log(f"installing ojai's dependencies into /opt/ojai in the guest ({disk})")
-        with Machine(disk, dest / "boot", name="deps-install", payload=payload) as m:
-            m.wait_for_boot()
-            m.succeed("mkdir -p /mnt/payload && mount -o ro /dev/vdb /mnt/payload")
-            m.succeed("python3 -m venv /opt/ojai && /opt/ojai/bin/pip install --quiet "
-                      "--no-index --no-cache-dir --find-links /mnt/payload "
-                      "-r /mnt/payload/requirements.txt", timeout=3600)
-            m.succeed("umount /mnt/payload")
-            m.shutdown()
-        payload.unlink()
-        os.chmod(disk, 0o444)
-        (dest / "done").write_text(f"{time.monotonic() - started:.0f}\n")
-        log(f"dependencies installed in {time.monotonic() - started:.0f} s")
-    return disk
-
-
 def ojai_image(workdir: Path) -> Path:
-    """An overlay with this checkout's ojai installed in ``/opt/ojai`` (``ojai`` on PATH) over
-    the cached dependencies, for one test session. Tests boot overlays of it."""
-    deps = ensure_deps_disk()
+    """An overlay of the cached disk with this checkout's ojai installed into the venv
+    ``/opt/ojai`` that holds its dependencies (``ojai`` on PATH), for one test session. Tests
+    boot overlays of it."""
+    base = ensure_image()
     workdir.mkdir(parents=True, exist_ok=True)
     payload = workdir / "payload"
     shutil.rmtree(payload, ignore_errors=True)
     build_ojai_wheel(payload)
-    disk = overlay(deps, workdir / "ojai.qcow2")
+    disk = overlay(base.disk, workdir / "ojai.qcow2")
     with Machine(disk, workdir / "install", name="ojai-install",
                  payload=make_payload_disk(payload, workdir / "payload.ext4")) as m:
         m.wait_for_boot()
@@ -556,7 +544,7 @@ class Machine:
 
     def argv(self) -> list[str]:
         argv = [_tool("qemu-system-x86_64"), "-name", self.name, "-accel", "tcg",
-                "-machine", "pc", "-m", str(self.memory_mib), "-smp", str(CPUS),
+                "-machine", "pc", "-cpu", "max", "-m", str(self.memory_mib), "-smp", str(CPUS),
                 "-vga", "std", "-display", "none", "-nic", "none",
                 "-drive", f"file={self.disk},if=virtio,format={self.disk_format},cache=unsafe",
                 "-chardev", f"socket,id=shell,path={self.workdir / 'shell.sock'},server=on,wait=off",
@@ -760,7 +748,6 @@ def main(argv: list[str]) -> int:
     print(image.disk)
     log(f"image {image.disk} ready after {time.monotonic() - started:.0f} s "
         f"(kernel {image.kernel_release})")
-    ensure_deps_disk(image)
     if "--boot-shell" in argv:
         with tempfile.TemporaryDirectory(prefix="ojai-vm-") as tmp:
             disk = overlay(image.disk, Path(tmp) / "disk.qcow2")
