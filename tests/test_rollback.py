@@ -15,7 +15,8 @@ from support.stand_ins import give_llama_server, route_toml
 from typer.testing import CliRunner
 
 from ojai_setup.cli import app
-from ojai_setup.journal import load_entry, read_state
+from ojai_setup.apply.journal import load_entry
+from ojai_setup.facts.state import read_state
 
 NO_LLAMA = ["--llamacpp", "none", "--no-npu"]
 REPO = "ojai-test/tiny-gemma4-GGUF"
@@ -127,7 +128,7 @@ def test_rollback_remove_downloads_removes_them(with_model):
 
 
 def _root(path: Path):
-    from ojai_setup.root import Root
+    from ojai_setup.core.root import Root
 
     return Root(path)
 

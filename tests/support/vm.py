@@ -246,10 +246,12 @@ def install_dependencies(rootfs: Path, wheelhouse: Path, logfile: Path) -> None:
     wheels = rootfs / "var" / "tmp" / "wheels"
     shutil.rmtree(wheels, ignore_errors=True)
     shutil.copytree(wheelhouse, wheels)
+    # a clean environment: the host's PIP_* settings are not the guest's
+    chroot = ["env", "-i", "PATH=/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root", "LANG=C.UTF-8",
+              "chroot", str(rootfs)]
     try:
-        _run(_priv(["chroot", str(rootfs), "/usr/bin/python3", "-m", "venv", "/opt/ojai"]),
-             log_to=logfile)
-        _run(_priv(["chroot", str(rootfs), "/opt/ojai/bin/pip", "install", "--quiet",
+        _run(_priv([*chroot, "/usr/bin/python3", "-m", "venv", "/opt/ojai"]), log_to=logfile)
+        _run(_priv([*chroot, "/opt/ojai/bin/pip", "install", "--quiet",
                     "--no-index", "--no-cache-dir", "--find-links", "/var/tmp/wheels",
                     "-r", "/var/tmp/wheels/requirements.txt"]), log_to=logfile)
     finally:
