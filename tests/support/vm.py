@@ -546,7 +546,7 @@ class Machine:
 
     def argv(self) -> list[str]:
         argv = [_tool("qemu-system-x86_64"), "-name", self.name, "-accel", "tcg",
-                "-machine", "pc", "-cpu", "max", "-m", str(self.memory_mib), "-smp", str(CPUS),
+                "-machine", "pc", "-cpu", "max,-svm,-vmx", "-m", str(self.memory_mib), "-smp", str(CPUS),
                 "-vga", "std", "-display", "none", "-nic", "none",
                 "-drive", f"file={self.disk},if=virtio,format={self.disk_format},cache=unsafe",
                 "-chardev", f"socket,id=shell,path={self.workdir / 'shell.sock'},server=on,wait=off",
