@@ -75,6 +75,9 @@ HOSTNAME = "ojai-vm"
 #: Under TCG the host only backs the pages the guest touches.
 MEMORY_MIB = 6144
 CPUS = 2
+#: x86-64-v2: what the wheels of NumPy 2 (a dependency of gguf) need; plain qemu64 lacks
+#: SSE4.2 and POPCNT
+GUEST_CPU = "qemu64,+ssse3,+sse4.1,+sse4.2,+popcnt"
 #: the Python of bookworm, for the dependency wheels
 GUEST_PYTHON = "3.11"
 GUEST_GLIBC_MINOR = 36
@@ -552,7 +555,7 @@ class Machine:
 
     def argv(self) -> list[str]:
         argv = [_tool("qemu-system-x86_64"), "-name", self.name, "-accel", "tcg",
-                "-machine", "pc", "-cpu", "max,-svm,-vmx", "-m", str(self.memory_mib), "-smp", str(CPUS),
+                "-machine", "pc", "-cpu", GUEST_CPU, "-m", str(self.memory_mib), "-smp", str(CPUS),
                 "-vga", "std", "-display", "none", "-nic", "none",
                 "-drive", f"file={self.disk},if=virtio,format={self.disk_format},cache=unsafe",
                 "-chardev", f"socket,id=shell,path={self.workdir / 'shell.sock'},server=on,wait=off",
