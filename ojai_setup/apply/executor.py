@@ -193,6 +193,20 @@ def _outcome(result: ActionOutcome | bool | None, before: list[str | None],
     return ActionOutcome(before != after or not before)
 
 
+def _run_validator(fn: Validator, tmp: Path, action: WriteFile, root: Root) -> None:
+    """Call a validator; one that takes a ``root`` parameter also gets the machine."""
+    import inspect
+
+    try:
+        takes_root = "root" in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        takes_root = False
+    if takes_root:
+        fn(tmp, action, root=root)
+    else:
+        fn(tmp, action)
+
+
 # -- built-in executors ----------------------------------------------------------------------
 def _fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
@@ -239,7 +253,7 @@ def execute_write_file(root: Root, action: WriteFile, progress: Progress) -> Act
             os.chown(tmp, original.st_uid, original.st_gid)
         if action.validate_with is not None:
             try:
-                validator_for(action.validate_with)(tmp, action)
+                _run_validator(validator_for(action.validate_with), tmp, action, root)
             except Exception as exc:
                 raise ValidationError(f"the new {action.path} failed the "
                                       f"{action.validate_with!r} check, so it was left "

@@ -124,6 +124,7 @@ class Ttm(_Model):
     cmdline_key: str | None = None
     grub_pages: int | None = None  # from /etc/default/grub
     grub_key: str | None = None
+    grub_file: str | None = None  # the file that puts the configured value on the command line
     grub_error: str | None = None
     modprobe: list[ModprobeSetting] = Field(default_factory=list)
     deprecated_gttsize: list[str] = Field(default_factory=list)  # amdgpu.gttsize / gtt_size tokens
@@ -137,6 +138,29 @@ class Ttm(_Model):
         if self.modprobe:
             return self.modprobe[-1].pages
         return self.cmdline_pages  # set some other way (systemd-boot, NixOS, by hand)
+
+
+class GrubSource(_Model):
+    """One file grub-mkconfig sources, and the command line variables after sourcing it."""
+
+    path: str
+    assigns: list[str] = Field(default_factory=list)  # the cmdline variables it assigns
+    linux: str | None = None  # GRUB_CMDLINE_LINUX after this file (None: unset)
+    default: str | None = None  # GRUB_CMDLINE_LINUX_DEFAULT after this file
+
+
+class GrubConfig(_Model):
+    """The *configured* kernel command line: what grub-mkconfig computes from
+    /etc/default/grub and /etc/default/grub.d/*.cfg (sourced by bash, in order)."""
+
+    files: list[GrubSource] = Field(default_factory=list)
+    linux: str | None = None
+    default: str | None = None
+    #: GRUB_CMDLINE_LINUX + GRUB_CMDLINE_LINUX_DEFAULT as kernel parameters
+    tokens: list[str] = Field(default_factory=list)
+    #: variable -> the file that decides it (the last one assigning it)
+    winners: dict[str, str] = Field(default_factory=dict)
+    error: str | None = None  # bash could not source the files
 
 
 class Tool(_Model):
@@ -169,6 +193,7 @@ class Facts(_Model):
     bios: Bios | None = None
     distro: Distro | None = None
     ttm: Ttm | None = None
+    grub: GrubConfig | None = None
     tools: dict[str, Tool] = Field(default_factory=dict)
     amdgpu_dkms: bool | None = None
     models: list[ModelPair] = Field(default_factory=list)
