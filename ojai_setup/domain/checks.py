@@ -417,3 +417,23 @@ def _model_pairs(facts: Facts, profile: Profile, params: dict) -> Outcome:
     return Outcome(ok=True, evidence=", ".join(
         f"{m.route} ({'main + MTP draft' if m.draft else 'MTP heads in the main file'}) matched"
         for m in facts.models))
+
+
+@kind("apply_state")
+def _apply_state(facts: Facts, profile: Profile, params: dict) -> Outcome:
+    status = _need(facts, "apply")
+    owed = "; follow-up commands owed: " + ", ".join(status.owed) if status.owed else ""
+    if status.running:
+        return Outcome(ok=None, evidence="an ojai apply or rollback is running now")
+    if status.interrupted:
+        what = "rollback" if status.kind == "rollback" else "apply"
+        return Outcome(ok=False, evidence=f"{what} {status.interrupted} was interrupted after "
+                       f"{status.done} of {status.total} action(s){owed}",
+                       fix="Run `ojai setup --apply` to finish it (what is owed runs first) or "
+                       "`ojai rollback` to undo it; then reboot.")
+    if status.owed:
+        return Outcome(ok=False, evidence=f"an earlier apply stopped before its follow-up "
+                       f"commands ran{owed}",
+                       fix="Run `ojai setup --apply`: it runs the owed commands first.")
+    last = f"; last apply {status.last_apply}" if status.last_apply else ""
+    return Outcome(ok=True, evidence=f"no apply interrupted, nothing owed{last}")

@@ -20,6 +20,7 @@ from ojai_setup.core.paths import (
     STATE_FILE,
 )
 from ojai_setup.core.root import Root
+from ojai_setup.facts.state import read_apply_status
 from ojai_setup.formats import machine as parsers
 from ojai_setup.model.facts import (
     Bios,
@@ -345,6 +346,7 @@ SECTIONS: dict[str, Callable[[Root], object]] = {
     "tools": read_tools,
     "amdgpu_dkms": read_amdgpu_dkms,
     "models": read_models,
+    "apply": lambda root: read_apply_status(root),
 }
 
 

@@ -13,6 +13,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from ojai_setup.core.paths import GIB
+from ojai_setup.model.state import ApplyStatus
 
 FACTS_SCHEMA = 1
 
@@ -194,6 +195,8 @@ class Facts(_Model):
     distro: Distro | None = None
     ttm: Ttm | None = None
     grub: GrubConfig | None = None
+    #: ojai's own applies on this machine: running, interrupted, follow-ups owed
+    apply: ApplyStatus | None = None
     tools: dict[str, Tool] = Field(default_factory=dict)
     amdgpu_dkms: bool | None = None
     models: list[ModelPair] = Field(default_factory=list)
