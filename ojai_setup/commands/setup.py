@@ -90,6 +90,10 @@ def run_setup(term: Terminal, root_dir: Path, settings: Settings, *, apply: bool
         if stale is not None:
             term.error(f"saved plan is stale: {stale.message}")
             return ExitStatus.FAILED
+        refused = _recheck_saved(plan, root, plan_file)
+        if refused:
+            term.error(refused)
+            return ExitStatus.FAILED
     else:
         plan = build_plan(root, settings)
         if out is not None:
@@ -162,6 +166,27 @@ def run_setup(term: Terminal, root_dir: Path, settings: Settings, *, apply: bool
                    + "; ".join(f"{r.step}: {r.sentence}" for r in leftover))
         return ExitStatus.FAILED
     return ExitStatus.OK
+
+
+def _recheck_saved(plan: Plan, root: Root, plan_file: Path) -> str | None:
+    """Why a saved plan is refused (plan again from its settings; every action, file content
+    and follow-up command must be the same), or None."""
+    from pydantic import ValidationError
+
+    from ojai_setup.planning.compare import plan_differences
+
+    redo = f"make and review a new plan: `ojai setup --out {plan_file}`"
+    try:
+        settings = Settings(**plan.settings)
+    except (ValidationError, TypeError) as exc:
+        return f"{plan_file}: the settings it records are not valid ({exc}); nothing was applied; {redo}"
+    differences = plan_differences(plan, build_plan(root, settings))
+    if not differences:
+        return None
+    shown = "; ".join(differences[:5]) + (f"; and {len(differences) - 5} more"
+                                          if len(differences) > 5 else "")
+    return (f"{plan_file} is not what ojai plans for this machine with the settings it records "
+            f"(edited by hand, or stale): {shown}. Nothing was applied; {redo}")
 
 
 def _owed_note(status) -> str:
