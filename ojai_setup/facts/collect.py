@@ -378,4 +378,20 @@ def collect(root: Root) -> Facts:
         facts.ttm = read_ttm(root, facts.cmdline, facts.grub)
     except Exception as exc:  # noqa: BLE001
         facts.unknown["ttm"] = _reason(exc)
+    try:
+        from ojai_setup.facts.boot import read_boot
+        from ojai_setup.formats.grub import bls_enabled
+
+        main = _read(root, GRUB_DEFAULT)
+        bls = bool(main) and _safe(lambda: bls_enabled(main))
+        facts.boot = read_boot(root, bls, facts.ttm.modprobe if facts.ttm else [])
+    except Exception as exc:  # noqa: BLE001
+        facts.unknown["boot"] = _reason(exc)
     return facts
+
+
+def _safe(fn: Callable[[], bool]) -> bool:
+    try:
+        return fn()
+    except ValueError:
+        return False

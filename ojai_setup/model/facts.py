@@ -164,6 +164,36 @@ class GrubConfig(_Model):
     error: str | None = None  # bash could not source the files
 
 
+class BootEntry(_Model):
+    """The *generated* state: the entry GRUB boots by default."""
+
+    config: str  # /boot/grub/grub.cfg, or the BLS entry file
+    title: str = ""
+    kernel: str | None = None
+    release: str | None = None  # the kernel release it boots (from the kernel's file name)
+    initrd: str | None = None
+    tokens: list[str] = Field(default_factory=list)  # the parameters on its kernel line
+
+
+class Initramfs(_Model):
+    """The initramfs of the kernel that will boot, as lsinitramfs / lsinitrd list it."""
+
+    image: str
+    tool: str | None = None
+    carries_ttm: bool | None = None  # the TTM module loads from the initramfs
+    modprobe_files: list[str] = Field(default_factory=list)  # modprobe.d files inside it
+    pages: int | None = None  # the pages_limit inside it (lsinitrd -f only)
+    missing: list[str] = Field(default_factory=list)  # modprobe.d settings not inside it
+    older_than: list[str] = Field(default_factory=list)  # changed after the image was built
+    error: str | None = None
+
+
+class Boot(_Model):
+    generated: BootEntry | None = None
+    generated_error: str | None = None
+    initramfs: Initramfs | None = None
+
+
 class Tool(_Model):
     name: str
     path: str | None = None
@@ -195,6 +225,8 @@ class Facts(_Model):
     distro: Distro | None = None
     ttm: Ttm | None = None
     grub: GrubConfig | None = None
+    #: the generated boot configuration and initramfs the next boot uses
+    boot: Boot | None = None
     #: ojai's own applies on this machine: running, interrupted, follow-ups owed
     apply: ApplyStatus | None = None
     tools: dict[str, Tool] = Field(default_factory=dict)

@@ -57,6 +57,36 @@ def _initramfs_command(ctx: Context, facts: Facts) -> list[str]:
     return ["mkinitcpio", "-P"]
 
 
+def _generated_is_stale(facts: Facts, key: str, pages: int, *, modprobe_edited: bool,
+                        available, initramfs: tuple[str, ...]) -> tuple[RunCommand, str] | None:
+    """A regeneration owed although the files are right: grub.cfg's default entry, or the
+    initramfs of the kernel that will boot, does not carry the configured limit."""
+    boot = facts.boot
+    gen = boot.generated if boot else None
+    grub_ok = facts.grub is not None and cmdline_param(facts.grub.tokens, key) == str(pages)
+    if gen is not None and grub_ok and cmdline_param(gen.tokens, key) != str(pages):
+        distro = facts.distro
+        try:
+            cmds = regenerate_commands(distro.id if distro else "", distro.like if distro else [],
+                                       available, args=[f"{key}={pages}"])
+        except GrubEditError:
+            return None
+        return (RunCommand(argv=tuple(cmds[0]), needs_root=True, needs_reboot=REBOOT,
+                           reason=f"regenerate {gen.config} from the configured command line"),
+                f"{gen.config} (default entry '{gen.title}') still boots without it")
+    ir = boot.initramfs if boot else None
+    if (not modprobe_edited and facts.ttm and facts.ttm.modprobe and ir is not None
+            and ir.carries_ttm and (ir.missing or ir.older_than)):
+        argv = initramfs
+        if gen is not None and gen.release and argv[:1] == ("update-initramfs",):
+            argv = ("update-initramfs", "-u", "-k", gen.release)
+        return (RunCommand(argv=argv, needs_root=True, needs_reboot=REBOOT,
+                           reason="rebuild the initramfs of the kernel that will boot"),
+                f"the initramfs {ir.image} was built before {', '.join(ir.missing + ir.older_than)} "
+                "changed")
+    return None
+
+
 class TtmStep:
     name = "gpu-memory"
 
@@ -155,6 +185,16 @@ class TtmStep:
                 handlers["initramfs"] = RunCommand(
                     argv=tuple(_initramfs_command(ctx, facts)), needs_root=True,
                     reason="rebuild the initramfs for the kernel that will boot (it carries modprobe.d)")
+        stale = _generated_is_stale(facts, key, pages, modprobe_edited=bool(handlers.get("initramfs")),
+                                    available=lambda p: ctx.root.which(p) is not None,
+                                    initramfs=tuple(_initramfs_command(ctx, facts)))
+        if not actions and stale:
+            command, why = stale
+            return StepResult.change(
+                self.name, f"{key}={pages} ({gib} GiB for the GPU) is configured, but {why}; "
+                f"run {' '.join(command.argv)} so that the next boot uses it",
+                [command], reads=tuple(reads),
+                records={"ttm": {"expected_pages": pages, "module": module}})
         if not actions:
             how = f"{key}={current}" if current else key
             where = (facts.ttm.grub_file if facts.ttm and facts.ttm.grub_file else GRUB_DEFAULT)
