@@ -186,7 +186,7 @@ class TtmStep:
                     argv=tuple(_initramfs_command(ctx, facts)), needs_root=True,
                     reason="rebuild the initramfs for the kernel that will boot (it carries modprobe.d)")
         stale = _generated_is_stale(facts, key, pages, modprobe_edited=bool(handlers.get("initramfs")),
-                                    available=lambda p: ctx.root.which(p) is not None,
+                                    available=lambda p: ctx.which(p) is not None,
                                     initramfs=tuple(_initramfs_command(ctx, facts)))
         if not actions and stale:
             command, why = stale
