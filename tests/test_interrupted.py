@@ -78,7 +78,9 @@ def apply_finding(root: Path) -> dict:
 
 
 def journal_entries(root: Path) -> list[dict]:
-    return [json.loads(p.read_text()) for p in sorted((root / "var/lib/ojai/journal").glob("*.json"))]
+    """The journal entries, oldest first (ids made in the same second sort by their suffix)."""
+    entries = [json.loads(p.read_text()) for p in (root / "var/lib/ojai/journal").glob("*.json")]
+    return sorted(entries, key=lambda e: e["started"])
 
 
 @pytest.mark.parametrize("stage,nth", BOUNDARIES, ids=[f"{s}-{n}" for s, n in BOUNDARIES])
