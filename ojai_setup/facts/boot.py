@@ -76,10 +76,10 @@ def read_initramfs(root: Root, image: str, modprobe: list[ModprobeSetting]) -> I
     """What the initramfs ``image`` carries that decides ``pages_limit`` at boot."""
     found = Initramfs(image=image)
     if root.which("lsinitramfs"):
-        found.tool, result = "lsinitramfs", root.run(["lsinitramfs", image])
+        found.tool, result = "lsinitramfs", root.run(["lsinitramfs", image], timeout=300)
         names = [line.strip() for line in result.stdout.splitlines() if line.strip()]
     elif root.which("lsinitrd"):
-        found.tool, result = "lsinitrd", root.run(["lsinitrd", image])
+        found.tool, result = "lsinitrd", root.run(["lsinitrd", image], timeout=300)
         names = [line.split()[-1] for line in result.stdout.splitlines() if line.strip()]
     else:
         found.error = "neither lsinitramfs nor lsinitrd is installed"
@@ -125,6 +125,6 @@ def read_boot(root: Root, bls: bool, modprobe: list[ModprobeSetting]) -> Boot:
     except (GrubCfgError, OSError) as exc:
         boot.generated_error = str(exc)
     image = boot.generated.initrd if boot.generated else None
-    if image:
+    if image and modprobe:  # listing an initramfs takes seconds: only when modprobe.d matters
         boot.initramfs = read_initramfs(root, image, modprobe)
     return boot
