@@ -91,9 +91,13 @@ def lock_is_held(directory: Path) -> bool:
 
 
 def read_apply_status(root: Root, *, euid: int | None = None) -> ApplyStatus:
-    """Whether an apply is under way, was interrupted, or left follow-up commands owed."""
-    directory = state_dir(root, euid=euid)
+    """Whether an apply is under way, was interrupted, or left follow-up commands owed (the
+    machine's own state first, so that a user sees what an apply as root left)."""
+    directory = root.resolve(STATE_DIR)
     state = _load_state(directory)
+    own = state_dir(root, euid=euid)
+    if own != directory and state.running is None and not state.pending_handlers:
+        directory, state = own, _load_state(own)
     status = ApplyStatus(last_apply=state.last_apply,
                          owed=[shlex.join(h.argv) for h in state.pending_handlers])
     if state.running is None:
