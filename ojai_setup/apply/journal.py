@@ -29,6 +29,7 @@ from typing import Any, Literal
 
 from pydantic import ValidationError
 
+from ojai_setup.apply.faults import fault_point
 from ojai_setup.core.atomic import write_text
 from ojai_setup.core.digest import sha256_file
 from ojai_setup.core.errors import StateError
@@ -41,6 +42,7 @@ from ojai_setup.model.state import (
     FileRecord,
     HandlerRecord,
     JournalEntry,
+    PlannedRecord,
     State,
 )
 from ojai_setup.planning.plan import describe_digest, ojai_version, path_digest
@@ -85,13 +87,31 @@ def load_entry(root: Root, apply_id: str, *, euid: int | None = None) -> Journal
 
 
 # -- writing a journal -----------------------------------------------------------------------
+def _copy_synced(src: Path, dest: Path) -> None:
+    """Copy ``src`` to ``dest`` through a temp file, fsynced, then renamed into place."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as out, open(src, "rb") as inp:
+            shutil.copyfileobj(inp, out)
+            out.flush()
+            os.fsync(out.fileno())
+        os.chmod(tmp, 0o600)
+        os.replace(tmp, dest)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
 class Journal:
     """The journal of one apply or rollback while it runs.
 
-    Call :meth:`stage` for every path before anything touches it (it remembers what was there
-    and copies a regular file into the backups), :meth:`close` at the end: paths that ended up
-    unchanged are dropped along with their backups, the entry is written, and ``state.json``
-    is updated.
+    :meth:`open` writes the entry (every planned action, status ``running``) and marks it
+    running in ``state.json`` before anything changes; :meth:`stage` backs up a path before a
+    change and records it in the entry; :meth:`flush` writes the entry again (fsynced) as each
+    action completes; :meth:`close` drops paths that ended up unchanged, along with their
+    backups, and updates ``state.json``. A process killed on the way leaves an entry that
+    :func:`recover` finishes.
     """
 
     def __init__(self, root: Root, kind: Literal["apply", "rollback"], *,
@@ -116,9 +136,28 @@ class Journal:
         return self.entry.apply_id
 
     @property
+    def path(self) -> Path:
+        return self.dir / "journal" / f"{self.id}.json"
+
+    @property
     def state(self) -> State:
         """``state.json`` as it was when this journal was opened."""
         return self._state
+
+    def open(self, planned: list[PlannedRecord] | None = None) -> None:
+        """Write the entry and mark it running in ``state.json``, both fsynced."""
+        self.entry.planned = list(planned or [])
+        self.flush()
+        self._state.running = self.id
+        _save_state(self.dir, self._state)
+        _fsync_dir(self.dir)
+
+    def flush(self) -> None:
+        """Write the entry as it is now (temp file, fsync, rename)."""
+        try:
+            _write_json(self.path, self.entry.model_dump_json(indent=2) + "\n")
+        except OSError as exc:
+            raise JournalError(f"cannot write ojai's journal {self.path}: {exc.strerror or exc}") from None
 
     def stage(self, machine_path: str) -> None:
         """Remember what is at ``machine_path`` (and back up a regular file) before a change."""
@@ -130,13 +169,15 @@ class Journal:
         if before is not None and before.startswith("sha256:"):
             st = os.lstat(real)
             backup = Path("backups") / self.id / machine_path.lstrip("/")
-            dest = self.dir / backup
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(real, dest, follow_symlinks=False)
-            os.chmod(dest, 0o600)
+            try:
+                _copy_synced(real, self.dir / backup)
+            except OSError as exc:
+                raise JournalError(f"cannot back up {machine_path} into {self.dir / backup}: "
+                                   f"{exc.strerror or exc}") from None
             record.backup = backup.as_posix()
             record.mode, record.uid, record.gid = stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid
         self._staged[machine_path] = record
+        self.entry.files.append(record)
 
     def action(self, record: ActionRecord) -> None:
         self.entry.actions.append(record)
@@ -165,36 +206,154 @@ class Journal:
         ``state.json``'s ``last_apply`` becomes this id when anything changed (or
         ``last_apply`` when given, which a rollback uses to step back in history).
         """
-        for path, record in self._staged.items():
-            record.after = path_digest(self.root, path)
-            if record.after == record.before:
-                if record.backup:
-                    self._drop_backup(self.dir / record.backup)
-            else:
-                self.entry.files.append(record)
+        _settle_files(self.root, self.dir, self.entry)
         self.entry.status = status
         self.entry.error = error
         self.entry.finished = datetime.now(timezone.utc)
-        _write_json(self.dir / "journal" / f"{self.id}.json",
-                    self.entry.model_dump_json(indent=2) + "\n")
+        self.entry.owed = list(pending_handlers or []) if status == "failed" else []
+        self.flush()
         if last_apply is not None or self.entry.kind == "rollback":
             self._state.last_apply = last_apply
         elif self.entry.changed:
             self._state.last_apply = self.id
         self._state.pending_handlers = list(pending_handlers or [])
+        self._state.running = None
         _save_state(self.dir, self._state)
         return self.entry
 
-    def _drop_backup(self, path: Path) -> None:
-        path.unlink(missing_ok=True)
-        top = self.dir / "backups"
-        parent = path.parent
-        while parent != top and parent.is_relative_to(top):
-            try:
-                parent.rmdir()
-            except OSError:
-                break
-            parent = parent.parent
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _settle_files(root: Root, directory: Path, entry: JournalEntry) -> None:
+    """Record what each staged path is now; forget (and unback) those left unchanged."""
+    kept: list[FileRecord] = []
+    for record in entry.files:
+        record.after = path_digest(root, record.path)
+        if record.after == record.before:
+            if record.backup:
+                _drop_backup(directory, directory / record.backup)
+        else:
+            kept.append(record)
+    entry.files = kept
+
+
+def _drop_backup(directory: Path, path: Path) -> None:
+    path.unlink(missing_ok=True)
+    top = directory / "backups"
+    parent = path.parent
+    while parent != top and parent.is_relative_to(top):
+        try:
+            parent.rmdir()
+        except OSError:
+            break
+        parent = parent.parent
+
+
+# -- an apply or rollback that was killed ----------------------------------------------------
+@dataclass
+class Interrupted:
+    """What :func:`recover` found and settled."""
+
+    entry: JournalEntry
+    owed: list[HandlerRecord]
+    cleaned: list[str]
+
+    @property
+    def message(self) -> str:
+        done = sum(1 for p in self.entry.planned if p.status == "done")
+        what = (f"an earlier {'rollback' if self.entry.kind == 'rollback' else 'apply'} "
+                f"({self.entry.apply_id}) was interrupted after {done} of "
+                f"{len(self.entry.planned)} action(s)")
+        if self.owed:
+            what += "; follow-up commands still owed: " + ", ".join(
+                " ".join(h.argv) for h in self.owed)
+        return what
+
+
+def _temp_leftovers(root: Root, paths: list[str]) -> list[Path]:
+    """Temp files a killed write beside ``paths`` may have left (``.NAME.*.ojai-tmp``,
+    ``.NAME.ojai-*`` links)."""
+    found: list[Path] = []
+    for machine_path in paths:
+        real = root.resolve(machine_path)
+        if not real.parent.is_dir():
+            continue
+        for pattern in (f".{real.name}.*.ojai-tmp", f".{real.name}.ojai-*"):
+            found.extend(p for p in real.parent.glob(pattern) if p.is_file() or p.is_symlink())
+    return found
+
+
+def recover(root: Root, *, euid: int | None = None) -> Interrupted | None:
+    """Settle an apply or rollback whose process died; call it holding the machine's lock.
+
+    The entry becomes ``interrupted``: each path it staged is recorded as it is now (those
+    left unchanged are dropped), the follow-up commands owed by every action that started are
+    added to ``state.json``'s pending handlers (the next apply runs them; a rollback runs its
+    own), ``last_apply`` points at it when it changed something (so ``ojai rollback`` undoes
+    it), and temp files it left beside its targets and in the state folder are removed.
+    """
+    directory = state_dir(root, euid=euid)
+    state = _load_state(directory)
+    if state.running is None:
+        return None
+    try:
+        entry = load_entry(root, state.running, euid=euid)
+    except JournalError:
+        state.running = None
+        _save_state(directory, state)
+        return None
+    _settle_files(root, directory, entry)
+    owed: dict[str, HandlerRecord] = {h.name: h for h in state.pending_handlers}
+    for h in entry.owed:
+        owed.setdefault(h.name, h)
+    changed_paths = {f.path for f in entry.files}
+    for planned in entry.planned:
+        started = planned.status in ("running", "failed") and changed_paths.intersection(planned.targets)
+        if started or planned.changed:
+            for h in planned.notify:
+                owed.setdefault(h.name, h)
+    targets = [t for p in entry.planned for t in p.targets] + [f.path for f in entry.files]
+    cleaned = []
+    for leftover in _temp_leftovers(root, targets):
+        leftover.unlink(missing_ok=True)
+        cleaned.append(root.machine_path(leftover) if not root.is_host else str(leftover))
+    for tmp in [*directory.glob(".*.tmp"), *(directory / "journal").glob(".*.tmp")]:
+        tmp.unlink(missing_ok=True)
+    referenced = {f.backup for f in entry.files if f.backup}
+    backups = directory / "backups" / entry.apply_id
+    if backups.is_dir():
+        for f in sorted(backups.rglob("*"), reverse=True):
+            rel = f.relative_to(directory).as_posix()
+            if f.is_file() and rel not in referenced:
+                f.unlink()
+            elif f.is_dir():
+                try:
+                    f.rmdir()
+                except OSError:
+                    pass
+    entry.status = "interrupted"
+    entry.error = entry.error or "the process stopped before the end (killed, or the machine went down)"
+    entry.finished = datetime.now(timezone.utc)
+    entry.owed = list(owed.values()) if entry.kind == "apply" else []
+    _write_json(directory / "journal" / f"{entry.apply_id}.json", entry.model_dump_json(indent=2) + "\n")
+    if entry.kind == "apply":
+        if entry.changed:
+            state.last_apply = entry.apply_id
+        state.pending_handlers = list(owed.values())
+    # an interrupted rollback leaves last_apply on the apply it was undoing: run it again
+    state.running = None
+    _save_state(directory, state)
+    return Interrupted(entry=entry, owed=list(owed.values()) if entry.kind == "apply" else [],
+                       cleaned=cleaned)
 
 
 # -- rollback --------------------------------------------------------------------------------
@@ -212,9 +371,14 @@ class RollbackResult:
     left: list[str] = field(default_factory=list)
     handlers: list[str] = field(default_factory=list)
     reboot: list[str] = field(default_factory=list)
+    #: the apply undone was interrupted before it changed anything
+    nothing: bool = False
 
     @property
     def message(self) -> str:
+        if self.nothing:
+            return (f"the interrupted apply {self.rolled_back} stopped before its first "
+                    f"change; nothing to roll back")
         parts = [f"rolled back apply {self.rolled_back}"]
         if self.restored:
             parts.append("restored " + ", ".join(self.restored))
@@ -227,18 +391,52 @@ class RollbackResult:
         return "; ".join(parts)
 
 
+def follow_ups_for(entry: JournalEntry, paths: list[str]) -> list[HandlerRecord]:
+    """The follow-up commands that make a change of ``paths`` (restored or removed) reach the
+    next boot, from the actions of ``entry`` that wrote them (older entries without planned
+    actions: every handler the apply ran)."""
+    if not entry.planned:
+        return list(entry.handlers)
+    found: dict[str, HandlerRecord] = {}
+    wanted = set(paths)
+    for planned in entry.planned:
+        if wanted.intersection(planned.targets):
+            for h in planned.notify:
+                found.setdefault(h.name, h.model_copy(update={"exit_code": None}))
+    return list(found.values())
+
+
 def rollback(root: Root, progress: Progress, *, force: bool = False,
              euid: int | None = None) -> RollbackResult:
     """Put back what the last apply changed, and journal it as a rollback.
 
-    Files that existed are restored from their backup (content, mode, owner), links are
-    pointed back at their old target, and files and links the apply created are removed.
-    Folders an install created and files too large to back up are left in place and named in
-    :attr:`RollbackResult.left`. The handlers the apply ran (``update-grub``) run again.
-    Refuses (:class:`RollbackError`, nothing restored) when a path changed after the apply,
-    unless ``force``. Repeated rollbacks walk back through earlier applies.
+    Holds the machine's lock (:class:`~ojai_setup.apply.lock.LockHeld` when another ojai
+    does) and first settles an apply that was interrupted (:func:`recover`), which is then the
+    one undone. Files that existed are restored from their backup (content, mode, owner),
+    links are pointed back at their old target, and files and links the apply created are
+    removed; a path already back as it was is left alone. Folders an install created and
+    files too large to back up are left in place and named in :attr:`RollbackResult.left`.
+    The follow-up commands of the actions that wrote the restored paths (``update-grub``) run
+    again. Refuses (:class:`RollbackError`, nothing restored) when a path changed after the
+    apply, unless ``force``. Repeated rollbacks walk back through earlier applies.
     """
+    from ojai_setup.apply.lock import MachineLock
+
     directory = state_dir(root, euid=euid)
+    lock = MachineLock(directory, "ojai rollback")
+    lock.acquire()
+    try:
+        settled = recover(root, euid=euid)
+        if settled is not None and settled.entry.kind == "apply" and not settled.entry.changed:
+            return RollbackResult(rolled_back=settled.entry.apply_id,
+                                  journal_id=settled.entry.apply_id, nothing=True)
+        return _rollback(root, directory, progress, force=force, euid=euid)
+    finally:
+        lock.release()
+
+
+def _rollback(root: Root, directory: Path, progress: Progress, *, force: bool,
+              euid: int | None) -> RollbackResult:
     state = _load_state(directory)
     if state.last_apply is None:
         hint = ""
@@ -250,7 +448,7 @@ def rollback(root: Root, progress: Progress, *, force: bool = False,
     conflicts = []
     for record in entry.files:
         now = path_digest(root, record.path)
-        if now != record.after:
+        if now not in (record.after, record.before):
             conflicts.append(f"{record.path} changed since apply {entry.apply_id} "
                              f"(it was left as {describe_digest(record.after)}, "
                              f"now it is {describe_digest(now)})")
@@ -259,27 +457,44 @@ def rollback(root: Root, progress: Progress, *, force: bool = False,
                             f"change, then run `{ROLLBACK_FORCE_COMMAND}` to restore anyway")
 
     journal = Journal(root, "rollback", euid=euid, rolls_back=entry.apply_id)
+    owed = follow_ups_for(entry, [r.path for r in entry.files])
+    journal.open([PlannedRecord(step="rollback", kind="restore", description=f"restore {r.path}",
+                                targets=[r.path], notify=follow_ups_for(entry, [r.path]))
+                  for r in reversed(entry.files)])
     result = RollbackResult(rolled_back=entry.apply_id, journal_id=journal.id)
     task = progress.task(f"roll back apply {entry.apply_id}", total=len(entry.files))
     error: str | None = None
     try:
-        for record in reversed(entry.files):
+        for n, record in enumerate(reversed(entry.files)):
+            journal.entry.planned[n].status = "running"
             journal.stage(record.path)
-            _restore(root, directory, record, result)
+            journal.flush()
+            fault_point("restore-start")
+            if path_digest(root, record.path) != record.before or record.before is None:
+                _restore(root, directory, record, result)
+            else:
+                result.restored.append(record.path)
+            journal.entry.planned[n].status = "done"
+            journal.flush()
+            fault_point("restore-done")
             task.advance(1)
         for key, value in entry.records_before.items():
             journal.set_record(key, value)
-        if result.restored or result.removed:
-            for handler in entry.handlers:
+        touched = set(result.restored) | set(result.removed)
+        if touched:
+            for handler in follow_ups_for(entry, sorted(touched)) if entry.planned else owed:
                 run = root.run(list(handler.argv), env=handler.env or None, timeout=900)
                 journal.handler(HandlerRecord(name=handler.name, argv=handler.argv,
                                               env=handler.env, exit_code=run.exit_code))
+                journal.flush()
                 if not run.ok:
                     raise RollbackError(f"`{' '.join(handler.argv)}` failed with exit code "
                                         f"{run.exit_code} after the files were restored: "
                                         f"{run.stderr.strip()[-500:]}")
                 result.handlers.append(handler.name)
-            result.reboot = list(entry.reboot)
+                fault_point("handler-done")
+            result.reboot = list(entry.reboot) or [
+                p.description for p in entry.planned if False]
             for reason in entry.reboot:
                 journal.reboot(reason)
     except BaseException as exc:
@@ -288,7 +503,7 @@ def rollback(root: Root, progress: Progress, *, force: bool = False,
     finally:
         task.done()
         journal.close("failed" if error else "complete", error,
-                      last_apply=entry.previous_apply if error is None else state.last_apply)
+                      last_apply=entry.previous_apply if error is None else entry.apply_id)
     return result
 
 

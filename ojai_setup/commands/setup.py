@@ -72,7 +72,8 @@ def run_setup(term: Terminal, root_dir: Path, settings: Settings, *, apply: bool
               plan_file: Path | None, out: Path | None) -> int:
     from ojai_setup.apply.executor import NeedsRoot
     from ojai_setup.apply.executor import apply as apply_plan
-    from ojai_setup.core.errors import ApplyError
+    from ojai_setup.core.errors import ApplyError, StateError
+    from ojai_setup.facts.state import JournalError, read_apply_status
 
     root = Root(root_dir)
     if plan_file is not None:
@@ -89,6 +90,10 @@ def run_setup(term: Terminal, root_dir: Path, settings: Settings, *, apply: bool
         if stale is not None:
             term.error(f"saved plan is stale: {stale.message}")
             return ExitStatus.FAILED
+        refused = _recheck_saved(plan, root, plan_file)
+        if refused:
+            term.error(refused)
+            return ExitStatus.FAILED
     else:
         plan = build_plan(root, settings)
         if out is not None:
@@ -96,27 +101,32 @@ def run_setup(term: Terminal, root_dir: Path, settings: Settings, *, apply: bool
         show_plan(term, plan)
         if out is not None and not term.json_mode:
             term.note(f"plan saved to {out}; apply exactly it with: ojai setup --apply --plan {out}")
-        if not apply:
-            return int(plan.exit_code)
+    try:
+        status = read_apply_status(root)
+    except JournalError as exc:
+        term.error(str(exc))
+        return ExitStatus.FAILED
+    owed_note = _owed_note(status)
+    if not apply:
+        if owed_note and not term.json_mode:
+            term.print(owed_note)
+        if owed_note and plan.exit_code == ExitStatus.OK:
+            return ExitStatus.CHANGES
+        return int(plan.exit_code)
     if plan.exit_code == ExitStatus.FAILED:
         term.error("the plan has blocked steps; nothing was applied")
         return ExitStatus.FAILED
+    if status.running:
+        term.error("another ojai is changing this machine right now; nothing was applied. "
+                   "Wait for it to finish and run this again")
+        return ExitStatus.FAILED
     if plan.exit_code == ExitStatus.OK:
-        from ojai_setup.facts.state import JournalError, read_state
-
-        try:
-            pending = read_state(root).pending_handlers
-        except JournalError as exc:
-            term.error(str(exc))
-            return ExitStatus.FAILED
-        if not pending:
+        if not owed_note:
             if not term.json_mode:
                 term.print("nothing to do: every step is satisfied; nothing was changed")
             return ExitStatus.OK
-        # an earlier apply changed files but failed before its follow-up commands ran
         if not term.json_mode:
-            term.print("every step is satisfied, but follow-up commands of an earlier apply are "
-                       "still due: " + ", ".join(h.name for h in pending))
+            term.print("every step is satisfied, but " + owed_note[0].lower() + owed_note[1:])
     if plan_file is None and not yes and plan.exit_code == ExitStatus.CHANGES:
         if not term.interactive:
             term.error("refusing to apply without review: no terminal to ask on. Review "
@@ -132,6 +142,9 @@ def run_setup(term: Terminal, root_dir: Path, settings: Settings, *, apply: bool
     except NeedsRoot as exc:
         term.error(str(exc))
         return ExitStatus.FAILED
+    except StateError as exc:  # the machine's lock is held, the journal cannot be written
+        term.error(str(exc))
+        return ExitStatus.FAILED
     except (ApplyError, OSError, ValueError) as exc:
         term.error(f"apply failed: {exc}. Changed files were backed up; run `ojai setup --apply` "
                    "again to finish, or `ojai rollback` to undo")
@@ -139,6 +152,8 @@ def run_setup(term: Terminal, root_dir: Path, settings: Settings, *, apply: bool
     after = build_plan(root, settings if plan_file is None else Settings(**plan.settings))
     leftover = [r for r in after.steps if r.status != "satisfied"]
     if not term.json_mode:
+        if result.recovered:
+            term.print(f"finished first: {result.recovered}")
         term.print(f"applied: {result.message}")
         if result.journal:
             term.print(f"journal: {root.machine_path(result.journal) if not root.is_host else result.journal}")
@@ -153,13 +168,48 @@ def run_setup(term: Terminal, root_dir: Path, settings: Settings, *, apply: bool
     return ExitStatus.OK
 
 
+def _recheck_saved(plan: Plan, root: Root, plan_file: Path) -> str | None:
+    """Why a saved plan is refused (plan again from its settings; every action, file content
+    and follow-up command must be the same), or None."""
+    from pydantic import ValidationError
+
+    from ojai_setup.planning.compare import plan_differences
+
+    redo = f"make and review a new plan: `ojai setup --out {plan_file}`"
+    try:
+        settings = Settings(**plan.settings)
+    except (ValidationError, TypeError) as exc:
+        return f"{plan_file}: the settings it records are not valid ({exc}); nothing was applied; {redo}"
+    differences = plan_differences(plan, build_plan(root, settings))
+    if not differences:
+        return None
+    shown = "; ".join(differences[:5]) + (f"; and {len(differences) - 5} more"
+                                          if len(differences) > 5 else "")
+    return (f"{plan_file} is not what ojai plans for this machine with the settings it records "
+            f"(edited by hand, or stale): {shown}. Nothing was applied; {redo}")
+
+
+def _owed_note(status) -> str:
+    """What an interrupted or failed earlier apply left to do, or ``""``."""
+    owed = ", ".join(status.owed)
+    if status.interrupted:
+        what = "rollback" if status.kind == "rollback" else "apply"
+        return (f"An earlier {what} ({status.interrupted}) was interrupted after {status.done} "
+                f"of {status.total} action(s)" + (f"; owed: {owed}" if owed else "")
+                + ". `ojai setup --apply` finishes it first; `ojai rollback` undoes it.")
+    if owed:
+        return (f"Follow-up commands of an earlier apply are still due: {owed}. "
+                "`ojai setup --apply` runs them first.")
+    return ""
+
+
 def run_rollback(term: Terminal, root_dir: Path, *, force: bool) -> int:
     from ojai_setup.apply.journal import RollbackError, rollback
-    from ojai_setup.facts.state import JournalError
+    from ojai_setup.core.errors import StateError
 
     try:
         result = rollback(Root(root_dir), term.progress(), force=force)
-    except (RollbackError, JournalError) as exc:
+    except (RollbackError, StateError, OSError) as exc:
         term.error(str(exc))
         return 1
     term.print(result.message)

@@ -23,6 +23,10 @@ ROUTES_DIR = f"{OPT_DIR}/routes"
 UNITS_DIR = "/etc/systemd/system"
 
 GRUB_DEFAULT = "/etc/default/grub"
+#: drop-ins grub-mkconfig sources after GRUB_DEFAULT, in glob order (a later one wins)
+GRUB_DROPIN_DIR = "/etc/default/grub.d"
+#: ojai's own drop-in, used when another drop-in decides the kernel command line
+OJAI_GRUB_DROPIN = f"{GRUB_DROPIN_DIR}/99-ojai.cfg"
 BOOT_ID = "/proc/sys/kernel/random/boot_id"
 #: where a capture keeps the environment of the machine it was taken on
 ENVIRON_CAPTURE = "/.ojai/environ"

@@ -275,8 +275,23 @@ def _bios_min(facts: Facts, profile: Profile, params: dict) -> Outcome:
                    f"needs >= {params['min']}")
 
 
+def _regenerate_hint(facts: Facts) -> str:
+    family = " ".join([facts.distro.id, *facts.distro.like]) if facts.distro else ""
+    if any(x in family for x in ("fedora", "rhel", "centos")):
+        return "`sudo grub2-mkconfig -o /boot/grub2/grub.cfg`"
+    if "arch" in family:
+        return "`sudo grub-mkconfig -o /boot/grub/grub.cfg`"
+    return "`sudo update-grub`"
+
+
 @kind("ttm_active")
 def _ttm_active(facts: Facts, profile: Profile, params: dict) -> Outcome:
+    """Three states, checked in the order the boot uses them: configured (the files, as
+    grub-mkconfig and kmod read them), generated (grub.cfg's default entry, the initramfs of
+    the kernel that will boot), active (/proc/cmdline and the live module). The first that
+    differs names the one action that fixes it: edit, regenerate, or reboot."""
+    from ojai_setup.formats.grub import cmdline_param
+
     ttm = _need(facts, "ttm")
     if facts.gpu is not None and not facts.gpu.cards and not facts.gpu.agents:
         return Outcome(ok=None, evidence="no AMD GPU: the TTM limit does not matter here")
@@ -284,7 +299,46 @@ def _ttm_active(facts: Facts, profile: Profile, params: dict) -> Outcome:
     if configured is None:
         return Outcome(ok=False, evidence=f"GPU memory limit not configured; active "
                        f"{_fmt_pages(active)} (kernel default, about half of RAM)")
-    ev = f"configured {_fmt_pages(configured)}, active {_fmt_pages(active)} ({ttm.live_module or 'no ttm module'})"
+    where = ttm.grub_file or (ttm.modprobe[-1].path if ttm.modprobe else None)
+    ev = (f"configured {_fmt_pages(configured)}" + (f" in {where}" if where else "")
+          + f", active {_fmt_pages(active)} ({ttm.live_module or 'no ttm module'})")
+    status, boot = facts.apply, facts.boot
+    if status is not None and (status.owed or status.interrupted):
+        owed = ", ".join(status.owed) or "the rest of the interrupted apply"
+        return Outcome(ok=False, evidence=ev + f"; generated configuration not up to date: an "
+                       f"earlier apply still owes {owed}",
+                       fix=f"Run `ojai setup --apply` first (it runs {owed}); reboot only after "
+                       "that.")
+    gen = boot.generated if boot else None
+    notes: list[str] = []
+    if ttm.grub_pages is not None and ttm.grub_key:
+        if gen is None:
+            notes.append("generated: " + ((boot.generated_error if boot else None)
+                                          or "no grub.cfg found to compare"))
+        else:
+            got = cmdline_param(gen.tokens, ttm.grub_key)
+            if got != str(ttm.grub_pages):
+                have = f"{ttm.grub_key}={got}" if got is not None else f"no {ttm.grub_key}"
+                return Outcome(ok=False, evidence=ev + f"; generated: {gen.config} (default entry "
+                               f"'{gen.title}') boots with {have}: grub.cfg was not regenerated",
+                               fix=f"Regenerate the boot configuration: {_regenerate_hint(facts)} "
+                               "(or `ojai setup --apply`), then reboot.")
+            notes.append(f"generated: {gen.config} agrees")
+    ir = boot.initramfs if boot else None
+    if ttm.modprobe and ir is not None and ir.error is None and ir.carries_ttm:
+        want = ttm.modprobe[-1].pages
+        stale = ir.missing + ir.older_than
+        if (ir.pages is not None and ir.pages != want) or stale:
+            release = gen.release if gen and gen.release else "$(uname -r)"
+            why = (f"holds pages_limit={ir.pages}" if ir.pages is not None and ir.pages != want
+                   else f"was built before {', '.join(stale)} changed or lacks it")
+            return Outcome(ok=False, evidence=ev + f"; generated: the initramfs {ir.image} "
+                           f"(which loads the TTM module) {why}",
+                           fix=f"Rebuild the initramfs of the kernel that will boot: `sudo "
+                           f"update-initramfs -u -k {release}` (dracut: `sudo dracut --force "
+                           f"--kver {release}`), or `ojai setup --apply`; then reboot.")
+        notes.append(f"initramfs {ir.image} agrees")
+    ev += "".join(f"; {n}" for n in notes)
     if active == configured:
         return Outcome(ok=True, evidence=ev)
     rec = ttm.record
@@ -293,9 +347,15 @@ def _ttm_active(facts: Facts, profile: Profile, params: dict) -> Outcome:
             return Outcome(ok=False, evidence=ev + "; reboot pending (applied during this boot)",
                            fix="Reboot to make the new limit active.")
         return Outcome(ok=False, evidence=ev + "; rebooted since apply but the limit is NOT active",
-                       fix="The boot did not pick the limit up: check that grub.cfg was regenerated "
-                       "(update-grub), that the module key matches the live module "
-                       f"({ttm.live_module}.pages_limit), and /proc/cmdline.")
+                       fix="The boot did not pick the limit up: check "
+                       + ("that grub.cfg was regenerated (update-grub), " if gen is None else "")
+                       + f"that the module key matches the live module ({ttm.live_module}."
+                       "pages_limit), that the default boot entry is the one that booted, and "
+                       "/proc/cmdline.")
+    if gen is not None and ttm.grub_pages is not None:
+        return Outcome(ok=False, evidence=ev + "; reboot pending (the generated configuration "
+                       "has the limit, the running kernel does not)",
+                       fix="Reboot to make the new limit active.")
     return Outcome(ok=False, evidence=ev + "; not applied by ojai: a reboot may be pending, or "
                    "grub.cfg / the initramfs was not regenerated",
                    fix="Run `ojai setup --apply`, then reboot.")
@@ -417,3 +477,23 @@ def _model_pairs(facts: Facts, profile: Profile, params: dict) -> Outcome:
     return Outcome(ok=True, evidence=", ".join(
         f"{m.route} ({'main + MTP draft' if m.draft else 'MTP heads in the main file'}) matched"
         for m in facts.models))
+
+
+@kind("apply_state")
+def _apply_state(facts: Facts, profile: Profile, params: dict) -> Outcome:
+    status = _need(facts, "apply")
+    owed = "; follow-up commands owed: " + ", ".join(status.owed) if status.owed else ""
+    if status.running:
+        return Outcome(ok=None, evidence="an ojai apply or rollback is running now")
+    if status.interrupted:
+        what = "rollback" if status.kind == "rollback" else "apply"
+        return Outcome(ok=False, evidence=f"{what} {status.interrupted} was interrupted after "
+                       f"{status.done} of {status.total} action(s){owed}",
+                       fix="Run `ojai setup --apply` to finish it (what is owed runs first) or "
+                       "`ojai rollback` to undo it; then reboot.")
+    if status.owed:
+        return Outcome(ok=False, evidence=f"an earlier apply stopped before its follow-up "
+                       f"commands ran{owed}",
+                       fix="Run `ojai setup --apply`: it runs the owed commands first.")
+    last = f"; last apply {status.last_apply}" if status.last_apply else ""
+    return Outcome(ok=True, evidence=f"no apply interrupted, nothing owed{last}")

@@ -20,6 +20,7 @@ from ojai_setup.core.paths import (
     STATE_FILE,
 )
 from ojai_setup.core.root import Root
+from ojai_setup.facts.state import read_apply_status
 from ojai_setup.formats import machine as parsers
 from ojai_setup.model.facts import (
     Bios,
@@ -28,6 +29,7 @@ from ojai_setup.model.facts import (
     DrmCard,
     Facts,
     Gpu,
+    GrubConfig,
     Kernel,
     Memory,
     ModelPair,
@@ -179,7 +181,31 @@ def read_npu(root: Root) -> Npu:
     return npu
 
 
-def read_ttm(root: Root, cmdline: list[str] | None) -> Ttm:
+def token_origin(root: Root, grub: GrubConfig, key: str) -> str | None:
+    """The file whose assignment puts the configured ``key`` parameter on the command line:
+    the last file assigning the variable that holds it and naming the key in its own text."""
+    from ojai_setup.formats.grub import (
+        DEFAULT_VAR,
+        LINUX_VAR,
+        GrubEditError,
+        cmdline_param,
+        get_kernel_param,
+        parse_cmdline,
+    )
+
+    var = DEFAULT_VAR if cmdline_param(parse_cmdline(grub.default or ""), key) is not None else LINUX_VAR
+    for src in reversed(grub.files):
+        if var not in src.assigns:
+            continue
+        try:
+            if get_kernel_param(root.read_text(src.path), key, var=var, source=src.path) is not None:
+                return src.path
+        except (GrubEditError, OSError):
+            continue
+    return grub.winners.get(var)
+
+
+def read_ttm(root: Root, cmdline: list[str] | None, grub: GrubConfig | None = None) -> Ttm:
     from ojai_setup.formats.grub import GrubEditError, cmdline_param, get_kernel_param
     from ojai_setup.formats.modprobe import (
         ModprobeEditError,
@@ -203,7 +229,16 @@ def read_ttm(root: Root, cmdline: list[str] | None) -> Ttm:
         ttm.deprecated_gttsize = [t for t in cmdline
                                   if re.match(r"amdgpu\.gtt_?size=", t)]
     grub_text = _read(root, GRUB_DEFAULT)
-    if grub_text is not None:
+    if grub is not None and grub.error is None:
+        for key in ("amdttm.pages_limit", "ttm.pages_limit"):
+            value = cmdline_param(grub.tokens, key)
+            if value is not None:
+                ttm.grub_pages, ttm.grub_key = _int(value), key
+                ttm.grub_file = token_origin(root, grub, key)
+                break
+    elif grub is not None:
+        ttm.grub_error = grub.error
+    elif grub_text is not None:
         try:
             for key in ("amdttm.pages_limit", "ttm.pages_limit"):
                 for var in ("GRUB_CMDLINE_LINUX_DEFAULT", "GRUB_CMDLINE_LINUX"):
@@ -311,6 +346,7 @@ SECTIONS: dict[str, Callable[[Root], object]] = {
     "tools": read_tools,
     "amdgpu_dkms": read_amdgpu_dkms,
     "models": read_models,
+    "apply": lambda root: read_apply_status(root),
 }
 
 
@@ -333,7 +369,29 @@ def collect(root: Root) -> Facts:
         except Exception as exc:  # noqa: BLE001 - a fact must never crash doctor
             facts.unknown[name] = _reason(exc)
     try:
-        facts.ttm = read_ttm(root, facts.cmdline)
+        from ojai_setup.facts.grub_env import read_grub_config
+
+        facts.grub = read_grub_config(root)
+    except Exception as exc:  # noqa: BLE001
+        facts.unknown["grub"] = _reason(exc)
+    try:
+        facts.ttm = read_ttm(root, facts.cmdline, facts.grub)
     except Exception as exc:  # noqa: BLE001
         facts.unknown["ttm"] = _reason(exc)
+    try:
+        from ojai_setup.facts.boot import read_boot
+        from ojai_setup.formats.grub import bls_enabled
+
+        main = _read(root, GRUB_DEFAULT)
+        bls = bool(main) and _safe(lambda: bls_enabled(main))
+        facts.boot = read_boot(root, bls, facts.ttm.modprobe if facts.ttm else [])
+    except Exception as exc:  # noqa: BLE001
+        facts.unknown["boot"] = _reason(exc)
     return facts
+
+
+def _safe(fn: Callable[[], bool]) -> bool:
+    try:
+        return fn()
+    except ValueError:
+        return False

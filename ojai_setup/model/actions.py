@@ -34,6 +34,18 @@ class _Action(BaseModel):
         raise NotImplementedError
 
 
+class CmdlineCheck(BaseModel):
+    """The kernel command line bash must compute (``GRUB_CMDLINE_LINUX`` then
+    ``GRUB_CMDLINE_LINUX_DEFAULT``, sourcing /etc/default/grub and grub.d/*.cfg as
+    grub-mkconfig does) once a file is written: ``param`` exactly once, and ``others`` (every
+    other parameter) unchanged, in order."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    param: str
+    others: tuple[str, ...]
+
+
 class WriteFile(_Action):
     """Replace a text file's content. ``before`` is the content the plan saw (None: absent)."""
 
@@ -43,6 +55,8 @@ class WriteFile(_Action):
     after: str
     mode: int | None = None
     validate_with: str | None = None  # name of a validator registered in executor.VALIDATORS
+    #: with ``validate_with="grub"``: the whole command line bash must read afterwards
+    cmdline: CmdlineCheck | None = None
 
     def targets(self) -> list[str]:
         return [self.path]

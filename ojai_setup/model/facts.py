@@ -13,6 +13,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from ojai_setup.core.paths import GIB
+from ojai_setup.model.state import ApplyStatus
 
 FACTS_SCHEMA = 1
 
@@ -124,6 +125,7 @@ class Ttm(_Model):
     cmdline_key: str | None = None
     grub_pages: int | None = None  # from /etc/default/grub
     grub_key: str | None = None
+    grub_file: str | None = None  # the file that puts the configured value on the command line
     grub_error: str | None = None
     modprobe: list[ModprobeSetting] = Field(default_factory=list)
     deprecated_gttsize: list[str] = Field(default_factory=list)  # amdgpu.gttsize / gtt_size tokens
@@ -137,6 +139,59 @@ class Ttm(_Model):
         if self.modprobe:
             return self.modprobe[-1].pages
         return self.cmdline_pages  # set some other way (systemd-boot, NixOS, by hand)
+
+
+class GrubSource(_Model):
+    """One file grub-mkconfig sources, and the command line variables after sourcing it."""
+
+    path: str
+    assigns: list[str] = Field(default_factory=list)  # the cmdline variables it assigns
+    linux: str | None = None  # GRUB_CMDLINE_LINUX after this file (None: unset)
+    default: str | None = None  # GRUB_CMDLINE_LINUX_DEFAULT after this file
+
+
+class GrubConfig(_Model):
+    """The *configured* kernel command line: what grub-mkconfig computes from
+    /etc/default/grub and /etc/default/grub.d/*.cfg (sourced by bash, in order)."""
+
+    files: list[GrubSource] = Field(default_factory=list)
+    linux: str | None = None
+    default: str | None = None
+    #: GRUB_CMDLINE_LINUX + GRUB_CMDLINE_LINUX_DEFAULT as kernel parameters
+    tokens: list[str] = Field(default_factory=list)
+    #: variable -> the file that decides it (the last one assigning it)
+    winners: dict[str, str] = Field(default_factory=dict)
+    error: str | None = None  # bash could not source the files
+
+
+class BootEntry(_Model):
+    """The *generated* state: the entry GRUB boots by default."""
+
+    config: str  # /boot/grub/grub.cfg, or the BLS entry file
+    title: str = ""
+    kernel: str | None = None
+    release: str | None = None  # the kernel release it boots (from the kernel's file name)
+    initrd: str | None = None
+    tokens: list[str] = Field(default_factory=list)  # the parameters on its kernel line
+
+
+class Initramfs(_Model):
+    """The initramfs of the kernel that will boot, as lsinitramfs / lsinitrd list it."""
+
+    image: str
+    tool: str | None = None
+    carries_ttm: bool | None = None  # the TTM module loads from the initramfs
+    modprobe_files: list[str] = Field(default_factory=list)  # modprobe.d files inside it
+    pages: int | None = None  # the pages_limit inside it (lsinitrd -f only)
+    missing: list[str] = Field(default_factory=list)  # modprobe.d settings not inside it
+    older_than: list[str] = Field(default_factory=list)  # changed after the image was built
+    error: str | None = None
+
+
+class Boot(_Model):
+    generated: BootEntry | None = None
+    generated_error: str | None = None
+    initramfs: Initramfs | None = None
 
 
 class Tool(_Model):
@@ -169,6 +224,11 @@ class Facts(_Model):
     bios: Bios | None = None
     distro: Distro | None = None
     ttm: Ttm | None = None
+    grub: GrubConfig | None = None
+    #: the generated boot configuration and initramfs the next boot uses
+    boot: Boot | None = None
+    #: ojai's own applies on this machine: running, interrupted, follow-ups owed
+    apply: ApplyStatus | None = None
     tools: dict[str, Tool] = Field(default_factory=dict)
     amdgpu_dkms: bool | None = None
     models: list[ModelPair] = Field(default_factory=list)
