@@ -56,7 +56,8 @@ def run_models(term: Terminal, root_dir: Path, settings: Settings) -> int:
     table = Table(title=f"Routes (GPU budget {budget / GIB:.0f} GiB; models in {settings.models_dir})",
                   title_justify="left")
     for col in ("route", "MTP", "context", "needs", "fits", "downloaded"):
-        table.add_column(col, no_wrap=col != "route")  # the route's title wraps, figures do not
+        table.add_column(col, no_wrap=col in ("MTP", "context", "fits", "downloaded"),
+                         min_width=15 if col == "route" else None)
     for r in rows:
         fits = "yes" if r["fits"] else (f"no (ctx {r['max_ctx']} fits)" if r["max_ctx"] else "no")
         need = f"{r['need_bytes'] / GIB:.1f} GiB" + (" (est.)" if r["sizes_estimated"] else "")
