@@ -20,6 +20,7 @@ from ojai_setup.core.paths import (
     STATE_FILE,
 )
 from ojai_setup.core.root import Root
+from ojai_setup.domain.checks import igpu
 from ojai_setup.facts.state import read_apply_status
 from ojai_setup.formats import machine as parsers
 from ojai_setup.model.facts import (
@@ -67,6 +68,13 @@ def environment(root: Root) -> dict[str, str]:
         return dict(os.environ)
     text = _read(root, ENVIRON_CAPTURE)
     return parsers.parse_environ(text) if text else {}
+
+
+def environment_unknown(root: Root) -> str | None:
+    """Why the environment cannot be known (a capture without a record of it), or None."""
+    if root.is_host or root.exists(ENVIRON_CAPTURE):
+        return None
+    return f"this capture has no record of the environment ({ENVIRON_CAPTURE})"
 
 
 def read_cpu(root: Root) -> Cpu:
@@ -129,7 +137,12 @@ def read_gpu(root: Root) -> Gpu:
     result = root.run(["rocminfo"])
     if result.ok:
         try:
-            agents = parsers.parse_rocminfo(result.stdout)
+            report = parsers.read_rocminfo(result.stdout)
+            agents = report.agents
+            gpu.rocminfo_notes = report.notes
+            for agent in agents:  # what the silicon is, whatever an override renamed it to
+                row = igpu(agent.chip_id)
+                agent.native_target = row.target if row else None
             gpu.agents = [a for a in agents if a.device_type == "GPU"]
             gpu.npu_agents = [a for a in agents if a.device_type == "DSP" or a.name.startswith("aie")]
         except parsers.ParseError as exc:
@@ -146,11 +159,15 @@ def read_gpu(root: Root) -> Gpu:
         vendor = (_read(root, dev + "/vendor") or "").strip() or None
         if vendor != AMD_PCI_VENDOR:
             continue
+        device = (_read(root, dev + "/device") or "").strip().lower() or None
+        row = igpu(device)
         gpu.cards.append(DrmCard(
-            card=card, pci_vendor=vendor, pci_device=(_read(root, dev + "/device") or "").strip() or None,
+            card=card, pci_vendor=vendor, pci_device=device,
             vram_total=_int(_read(root, dev + "/mem_info_vram_total")),
-            gtt_total=_int(_read(root, dev + "/mem_info_gtt_total"))))
+            gtt_total=_int(_read(root, dev + "/mem_info_gtt_total")),
+            native_target=row.target if row else None))
     gpu.hsa_override = environment(root).get("HSA_OVERRIDE_GFX_VERSION")
+    gpu.environment_unknown = environment_unknown(root)
     gpu.amdgpu_loaded = root.exists("/sys/module/amdgpu")
     return gpu
 
@@ -350,11 +367,21 @@ SECTIONS: dict[str, Callable[[Root], object]] = {
 }
 
 
-def _reason(exc: BaseException) -> str:
+def _machine_path(root: Root, filename) -> str:
+    """A path as the machine names it (``/proc/meminfo``), not where a capture keeps it."""
+    name = str(filename)
+    prefix = str(root.path).rstrip("/")
+    if not root.is_host and (name == prefix or name.startswith(prefix + "/")):
+        return name[len(prefix):] or "/"
+    return name
+
+
+def _reason(exc: BaseException, root: Root) -> str:
     if isinstance(exc, FileNotFoundError) and exc.filename:
-        return f"cannot read {exc.filename}: not found"
+        return f"cannot read {_machine_path(root, exc.filename)}: not found"
     if isinstance(exc, PermissionError) and exc.filename:
-        return f"cannot read {exc.filename}: permission denied (run as root for this fact)"
+        return (f"cannot read {_machine_path(root, exc.filename)}: permission denied "
+                "(run as root for this fact)")
     if isinstance(exc, (FileNotFoundError, ValueError)):
         return str(exc)
     return f"{type(exc).__name__}: {exc}"
@@ -367,17 +394,17 @@ def collect(root: Root) -> Facts:
         try:
             setattr(facts, name, reader(root))
         except Exception as exc:  # noqa: BLE001 - a fact must never crash doctor
-            facts.unknown[name] = _reason(exc)
+            facts.unknown[name] = _reason(exc, root)
     try:
         from ojai_setup.facts.grub_env import read_grub_config
 
         facts.grub = read_grub_config(root)
     except Exception as exc:  # noqa: BLE001
-        facts.unknown["grub"] = _reason(exc)
+        facts.unknown["grub"] = _reason(exc, root)
     try:
         facts.ttm = read_ttm(root, facts.cmdline, facts.grub)
     except Exception as exc:  # noqa: BLE001
-        facts.unknown["ttm"] = _reason(exc)
+        facts.unknown["ttm"] = _reason(exc, root)
     try:
         from ojai_setup.facts.boot import read_boot
         from ojai_setup.formats.grub import bls_enabled
@@ -386,7 +413,7 @@ def collect(root: Root) -> Facts:
         bls = bool(main) and _safe(lambda: bls_enabled(main))
         facts.boot = read_boot(root, bls, facts.ttm.modprobe if facts.ttm else [])
     except Exception as exc:  # noqa: BLE001
-        facts.unknown["boot"] = _reason(exc)
+        facts.unknown["boot"] = _reason(exc, root)
     return facts
 
 

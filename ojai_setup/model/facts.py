@@ -38,6 +38,11 @@ class RocmAgent(_Model):
     device_type: str  # CPU, GPU, DSP (the XDNA NPU shows as DSP)
     compute_units: int | None = None
     isas: list[str] = Field(default_factory=list)
+    number: int | None = None  # the N of "Agent N"; None when the text had no agent headers
+    chip_id: str | None = None  # "0x150e": the PCI device id of the silicon, whatever Name says
+    #: the gfx target that Chip ID natively is (ojai's table of Ryzen AI iGPUs); differs from
+    #: ``name`` when HSA_OVERRIDE_GFX_VERSION was set where rocminfo ran
+    native_target: str | None = None
 
 
 class DrmCard(_Model):
@@ -46,18 +51,29 @@ class DrmCard(_Model):
     pci_device: str | None = None
     vram_total: int | None = None  # bytes (mem_info_vram_total, the BIOS carve-out on an APU)
     gtt_total: int | None = None  # bytes (mem_info_gtt_total)
+    native_target: str | None = None  # the gfx target of this PCI device id, when ojai knows it
 
 
 class Gpu(_Model):
     agents: list[RocmAgent] = Field(default_factory=list)  # GPU agents from rocminfo
     npu_agents: list[RocmAgent] = Field(default_factory=list)
     rocminfo_error: str | None = None
+    rocminfo_notes: list[str] = Field(default_factory=list)  # what an excerpt lacked or hid
     cards: list[DrmCard] = Field(default_factory=list)  # AMD cards from sysfs
     hsa_override: str | None = None  # HSA_OVERRIDE_GFX_VERSION seen in the environment
+    #: why the environment is not known (a capture without .ojai/environ); None when it was read
+    environment_unknown: str | None = None
     amdgpu_loaded: bool = False
 
     @property
     def targets(self) -> list[str]:
+        """The GPUs' own gfx targets: rocminfo's names, except where an agent's Chip ID says the
+        silicon is something else (an override renamed it)."""
+        return [a.native_target or a.name for a in self.agents]
+
+    @property
+    def reported_targets(self) -> list[str]:
+        """The gfx targets as rocminfo printed them."""
         return [a.name for a in self.agents]
 
 
