@@ -26,6 +26,9 @@ class Settings(BaseModel):
     port: int = Field(default=8080, ge=1, le=65535)
     systemd: bool = False
     npu: bool = True
+    #: Lemonade downloads the route's model into its own Hugging Face cache (hub checkpoints)
+    #: instead of loading the files ojai downloaded (local_path)
+    lemonade_downloads: bool = False
 
     @field_validator("port")
     @classmethod

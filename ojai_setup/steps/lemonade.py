@@ -1,17 +1,63 @@
 """Lemonade in front of the routes: its model registry, load options and engine settings.
 
 Writes the route into ``user_models.json`` and ``recipe_options.json`` in the config directory
-Lemonade really reads (system service or standalone), keeping every entry the user has, and
-plans the ``lemonade config set`` / ``lemonade backends install`` calls the route needs.
+Lemonade really reads (system service or standalone), keeping every entry the user has: the
+entry names the files ojai downloaded (``local_path``), so Lemonade loads them instead of
+downloading its own copy. Points Lemonade at ojai's own llama-server in ``config.json`` (the
+executable, on the channel that keeps the build's own libraries first), or plans the
+``lemonade config set`` / ``lemonade backends install`` calls that get Lemonade's build.
 """
 
 from __future__ import annotations
 
-from ojai_setup.core.paths import GIB, LLAMA_SERVER
-from ojai_setup.domain.lemonade import STATE_KEY, config_commands, settings_done_before
+from ojai_setup.core.paths import GIB, LLAMA_SERVER, LLAMACPP_CURRENT
+from ojai_setup.domain.lemonade import STATE_KEY, OwnLlamaServer, config_commands, settings_done_before
 from ojai_setup.model.actions import RunCommand
 from ojai_setup.planning.context import Context
 from ojai_setup.planning.result import StepResult
+
+
+def own_llama_server(ctx: Context) -> OwnLlamaServer | None:
+    """ojai's own ``llama-server`` that Lemonade should run (None: let Lemonade get its own).
+
+    What ``--llamacpp`` installs in this apply, or with ``--llamacpp none`` what an earlier
+    apply installed behind ``current`` (its install record says nightly or a source build,
+    and a source build's backend)."""
+    from ojai_setup.domain import build, nightly
+
+    settings = ctx.settings
+    if settings.llamacpp == "nightly":
+        return OwnLlamaServer(executable=LLAMA_SERVER, install="nightly", backend="rocm")
+    if settings.llamacpp == "source":
+        backend = settings.llamacpp_backend or ("hip" if ctx.facts.rocm_version else "cpu")
+        return OwnLlamaServer(executable=LLAMA_SERVER, install="source",
+                              backend="rocm" if backend == "hip" else "cpu")
+    if not ctx.root.exists(LLAMA_SERVER):
+        return None
+    record = build.read_install_record(ctx.root, LLAMACPP_CURRENT)
+    if record is not None:
+        return OwnLlamaServer(executable=LLAMA_SERVER, install="source",
+                              backend="rocm" if record.backend == "hip" else "cpu")
+    if nightly.read_record(ctx.root, LLAMACPP_CURRENT) is not None:
+        return OwnLlamaServer(executable=LLAMA_SERVER, install="nightly", backend="rocm")
+    return None
+
+
+def unreadable_by_service(ctx: Context, path: str) -> str | None:
+    """Why the ``lemonade`` service user cannot read ``path`` (an existing file), or None:
+    every folder above it must be searchable and the file readable by others (ojai's files
+    belong to root)."""
+    real = ctx.root.resolve(path)
+    if not real.exists():
+        return None
+    if not real.stat().st_mode & 0o004:
+        return f"{path} is not readable by other users (chmod o+r)"
+    parts = path.strip("/").split("/")[:-1]
+    for i in range(len(parts)):
+        folder = "/" + "/".join(parts[:i + 1])
+        if not ctx.root.resolve(folder).stat().st_mode & 0o001:
+            return f"{folder} is not searchable by other users (chmod o+x)"
+    return None
 
 
 class LemonadeStep:
@@ -21,11 +67,15 @@ class LemonadeStep:
         from ojai_setup.domain.lemonade import (
             LemonadeRoute,
             LemonadeSettings,
+            builtin_catalog_entry,
+            config_action,
+            hidden_from_service,
             lemonade_commands,
+            lemonade_config,
             recipe_options_action,
             user_models_action,
         )
-        from ojai_setup.formats.lemonade import ConfigError
+        from ojai_setup.formats.lemonade import LOCAL_PATH, ConfigError
 
         settings = ctx.settings
         if not settings.model:
@@ -39,21 +89,57 @@ class LemonadeStep:
         if model is None:
             return StepResult.blocked(self.name, ctx.route_error or "no such route")
         layout = ctx.lemonade.layout
+        reads = tuple(f"{layout.config_dir}/{f}" for f in
+                      ("config.json", "user_models.json", "recipe_options.json"))
+        notes: list[str] = []
+        if settings.lemonade_downloads:
+            main, draft, source = model.lemonade_checkpoint, model.lemonade_draft_checkpoint, None
+            notes.append("Lemonade downloads the pair itself into its Hugging Face cache "
+                         "(HF_HOME) on first load, as asked (--lemonade-downloads)")
+        else:
+            main = model.main_path(settings.models_dir)
+            draft = model.draft_path(settings.models_dir)
+            source = LOCAL_PATH
+            if hidden_from_service(layout, settings.models_dir):
+                return StepResult.blocked(
+                    self.name, f"Lemonade runs as the system service lemond with ProtectHome=yes "
+                    f"and cannot read the models in {settings.models_dir}; choose a models folder "
+                    f"outside /home (--models-dir /var/lib/ojai/models, the default) or let "
+                    f"Lemonade download its own copy (--lemonade-downloads)", reads=reads)
+            if layout.protects_home:
+                for path in (main, draft):
+                    why = unreadable_by_service(ctx, path) if path else None
+                    if why:
+                        return StepResult.blocked(
+                            self.name, f"the lemond service user cannot read {path}: {why}",
+                            reads=reads)
+            notes.append(f"Lemonade loads ojai's files in {settings.models_dir} (local_path), "
+                         "no second download")
+        builtin = builtin_catalog_entry(ctx.root, model.lemonade_checkpoint,
+                                        model.lemonade_draft_checkpoint)
+        if builtin:
+            notes.append(f"Lemonade's own catalog already has this pair as {builtin}, which "
+                         "would download its own copy")
+        own = own_llama_server(ctx)
+        lemonade_settings = LemonadeSettings(layout=layout, llama_server=own)
         args = ["--spec-draft-n-max", str(model.draft_n_max)]
         try:
+            values = lemonade_config(lemonade_settings)
             writes = [a for a in (
-                user_models_action(ctx.root, layout, model.name, model.lemonade_checkpoint,
-                                   model.lemonade_draft_checkpoint,
-                                   max(round(model.weights_bytes / GIB, 2), 0.01), ["mtp"]),
+                user_models_action(ctx.root, layout, model.name, main, draft,
+                                   max(round(model.weights_bytes / GIB, 2), 0.01), ["mtp"],
+                                   source=source),
                 recipe_options_action(ctx.root, layout, f"user.{model.name}", model.context_size,
-                                      "rocm", args),
+                                      own.backend if own else "rocm", args),
+                config_action(ctx.root, layout, values),
             ) if a is not None]
-            own = LLAMA_SERVER if settings.llamacpp != "none" else None
-            commands = lemonade_commands(
-                LemonadeRoute(name=model.name, engine="llamacpp"),
-                LemonadeSettings(layout=layout, llama_server=own))
+            commands = lemonade_commands(LemonadeRoute(name=model.name, engine="llamacpp"),
+                                         lemonade_settings)
         except ConfigError as exc:
-            return StepResult.blocked(self.name, f"{exc} (nothing was overwritten)")
+            return StepResult.blocked(self.name, f"{exc} (nothing was overwritten)", reads=reads)
+        if own is not None:
+            notes.append(f"Lemonade runs ojai's {own.install} llama-server: "
+                         + ", ".join(f"{k}={v}" for k, v in values.items()))
         runs, handlers, done = config_commands(
             layout, commands, "lemonade-backends", current=ctx.lemonade.config_value,
             done=settings_done_before(ctx.state.records))
@@ -62,11 +148,13 @@ class LemonadeStep:
             handlers["lemond-restart"] = RunCommand(argv=("systemctl", "restart", "lemond"),
                                                     needs_root=True, reason="lemond rereads its models")
             actions = [w.model_copy(update={"notify": ("lemond-restart",)}) for w in writes] + runs
-        reads = (f"{layout.config_dir}/config.json",)
+        detail = "; ".join(notes)
         if not actions:
             return StepResult.satisfied(self.name, f"Lemonade ({layout.mode}, {layout.config_dir}) "
-                                        f"already serves user.{model.name}", reads=reads)
+                                        f"already serves user.{model.name}; {detail}", reads=reads)
         return StepResult.change(
             self.name, f"register user.{model.name} (label mtp) with Lemonade in "
-            f"{layout.config_dir} ({layout.reason})", actions, handlers=handlers, reads=reads,
-            records={STATE_KEY: {"config": done}})
+            f"{layout.config_dir} ({layout.reason}); {detail}", actions, handlers=handlers,
+            reads=reads, records={STATE_KEY: {"config": {**done, **values}, "model": model.name,
+                                              "config_dir": layout.config_dir,
+                                              "draft_n_max": model.draft_n_max}})
