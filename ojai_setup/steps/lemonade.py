@@ -69,26 +69,49 @@ class LemonadeStep:
             LemonadeSettings,
             builtin_catalog_entry,
             config_action,
+            distro_install_commands,
             hidden_from_service,
             lemonade_commands,
             lemonade_config,
+            lemonade_layout,
             recipe_options_action,
             user_models_action,
         )
         from ojai_setup.formats.lemonade import LOCAL_PATH, ConfigError
 
         settings = ctx.settings
-        if not settings.model:
-            return StepResult.satisfied(self.name, "no model route asked for")
-        if ctx.lemonade is None:
+        installs: list[RunCommand] = []
+        install_note = ""
+        if ctx.lemonade is not None:
+            layout = ctx.lemonade.layout
+        elif settings.lemonade == "none":
+            if not settings.model:
+                return StepResult.satisfied(self.name, "no model route asked for")
             return StepResult.satisfied(
                 self.name, "Lemonade is not installed, so only the launch scripts serve the "
-                "routes (to add it: sudo add-apt-repository ppa:lemonade-team/stable && sudo apt "
-                "install lemonade-server)")
+                "routes (to add it: ojai setup --lemonade distro, or sudo add-apt-repository "
+                "ppa:lemonade-team/stable && sudo apt install lemonade-server)")
+        else:
+            distro = ctx.facts.distro
+            commands, where = distro_install_commands(
+                distro.id if distro else "", list(distro.like) if distro else [],
+                distro.version if distro else "")
+            if commands is None:
+                return StepResult.blocked(self.name, where)
+            installs = [RunCommand(argv=tuple(c), needs_root=True,
+                                   reason=f"install and start Lemonade {where}") for c in commands]
+            # the package installs the system service lemond and enables it
+            layout = lemonade_layout(system_unit=True, system_enabled=True, user_enabled=False,
+                                     home=ctx.home)
+            install_note = (f"install Lemonade {where} and enable lemond ("
+                            + "; ".join(" ".join(c) for c in commands) + ")")
+            if not settings.model:
+                return StepResult.change(self.name, install_note, installs)
+        if not settings.model:
+            return StepResult.satisfied(self.name, "no model route asked for")
         model = ctx.route
         if model is None:
             return StepResult.blocked(self.name, ctx.route_error or "no such route")
-        layout = ctx.lemonade.layout
         reads = tuple(f"{layout.config_dir}/{f}" for f in
                       ("config.json", "user_models.json", "recipe_options.json"))
         notes: list[str] = []
@@ -141,13 +164,17 @@ class LemonadeStep:
             notes.append(f"Lemonade runs ojai's {own.install} llama-server: "
                          + ", ".join(f"{k}={v}" for k, v in values.items()))
         runs, handlers, done = config_commands(
-            layout, commands, "lemonade-backends", current=ctx.lemonade.config_value,
+            layout, commands, "lemonade-backends",
+            current=ctx.lemonade.config_value if ctx.lemonade else (lambda key: None),
             done=settings_done_before(ctx.state.records))
         actions = [*writes, *runs]
         if writes and layout.mode == "system-service":
             handlers["lemond-restart"] = RunCommand(argv=("systemctl", "restart", "lemond"),
                                                     needs_root=True, reason="lemond rereads its models")
             actions = [w.model_copy(update={"notify": ("lemond-restart",)}) for w in writes] + runs
+        actions = [*installs, *actions]
+        if install_note:
+            notes.insert(0, install_note)
         detail = "; ".join(notes)
         if not actions:
             return StepResult.satisfied(self.name, f"Lemonade ({layout.mode}, {layout.config_dir}) "
