@@ -334,3 +334,20 @@ def test_units_run_as_the_machines_invoking_user_not_this_hosts(box, catalog, mo
     # the host's own catalog is not the machine's
     other = ojai("setup", "--root", box, "--llamacpp", "none", "--model", "host-only", "--json")
     assert "no route named 'host-only'" in other.stdout
+
+
+def test_a_folder_set_by_hand_is_repaired_and_doctor_says_so(box, catalog):
+    """Lemonade's docs say "a directory" for llamacpp.*_bin; its code runs the value."""
+    (box / CONFIG / "config.json").write_text(
+        '{\n  "llamacpp": {\n    "rocm_bin": "/opt/ojai/llama.cpp/current"\n  }\n}\n')
+    doctor = json.loads(ojai("doctor", "--root", box, "--json").stdout)
+    finding = next(f for f in doctor["findings"] if f["id"] == "lemonade.bins")
+    assert finding["severity"] == "fail" and "is a folder" in finding["evidence"]
+    s = step(plan_json(box, catalog), "lemonade")
+    assert "named a folder" in s["sentence"]
+    config = json.loads(next(a for a in s["actions"] if a["path"].endswith("config.json"))["after"])
+    assert config["llamacpp"]["rocm_bin"] == "/opt/ojai/llama.cpp/current/llama-server"
+    assert setup(box, catalog, "--apply", "--yes").exit_code == 0
+    doctor = json.loads(ojai("doctor", "--root", box, "--json").stdout)
+    finding = next(f for f in doctor["findings"] if f["id"] == "lemonade.bins")
+    assert finding["severity"] == "pass", finding

@@ -60,6 +60,26 @@ def unreadable_by_service(ctx: Context, path: str) -> str | None:
     return None
 
 
+def folder_bins(ctx: Context, setting: dict[str, str]) -> dict[str, str]:
+    """``llamacpp.*_bin`` values in Lemonade's config that name a folder holding an executable
+    ``llama-server`` (as Lemonade's docs suggest; its code runs the value, so every load fails),
+    set to that executable; the keys ojai sets anyway are left out."""
+    from ojai_setup.domain.lemonade import LLAMACPP_BIN_KEYS
+
+    fixed: dict[str, str] = {}
+    if ctx.lemonade is None:
+        return fixed
+    for key in LLAMACPP_BIN_KEYS:
+        value = ctx.lemonade.config_value(key)
+        if key in setting or not isinstance(value, str) or not value.startswith("/"):
+            continue
+        binary = value.rstrip("/") + "/llama-server"
+        real = ctx.root.resolve(binary)
+        if ctx.root.resolve(value).is_dir() and real.is_file() and real.stat().st_mode & 0o111:
+            fixed[key] = binary
+    return fixed
+
+
 class LemonadeStep:
     name = "lemonade"
 
@@ -163,6 +183,19 @@ class LemonadeStep:
         if own is not None:
             notes.append(f"Lemonade runs ojai's {own.install} llama-server: "
                          + ", ".join(f"{k}={v}" for k, v in values.items()))
+        repaired = folder_bins(ctx, values)
+        if repaired:
+            values = {**values, **repaired}
+            try:
+                writes = [w for w in writes if not w.path.endswith("/config.json")]
+                action = config_action(ctx.root, layout, values)
+                if action is not None:
+                    writes.append(action)
+            except ConfigError as exc:
+                return StepResult.blocked(self.name, f"{exc} (nothing was overwritten)",
+                                          reads=reads)
+            notes.append("a llama.cpp binary setting named a folder, which Lemonade cannot run: "
+                         + ", ".join(f"{k}={v}" for k, v in repaired.items()))
         runs, handlers, done = config_commands(
             layout, commands, "lemonade-backends",
             current=ctx.lemonade.config_value if ctx.lemonade else (lambda key: None),
