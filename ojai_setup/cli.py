@@ -169,6 +169,10 @@ def setup(
     systemd: Annotated[bool, typer.Option("--systemd", help="Also write systemd units for the routes.")] = False,
     npu: Annotated[bool, typer.Option("--npu/--no-npu", help="Set up the FastFlowLM route on the NPU when it is ready.")] = True,
     catalog: Annotated[Optional[str], typer.Option("--catalog", help="User catalog of routes (TOML; default ~/.config/ojai/catalog.toml).")] = None,
+    lemonade: Annotated[str, typer.Option(
+        "--lemonade", help="Install Lemonade when it is missing: distro (Debian unstable's package, or Lemonade's PPA on Ubuntu), or none.")] = "none",
+    lemonade_downloads: Annotated[bool, typer.Option(
+        "--lemonade-downloads", help="Let Lemonade download the route's model into its own cache instead of loading ojai's files.")] = False,
 ) -> None:
     """Plan the setup of this machine as a dry run, or apply it with --apply.
 
@@ -190,7 +194,8 @@ def setup(
         fields = dict(profile=_value(profile), gpu_memory_gib=gpu_memory, llamacpp=_value(llamacpp),
                       llamacpp_tag=llamacpp_tag, llamacpp_ref=llamacpp_ref,
                       llamacpp_backend=_value(backend), model=model, host=host, port=port, systemd=systemd,
-                      npu=npu, user_catalog=catalog)
+                      npu=npu, user_catalog=catalog, lemonade_downloads=lemonade_downloads,
+                      lemonade=lemonade)
         if llamacpp_src:
             fields["llamacpp_src"] = llamacpp_src
         if models_dir:

@@ -34,6 +34,7 @@ class RouteCheck(BaseModel):
     url: str
     healthy: bool
     error: str | None = None
+    model_id: str | None = None  # the id Lemonade lists the route under
     predicted_n: int | None = None
     tokens_per_second: float | None = None
     draft_n: int | None = None
@@ -140,6 +141,66 @@ def check_npu_route(tag: str, port: int, timeout: float) -> RouteCheck:
     return RouteCheck(route=f"flm {tag}", url=url, healthy=True, error=missing)
 
 
+def check_lemonade_route(root: Root, name: str, record: dict, *, timeout: float,
+                         n_predict: int) -> RouteCheck:
+    """The route through Lemonade: ``/api/v1/health`` on its port (``port`` in its config.json,
+    13305 by default), the route among ``/api/v1/models`` (``NAME`` from the calendar versions
+    on, ``user.NAME`` in 11.x: whichever the installed version lists), then one completion
+    through ``/api/v1/completions``, whose ``timings`` Lemonade passes on from llama-server."""
+    from ojai_setup.facts.lemonade import LEMONADE_PORT, merged_config
+    from ojai_setup.formats.lemonade import config_value
+
+    config, _ = merged_config(root, record.get("config_dir", "/var/lib/lemonade"))
+    port = config_value(config, "port")
+    base = f"http://127.0.0.1:{port if isinstance(port, int) else LEMONADE_PORT}"
+    route = f"lemonade {name}"
+    deadline = time.monotonic() + timeout
+    status, body = 0, ""
+    while True:
+        try:
+            status, body = _get(base + "/api/v1/health", timeout=5)
+        except OSError as exc:
+            status, body = 0, str(exc)
+        if status == 200 or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    if status != 200:
+        return RouteCheck(route=route, url=base, healthy=False,
+                          error=f"/api/v1/health answered {status or 'nothing'}: {body.strip()[:200]}"
+                                " (is lemond running? sudo systemctl status lemond)")
+    try:
+        status, body = _get(base + "/api/v1/models", timeout=10)
+        ids = [m.get("id") for m in json.loads(body).get("data", [])]
+    except (OSError, ValueError, AttributeError) as exc:
+        return RouteCheck(route=route, url=base, healthy=True, error=f"/api/v1/models: {exc}")
+    model_id = next((i for i in (name, f"user.{name}") if i in ids), None)
+    if model_id is None:
+        return RouteCheck(route=route, url=base, healthy=True,
+                          error=f"Lemonade does not list {name} (nor user.{name}); restart lemond "
+                                "after `ojai setup --apply` (sudo systemctl restart lemond)")
+    payload = json.dumps({"model": model_id, "prompt": PROMPT, "max_tokens": n_predict,
+                          "temperature": 0.0}).encode()
+    req = urllib.request.Request(base + "/api/v1/completions", data=payload,
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=max(timeout, 300)) as resp:
+            data = json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        detail = exc.read().decode("utf-8", "replace").strip()[:300]
+        return RouteCheck(route=route, url=base, healthy=True, model_id=model_id,
+                          error=f"completion failed ({exc.code}): {detail}")
+    except (OSError, ValueError) as exc:
+        return RouteCheck(route=route, url=base, healthy=True, model_id=model_id,
+                          error=f"completion failed: {exc}")
+    timings = data.get("timings") or {}
+    if not timings:  # no timings passed through: the answer itself is the check
+        usage = data.get("usage") or {}
+        return RouteCheck(route=route, url=base, healthy=True, model_id=model_id,
+                          predicted_n=usage.get("completion_tokens"))
+    return RouteCheck(route=route, url=base, healthy=True, model_id=model_id,
+                      **predict(timings, record.get("draft_n_max")))
+
+
 def routes_of(root: Root) -> dict[str, dict]:
     from ojai_setup.facts.state import read_state
 
@@ -150,7 +211,14 @@ def routes_of(root: Root) -> dict[str, dict]:
     if isinstance(npu, dict) and npu.get("tag"):
         routes[f"flm {npu['tag']}"] = {"port": npu.get("port", FLM_PORT), "flm_tag": npu["tag"],
                                          "script": npu.get("script")}
+    lemonade = records.get("lemonade")
+    if isinstance(lemonade, dict) and lemonade.get("model") and _lemonade_installed(root):
+        routes[f"lemonade {lemonade['model']}"] = {"lemonade": lemonade}
     return routes
+
+
+def _lemonade_installed(root: Root) -> bool:
+    return any(root.which(tool) for tool in ("lemond", "lemonade"))
 
 
 #: below this per-token acceptance the draft head likely does not match the model
@@ -159,7 +227,9 @@ LOW_ACCEPTANCE = 0.5
 
 def how_to_start(root: Root, name: str, record: dict) -> str:
     """The command that starts a route ojai wrote: its systemd unit when there is one, else
-    its launch script."""
+    its launch script (Lemonade: its service)."""
+    if "lemonade" in record:
+        return "sudo systemctl restart lemond"
     unit_name = ("ojai-" + record["script"].rsplit("/", 1)[-1].removesuffix(".sh") + ".service"
                  if record.get("script") else f"ojai-{name}.service")
     if root.exists(f"{UNITS_DIR}/{unit_name}"):
@@ -187,6 +257,8 @@ def run_verify(term: Terminal, root_dir: Path, *, only: str | None, timeout: flo
                    + ": `ojai setup --model NAME --apply` writes them")
         return 1
     results = [check_npu_route(r["flm_tag"], r["port"], timeout) if "flm_tag" in r else
+               check_lemonade_route(Root(root_dir), r["lemonade"]["model"], r["lemonade"],
+                                    timeout=timeout, n_predict=n_predict) if "lemonade" in r else
                check_route(name, r.get("host", "127.0.0.1"), r["port"], r.get("draft_n_max"),
                            timeout=timeout, n_predict=n_predict)
                for name, r in sorted(routes.items())]

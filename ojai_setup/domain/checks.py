@@ -756,3 +756,50 @@ def _apply_state(facts: Facts, profile: Profile, params: dict) -> Outcome:
                        fix="Run `ojai setup --apply`: it runs the owed commands first.")
     last = f"; last apply {status.last_apply}" if status.last_apply else ""
     return Outcome(ok=True, evidence=f"no apply interrupted, nothing owed{last}")
+
+
+def _lemonade(facts: Facts) -> dict | None:
+    tool = facts.tools.get("lemonade") or facts.tools.get("lemond")
+    return (tool.detail or {}) if tool else None
+
+
+@kind("lemonade_bins")
+def _lemonade_bins(facts: Facts, profile: Profile, params: dict) -> Outcome:
+    """Each ``llamacpp.*_bin`` path in Lemonade's config must be an executable, not a folder."""
+    from ojai_setup.domain.lemonade import bin_problem
+
+    detail = _lemonade(facts)
+    if detail is None:
+        return Outcome(ok=None, evidence="Lemonade is not installed")
+    bins = detail.get("bins") or {}
+    if not bins:
+        return Outcome(ok=True, evidence=f"no llama.cpp binary path set in {detail.get('config_dir')}"
+                       "/config.json (Lemonade uses its own builds)")
+    problems = [p for p in (bin_problem(k, b["value"], b["kind"]) for k, b in bins.items()) if p]
+    if problems:
+        return Outcome(ok=False, evidence="; ".join(problems),
+                       fix=" ".join(p[p.index("set it to"):] if "set it to" in p else p
+                                    for p in problems))
+    return Outcome(ok=True, evidence=", ".join(f"{k} = {b['value']} (executable)"
+                                               for k, b in bins.items()))
+
+
+@kind("lemonade_server")
+def _lemonade_server(facts: Facts, profile: Profile, params: dict) -> Outcome:
+    """Lemonade's version (both version forms), port, config directory and health."""
+    detail = _lemonade(facts)
+    if detail is None:
+        return Outcome(ok=None, evidence="Lemonade is not installed")
+    version = detail.get("version") or {}
+    what = (f"{version.get('text')} ({'calendar' if version.get('calendar') else 'semantic'} "
+            "version)") if version else "version unknown"
+    evidence = (f"{what}; port {detail.get('port')}; {detail.get('mode')} reading "
+                f"{detail.get('config_dir')}; health: {detail.get('health')}")
+    if detail.get("config_error"):
+        return Outcome(ok=False, evidence=evidence + "; " + detail["config_error"],
+                       fix="Fix config.json by hand (lemond renames a file it cannot parse to "
+                           "config.json.corrupted and starts with defaults).")
+    health = str(detail.get("health", ""))
+    if health.startswith(("no answer", "answered")):
+        return Outcome(ok=False, evidence=evidence)
+    return Outcome(ok=True, evidence=evidence)

@@ -316,6 +316,12 @@ def read_tools(root: Root) -> dict[str, Tool]:
         if not result.found:
             continue
         tools[name] = Tool(name=name, path=root.which(argv[0]), version=_version_of(result))
+    lemonade = tools.get("lemonade") or tools.get("lemond")
+    if lemonade is not None:
+        from ojai_setup.facts.lemonade import lemonade_detail
+
+        server = tools.get("lemond")
+        lemonade.detail = lemonade_detail(root, (server or lemonade).version)
     return tools
 
 

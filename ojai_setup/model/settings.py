@@ -26,6 +26,11 @@ class Settings(BaseModel):
     port: int = Field(default=8080, ge=1, le=65535)
     systemd: bool = False
     npu: bool = True
+    #: Lemonade downloads the route's model into its own Hugging Face cache (hub checkpoints)
+    #: instead of loading the files ojai downloaded (local_path)
+    lemonade_downloads: bool = False
+    #: install Lemonade itself when it is missing: ``distro`` = the distribution's package
+    lemonade: Literal["none", "distro"] = "none"
 
     @field_validator("port")
     @classmethod
