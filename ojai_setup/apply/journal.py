@@ -29,10 +29,16 @@ from typing import Any, Literal
 
 from pydantic import ValidationError
 
-from ojai_setup.core.atomic import write_text
+from ojai_setup.core.atomic import ensure_dir, write_text
 from ojai_setup.core.digest import sha256_file
 from ojai_setup.core.errors import StateError
-from ojai_setup.core.paths import STATE_DIR
+from ojai_setup.core.paths import (
+    DIR_MODE,
+    FILE_MODE,
+    PRIVATE_DIR_MODE,
+    PRIVATE_FILE_MODE,
+    STATE_DIR,
+)
 from ojai_setup.core.progress import Progress
 from ojai_setup.core.root import Root
 from ojai_setup.facts.state import JournalError, _load_state, read_boot_id, state_dir
@@ -53,13 +59,22 @@ def new_apply_id() -> str:
 
 
 # -- state file ------------------------------------------------------------------------------
-def _write_json(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_text(path, text, mode=0o644)
+def _write_json(path: Path, text: str, mode: int) -> None:
+    write_text(path, text, mode=mode)
+
+
+def _private_dir(path: Path) -> Path:
+    """``path`` (journal, backups), created or brought to owner-only access."""
+    ensure_dir(path, PRIVATE_DIR_MODE)
+    if stat.S_IMODE(path.stat().st_mode) != PRIVATE_DIR_MODE:
+        path.chmod(PRIVATE_DIR_MODE)  # made by an older ojai, or by hand
+    return path
 
 
 def _save_state(directory: Path, state: State) -> None:
-    _write_json(directory / "state.json", state.model_dump_json(indent=2) + "\n")
+    # state.json stays readable by everyone: an unprivileged `ojai doctor` reads its records
+    ensure_dir(directory, DIR_MODE)
+    _write_json(directory / "state.json", state.model_dump_json(indent=2) + "\n", FILE_MODE)
 
 
 def record_state(root: Root, key: str, value: Any, *, euid: int | None = None) -> None:
@@ -107,7 +122,8 @@ class Journal:
             rolls_back=rolls_back)
         self._staged: dict[str, FileRecord] = {}
         try:
-            (self.dir / "journal").mkdir(parents=True, exist_ok=True)
+            ensure_dir(self.dir, DIR_MODE)
+            _private_dir(self.dir / "journal")
         except OSError as exc:
             raise JournalError(f"cannot create ojai's journal in {self.dir}: {exc.strerror}") from None
 
@@ -131,9 +147,13 @@ class Journal:
             st = os.lstat(real)
             backup = Path("backups") / self.id / machine_path.lstrip("/")
             dest = self.dir / backup
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(real, dest, follow_symlinks=False)
-            os.chmod(dest, 0o600)
+            _private_dir(self.dir / "backups")
+            ensure_dir(dest.parent, PRIVATE_DIR_MODE)
+            fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW,
+                         PRIVATE_FILE_MODE)
+            os.fchmod(fd, PRIVATE_FILE_MODE)  # before a byte of the original is in it
+            with os.fdopen(fd, "wb") as out, open(real, "rb") as src:
+                shutil.copyfileobj(src, out)
             record.backup = backup.as_posix()
             record.mode, record.uid, record.gid = stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid
         self._staged[machine_path] = record
@@ -175,8 +195,8 @@ class Journal:
         self.entry.status = status
         self.entry.error = error
         self.entry.finished = datetime.now(timezone.utc)
-        _write_json(self.dir / "journal" / f"{self.id}.json",
-                    self.entry.model_dump_json(indent=2) + "\n")
+        _write_json(_private_dir(self.dir / "journal") / f"{self.id}.json",
+                    self.entry.model_dump_json(indent=2) + "\n", PRIVATE_FILE_MODE)
         if last_apply is not None or self.entry.kind == "rollback":
             self._state.last_apply = last_apply
         elif self.entry.changed:
@@ -320,7 +340,7 @@ def _restore(root: Root, directory: Path, record: FileRecord, result: RollbackRe
         result.left.append(f"{record.path} (was {describe_digest(before)}; no backup is kept "
                            f"of this kind of path)")
         return
-    real.parent.mkdir(parents=True, exist_ok=True)
+    ensure_dir(real.parent, DIR_MODE)
     fd, tmp = tempfile.mkstemp(dir=real.parent, prefix=f".{real.name}.", suffix=".ojai-tmp")
     os.close(fd)
     try:

@@ -6,6 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from ojai_setup.core.address import check_host
 from ojai_setup.core.paths import DEFAULT_MODELS_DIR, FLM_PORT
 
 
@@ -26,6 +27,13 @@ class Settings(BaseModel):
     port: int = Field(default=8080, ge=1, le=65535)
     systemd: bool = False
     npu: bool = True
+    #: a file holding the API key llama-server asks for (read at apply, never put in a plan)
+    api_key_file: str | None = None
+
+    @field_validator("host")
+    @classmethod
+    def _host(cls, value: str) -> str:
+        return check_host(value)
 
     @field_validator("port")
     @classmethod
