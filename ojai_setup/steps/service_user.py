@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ojai_setup.formats.accounts import has_user
+from ojai_setup.formats.accounts import users
 from ojai_setup.model.actions import CreateSystemUser
 from ojai_setup.planning.context import Context
 from ojai_setup.planning.result import StepResult
@@ -21,7 +21,14 @@ class ServiceUserStep:
             passwd = ctx.root.read_text("/etc/passwd")
         except FileNotFoundError:
             passwd = ""
-        if has_user(passwd, user):
+        uid = users(passwd).get(user)
+        if uid is not None and (uid == 0 or uid >= 1000):
+            return StepResult.blocked(
+                self.name, f"a user {user} exists with uid {uid}: it is "
+                f"{'root' if uid == 0 else 'a login user'}, not an unprivileged system user, so "
+                f"the services will not run as it; rename that user (usermod -l) and plan again",
+                reads=("/etc/passwd",))
+        if uid is not None:
             return StepResult.satisfied(self.name, f"the services run as the system user "
                                         f"{user}, which exists", reads=("/etc/passwd",))
         return StepResult.change(
