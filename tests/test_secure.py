@@ -281,3 +281,21 @@ def test_unpacking_stops_at_the_cap_even_when_sizes_lie(tmp_path):
             _unpack(zf, entries, staging, RecordingProgress(), limit=400_000)
     written = sum(p.stat().st_size for p in staging.rglob("*") if p.is_file())
     assert written <= 400_000
+
+
+def test_source_build_staging_sets_modes_whatever_the_build_left(tmp_path, umask_000):
+    from ojai_setup.apply.build import _stage
+
+    build_bin = tmp_path / "bin"
+    build_bin.mkdir()
+    (build_bin / "llama-server").write_bytes(b"\x7fELF")
+    (build_bin / "llama-server").chmod(0o777)  # what a build under umask 000 leaves
+    (build_bin / "libggml.so.0").write_bytes(b"\x7fELF")
+    (build_bin / "libggml.so.0").chmod(0o666)
+    (build_bin / "libggml.so").symlink_to("libggml.so.0")
+    stage = tmp_path / "stage"
+    assert _stage(build_bin, stage) == ["llama-server", "libggml.so", "libggml.so.0"]
+    assert mode(stage) == 0o755
+    assert mode(stage / "llama-server") == 0o755 and mode(stage / "libggml.so.0") == 0o755
+    assert (stage / "libggml.so").is_symlink()
+    assert loose_modes(tmp_path, "stage") == []
