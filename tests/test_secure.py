@@ -235,6 +235,12 @@ def test_api_key_file_needs_systemd_and_a_usable_key(machine, tmp_path):
     key.write_text("k" * 32 + "\n")
     alone = ojai("setup", "--root", root, "--llamacpp", "none", "--api-key-file", key)
     assert alone.exit_code == 64 and "--api-key-file needs --systemd" in alone.stderr
+    key.write_text("too-short\n")
+    bad = ojai("setup", "--root", root, "--llamacpp", "none", "--systemd", "--api-key-file", key)
+    assert bad.exit_code == 64 and "16 to 512" in bad.stderr
+    missing = ojai("setup", "--root", root, "--llamacpp", "none", "--systemd", "--api-key-file",
+                   tmp_path / "nope")
+    assert missing.exit_code == 64 and "cannot read it" in missing.stderr
 
 
 @pytest.mark.parametrize("content, why", [("", "empty"), ("short\n", "16 to 512"),

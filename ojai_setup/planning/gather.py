@@ -234,6 +234,8 @@ def gather(root: Root, settings: Settings, *, facts: Facts | None = None,
     api_key_sha256 = api_key_error = None
     if settings.api_key_file is not None:
         api_key_sha256, api_key_error = api_key_digest(settings.api_key_file)
+        if api_key_error is not None:
+            raise UsageError(api_key_error)
 
     return Context(
         root=root, facts=facts, settings=settings, profile=profile,
