@@ -305,3 +305,29 @@ def test_source_build_staging_sets_modes_whatever_the_build_left(tmp_path, umask
     assert mode(stage / "llama-server") == 0o755 and mode(stage / "libggml.so.0") == 0o755
     assert (stage / "libggml.so").is_symlink()
     assert loose_modes(tmp_path, "stage") == []
+
+
+def test_units_leave_out_device_groups_the_machine_lacks():
+    """systemd refuses to start a unit whose SupplementaryGroups= names a missing group."""
+    debian = render_llama_unit("/opt/ojai/routes/r.sh", "r", groups=frozenset({"root", "video"}))
+    assert "SupplementaryGroups=video\n" in debian
+    ubuntu = render_llama_unit("/opt/ojai/routes/r.sh", "r", groups=frozenset({"render", "video"}))
+    assert "SupplementaryGroups=render video\n" in ubuntu
+    from ojai_setup.domain.launch import render_flm_unit
+
+    assert "SupplementaryGroups" not in render_flm_unit("/opt/ojai/routes/f.sh", "qwen3:4b",
+                                                        groups=frozenset({"video"}))
+
+
+def test_the_plan_reads_the_machines_groups(machine):
+    root = npu_machine(machine)
+    (root / "etc/group").write_text("root:x:0:\nvideo:x:44:\n")
+    data = json.loads(ojai("setup", "--root", root, "--systemd", "--llamacpp", "none", "--json").stdout)
+    unit = next(a["after"] for s in data["steps"] for a in s["actions"]
+                if a["kind"] == "write_file" and a["path"].endswith(".service"))
+    assert "SupplementaryGroups" not in unit  # no render group on this machine
+    (root / "etc/group").write_text("root:x:0:\nrender:x:110:\n")
+    data = json.loads(ojai("setup", "--root", root, "--systemd", "--llamacpp", "none", "--json").stdout)
+    unit = next(a["after"] for s in data["steps"] for a in s["actions"]
+                if a["kind"] == "write_file" and a["path"].endswith(".service"))
+    assert "SupplementaryGroups=render\n" in unit

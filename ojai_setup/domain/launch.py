@@ -164,7 +164,8 @@ def render_llama_script(binary: str, args: list[str], env: dict[str, str], route
 
 def render_llama_unit(script: str, route_name: str, user: str = SERVICE_USER,
                       working_directory: str | None = None, *, models_dir: str | None = None,
-                      host: str = "127.0.0.1", env_file: str | None = None) -> str:
+                      host: str = "127.0.0.1", env_file: str | None = None,
+                      groups: frozenset[str] | None = None) -> str:
     """A hardened systemd service that runs the launch ``script`` of ``route_name`` as the
     unprivileged ``user`` (ojai's service user, never root).
 
@@ -177,6 +178,8 @@ def render_llama_unit(script: str, route_name: str, user: str = SERVICE_USER,
       and Unix sockets only; on a loopback ``host`` no IP traffic but to this machine.
     - ``env_file``: a root-only file systemd reads before dropping privileges
       (``LLAMA_API_KEY=``, which llama-server takes as ``--api-key``).
+    - ``groups``: the machine's groups (None: unknown); a device group it lacks is left out,
+      since systemd refuses to start a unit naming a group that does not exist.
     """
     _check_route_name(route_name)
     _check_unit_path("the launch script", script)
@@ -193,7 +196,12 @@ def render_llama_unit(script: str, route_name: str, user: str = SERVICE_USER,
     host = _check_host(host)
     return _render("llama-server.service.j2", script=script, route_name=route_name, user=user,
                    working_directory=working_directory, home_models=home_models,
-                   loopback=is_loopback(host), env_file=env_file)
+                   loopback=is_loopback(host), env_file=env_file,
+                   groups=_device_groups(("render", "video"), groups))
+
+
+def _device_groups(wanted: tuple[str, ...], present: frozenset[str] | None) -> list[str]:
+    return [g for g in wanted if present is None or g in present]
 
 
 def _check_host(host: str) -> str:
@@ -262,7 +270,7 @@ def render_flm_script(tag: str, *, ctx_len: int, port: int = FLM_DEFAULT_PORT,
 
 
 def render_flm_unit(script: str, tag: str, user: str = SERVICE_USER, *,
-                    state_dir: str = FLM_STATE_DIR) -> str:
+                    state_dir: str = FLM_STATE_DIR, groups: frozenset[str] | None = None) -> str:
     """A hardened systemd service running the ``flm serve`` launch ``script`` as ``user``.
 
     ``LimitMEMLOCK=infinity``: ``flm validate`` refuses a memlock limit under 100 MiB that it
@@ -282,5 +290,6 @@ def render_flm_unit(script: str, tag: str, user: str = SERVICE_USER, *,
     if not state_dir.startswith("/var/lib/") or state_dir.count("/") != 3:
         raise LaunchError(f"the FastFlowLM state folder must be a folder of /var/lib, got {state_dir!r}")
     return _render("flm-serve.service.j2", script=script, tag=tag, user=user, state_dir=state_dir,
-                   state_name=PurePosixPath(state_dir).name)
+                   state_name=PurePosixPath(state_dir).name,
+                   groups=_device_groups(("render",), groups))
 

@@ -107,6 +107,8 @@ class Context:
     #: read again only when applying), or why the key file cannot be used
     api_key_sha256: str | None = None
     api_key_error: str | None = None
+    #: the group names of the machine's ``/etc/group`` (None: it has none to read)
+    groups: frozenset[str] | None = None
 
     def which(self, program: str) -> str | None:
         """Where ``program`` is on the machine (None: not there); only :data:`KNOWN_PROGRAMS`."""

@@ -245,7 +245,18 @@ def gather(root: Root, settings: Settings, *, facts: Facts | None = None,
         llama=llama_binary(root, settings, programs), lemonade=lemonade_view(root, facts, home),
         state=state, state_error=state_error, models_free_bytes=free,
         models_free_error=free_error, programs=programs, api_key_sha256=api_key_sha256,
-        api_key_error=api_key_error)
+        api_key_error=api_key_error, groups=machine_groups(root))
+
+
+def machine_groups(root: Root) -> frozenset[str] | None:
+    """The group names in the machine's ``/etc/group``; None when it has none, or one without
+    ``root`` (no system's group database: a test machine's, holding only what ojai added)."""
+    try:
+        text = root.read_text("/etc/group")
+    except OSError:
+        return None
+    names = frozenset(line.split(":", 1)[0] for line in text.splitlines() if ":" in line)
+    return names if "root" in names else None
 
 
 def api_key_digest(path: str) -> tuple[str | None, str | None]:

@@ -70,7 +70,7 @@ class NpuStep:
             actions.append(a)
         handlers: dict = {}
         if settings.systemd:
-            unit = render_flm_unit(script, tag, ctx.service_user)
+            unit = render_flm_unit(script, tag, ctx.service_user, groups=ctx.groups)
             a = ctx.file_action(f"{UNITS_DIR}/ojai-{name}.service", unit, 0o644,
                        f"systemd unit for FastFlowLM route {tag}", notify=("systemd",))
             if a:

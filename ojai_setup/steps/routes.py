@@ -160,7 +160,7 @@ class RoutesStep:
                 try:
                     unit = render_llama_unit(path, r.name, ctx.service_user,
                                              models_dir=settings.models_dir, host=r.host,
-                                             env_file=env_file)
+                                             env_file=env_file, groups=ctx.groups)
                 except LaunchError as exc:
                     return StepResult.blocked(self.name, f"route {r.name}: {exc}")
                 a = ctx.file_action(f"{UNITS_DIR}/ojai-{r.name}.service", unit, 0o644,
