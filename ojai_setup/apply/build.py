@@ -21,7 +21,9 @@ from typing import Literal
 
 from ojai_setup.apply.executor import ActionOutcome, fault_point
 from ojai_setup.apply.links import check_link_slot, swap_in, switch_link
+from ojai_setup.core.atomic import ensure_dir
 from ojai_setup.core.digest import sha256_file
+from ojai_setup.core.paths import DIR_MODE, EXEC_MODE, FILE_MODE
 from ojai_setup.core.progress import Progress
 from ojai_setup.core.root import Root
 from ojai_setup.domain.build import (
@@ -107,7 +109,9 @@ class _Log:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.tail: deque[str] = deque(maxlen=LOG_TAIL_LINES)
-        self._file = path.open("w", encoding="utf-8")
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
+        os.fchmod(fd, FILE_MODE)
+        self._file = os.fdopen(fd, "w", encoding="utf-8")
 
     def write(self, line: str) -> None:
         self._file.write(line if line.endswith("\n") else line + "\n")
@@ -208,13 +212,16 @@ def _stage(build_bin: Path, stage: Path) -> list[str]:
     if not server.is_file():
         raise BuildError(f"the build finished but {server} is missing")
     stage.mkdir()
+    stage.chmod(DIR_MODE)
     names = [SERVER]
     shutil.copy2(server, stage / SERVER)
+    (stage / SERVER).chmod(EXEC_MODE)  # the build's own mode followed its umask
     for lib in sorted(build_bin.glob("lib*.so*")):
         if lib.is_symlink():
             (stage / lib.name).symlink_to(os.readlink(lib))
         elif lib.is_file():
             shutil.copy2(lib, stage / lib.name)
+            (stage / lib.name).chmod(EXEC_MODE)
         names.append(lib.name)
     return names
 
@@ -249,7 +256,7 @@ def execute_build_from_source(root: Root, action: BuildFromSource,
         relinked = link is not None and switch_link(link, dest, BuildError)
         return ActionOutcome(changed=relinked, message=f"{action.dest} already holds this build"
                              + (f"; {action.link} now points at it" if relinked else ""))
-    dest.parent.mkdir(parents=True, exist_ok=True)
+    ensure_dir(dest.parent, DIR_MODE)
     work = Path(tempfile.mkdtemp(prefix=f".{dest.name}.build-", dir=dest.parent))
     log = _Log(dest.parent / f"{dest.name}.build.log")
     try:
@@ -304,6 +311,7 @@ def execute_build_from_source(root: Root, action: BuildFromSource,
         (stage / INSTALL_RECORD).write_text(
             json.dumps(record.model_dump(mode="json"), indent=2, sort_keys=True) + "\n",
             encoding="utf-8")
+        (stage / INSTALL_RECORD).chmod(FILE_MODE)
         fault_point("rename")
         swap_in(stage, dest, work / "previous")
         if link is not None:

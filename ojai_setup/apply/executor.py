@@ -43,17 +43,21 @@ from typing import Any, Callable, TypeVar
 from ojai_setup.apply import faults
 from ojai_setup.apply.journal import Interrupted, Journal, recover
 from ojai_setup.apply.lock import MachineLock
+from ojai_setup.core.atomic import ensure_dir
 from ojai_setup.core.errors import ApplyError
+from ojai_setup.core.paths import DIR_MODE, FILE_MODE
 from ojai_setup.core.progress import Progress
 from ojai_setup.core.root import Root
 from ojai_setup.facts.state import JournalError, read_state, state_dir
 from ojai_setup.model.actions import (
     BuildFromSource,
+    CreateSystemUser,
     HubDownload,
     InstallArchive,
     RunCommand,
     Symlink,
     WriteFile,
+    WriteSecret,
 )
 from ojai_setup.model.state import ActionRecord, HandlerRecord, PlannedRecord
 from ojai_setup.planning.plan import (
@@ -89,6 +93,8 @@ LAZY_EXECUTORS: dict[str, tuple[str, str]] = {
     "install_archive": ("ojai_setup.apply.archive", "execute_install_archive"),
     "build_from_source": ("ojai_setup.apply.build", "execute_build_from_source"),
     "hub_download": ("ojai_setup.apply.hub", "execute_hub_download"),
+    "create_system_user": ("ojai_setup.apply.accounts", "execute_create_system_user"),
+    "write_secret": ("ojai_setup.apply.secrets", "execute_write_secret"),
 }
 
 #: validator name -> (module, function) imported on first use
@@ -231,7 +237,7 @@ def execute_write_file(root: Root, action: WriteFile, progress: Progress) -> Act
     _expect(action.path, current, _write_before(action), text_digest(action.after))
     try:
         original = os.stat(real) if current is not None else None
-        real.parent.mkdir(parents=True, exist_ok=True)
+        ensure_dir(real.parent, DIR_MODE)
         fd, tmp_name = tempfile.mkstemp(dir=real.parent, prefix=f".{real.name}.",
                                         suffix=".ojai-tmp")
     except OSError as exc:
@@ -247,7 +253,7 @@ def execute_write_file(root: Root, action: WriteFile, progress: Progress) -> Act
         elif original is not None:
             os.chmod(tmp, stat.S_IMODE(original.st_mode))
         else:
-            os.chmod(tmp, 0o644)
+            os.chmod(tmp, FILE_MODE)
         if original is not None and (original.st_uid, original.st_gid) != (
                 os.stat(tmp).st_uid, os.stat(tmp).st_gid):
             os.chown(tmp, original.st_uid, original.st_gid)
@@ -276,7 +282,7 @@ def execute_symlink(root: Root, action: Symlink, progress: Progress) -> ActionOu
     if current == wanted:
         return ActionOutcome(False, f"{action.path} already points to {action.target}")
     _expect(action.path, current, _link_before(action), wanted)
-    real.parent.mkdir(parents=True, exist_ok=True)
+    ensure_dir(real.parent, DIR_MODE)
     tmp = real.parent / f".{real.name}.ojai-{secrets.token_hex(4)}"
     os.symlink(action.target, tmp)
     try:
@@ -373,6 +379,17 @@ def verify_action(root: Root, action: Any) -> str | None:
             return f"{action.dest} is not a folder after installing"
         if action.link and not _links_to(root, action.link, action.dest):
             return f"{action.link} does not point to {action.dest} after installing"
+    elif isinstance(action, WriteSecret):
+        real = root.resolve(action.path)
+        if path_digest(root, action.path) != action.sha256:
+            return f"{action.path} does not hold the planned key after applying"
+        if stat.S_IMODE(os.lstat(real).st_mode) != 0o600:
+            return f"{action.path} is not mode 600 after applying"
+    elif isinstance(action, CreateSystemUser):
+        from ojai_setup.apply.accounts import user_exists
+
+        if not user_exists(root, action.name):
+            return f"the system user {action.name} is missing after applying"
     elif isinstance(action, HubDownload):
         real = root.resolve(action.dest)
         if not real.is_file():

@@ -30,10 +30,16 @@ from typing import Any, Literal
 from pydantic import ValidationError
 
 from ojai_setup.apply.faults import fault_point
-from ojai_setup.core.atomic import write_text
+from ojai_setup.core.atomic import ensure_dir, write_text
 from ojai_setup.core.digest import sha256_file
 from ojai_setup.core.errors import StateError
-from ojai_setup.core.paths import STATE_DIR
+from ojai_setup.core.paths import (
+    DIR_MODE,
+    FILE_MODE,
+    PRIVATE_DIR_MODE,
+    PRIVATE_FILE_MODE,
+    STATE_DIR,
+)
 from ojai_setup.core.progress import Progress
 from ojai_setup.core.root import Root
 from ojai_setup.facts.state import JournalError, _load_state, read_boot_id, state_dir
@@ -55,13 +61,22 @@ def new_apply_id() -> str:
 
 
 # -- state file ------------------------------------------------------------------------------
-def _write_json(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_text(path, text, mode=0o644)
+def _write_json(path: Path, text: str, mode: int) -> None:
+    write_text(path, text, mode=mode)
+
+
+def _private_dir(path: Path) -> Path:
+    """``path`` (journal, backups), created or brought to owner-only access."""
+    ensure_dir(path, PRIVATE_DIR_MODE)
+    if stat.S_IMODE(path.stat().st_mode) != PRIVATE_DIR_MODE:
+        path.chmod(PRIVATE_DIR_MODE)  # made by an older ojai, or by hand
+    return path
 
 
 def _save_state(directory: Path, state: State) -> None:
-    _write_json(directory / "state.json", state.model_dump_json(indent=2) + "\n")
+    # state.json stays readable by everyone: an unprivileged `ojai doctor` reads its records
+    ensure_dir(directory, DIR_MODE)
+    _write_json(directory / "state.json", state.model_dump_json(indent=2) + "\n", FILE_MODE)
 
 
 def record_state(root: Root, key: str, value: Any, *, euid: int | None = None) -> None:
@@ -92,6 +107,7 @@ def _copy_synced(src: Path, dest: Path) -> None:
     dest.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, 0o600)
         with os.fdopen(fd, "wb") as out, open(src, "rb") as inp:
             shutil.copyfileobj(inp, out)
             out.flush()
@@ -127,7 +143,8 @@ class Journal:
             rolls_back=rolls_back)
         self._staged: dict[str, FileRecord] = {}
         try:
-            (self.dir / "journal").mkdir(parents=True, exist_ok=True)
+            ensure_dir(self.dir, DIR_MODE)
+            _private_dir(self.dir / "journal")
         except OSError as exc:
             raise JournalError(f"cannot create ojai's journal in {self.dir}: {exc.strerror}") from None
 
@@ -155,7 +172,8 @@ class Journal:
     def flush(self) -> None:
         """Write the entry as it is now (temp file, fsync, rename)."""
         try:
-            _write_json(self.path, self.entry.model_dump_json(indent=2) + "\n")
+            _private_dir(self.path.parent)
+            _write_json(self.path, self.entry.model_dump_json(indent=2) + "\n", PRIVATE_FILE_MODE)
         except OSError as exc:
             raise JournalError(f"cannot write ojai's journal {self.path}: {exc.strerror or exc}") from None
 
@@ -169,10 +187,13 @@ class Journal:
         if before is not None and before.startswith("sha256:"):
             st = os.lstat(real)
             backup = Path("backups") / self.id / machine_path.lstrip("/")
+            dest = self.dir / backup
+            _private_dir(self.dir / "backups")
+            ensure_dir(dest.parent, PRIVATE_DIR_MODE)
             try:
-                _copy_synced(real, self.dir / backup)
+                _copy_synced(real, dest)  # 0600 before a byte of the original is in it
             except OSError as exc:
-                raise JournalError(f"cannot back up {machine_path} into {self.dir / backup}: "
+                raise JournalError(f"cannot back up {machine_path} into {dest}: "
                                    f"{exc.strerror or exc}") from None
             record.backup = backup.as_posix()
             record.mode, record.uid, record.gid = stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid
@@ -344,7 +365,8 @@ def recover(root: Root, *, euid: int | None = None) -> Interrupted | None:
     entry.error = entry.error or "the process stopped before the end (killed, or the machine went down)"
     entry.finished = datetime.now(timezone.utc)
     entry.owed = list(owed.values()) if entry.kind == "apply" else []
-    _write_json(directory / "journal" / f"{entry.apply_id}.json", entry.model_dump_json(indent=2) + "\n")
+    _write_json(directory / "journal" / f"{entry.apply_id}.json",
+                entry.model_dump_json(indent=2) + "\n", PRIVATE_FILE_MODE)
     if entry.kind == "apply":
         if entry.changed:
             state.last_apply = entry.apply_id
@@ -535,7 +557,7 @@ def _restore(root: Root, directory: Path, record: FileRecord, result: RollbackRe
         result.left.append(f"{record.path} (was {describe_digest(before)}; no backup is kept "
                            f"of this kind of path)")
         return
-    real.parent.mkdir(parents=True, exist_ok=True)
+    ensure_dir(real.parent, DIR_MODE)
     fd, tmp = tempfile.mkstemp(dir=real.parent, prefix=f".{real.name}.", suffix=".ojai-tmp")
     os.close(fd)
     try:

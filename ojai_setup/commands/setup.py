@@ -53,6 +53,8 @@ def show_plan(term: Terminal, plan: Plan) -> None:
         for a in r.actions:
             root_mark = " (root)" if a.needs_root else ""
             term.print(f"{'':>10} - {escape(a.describe())}{root_mark}")
+        for warning in r.warnings:
+            term.print(f"{'':>10} [bold yellow]warning[/]: {escape(warning)}")
     for name, cmd in plan.handlers.items():
         term.print(f"{'':>10} then, if something changed: {escape(cmd.describe())}  [dim]({name})[/]")
     for diff in plan.unified_diffs():

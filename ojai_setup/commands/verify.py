@@ -21,7 +21,7 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from ojai_setup.commands.terminal import Terminal
-from ojai_setup.core.paths import FLM_PORT, ROUTES_DIR, UNITS_DIR
+from ojai_setup.core.paths import API_KEY_VARIABLE, FLM_PORT, ROUTES_DIR, UNITS_DIR
 from ojai_setup.core.root import Root
 
 PROMPT = "Write a short story about a lighthouse keeper who finds a message in a bottle."
@@ -95,8 +95,27 @@ def _get(url: str, timeout: float) -> tuple[int, str]:
         return exc.code, exc.read().decode("utf-8", "replace")
 
 
+def api_key_of(root: Root, record: dict) -> tuple[str | None, str | None]:
+    """The API key a route asks for (from its root-only environment file), or why it cannot
+    be read; (None, None) when the route has none."""
+    path = record.get("api_key_env")
+    if not path:
+        return None, None
+    try:
+        text = root.resolve(path).read_text(encoding="utf-8")
+    except PermissionError:
+        return None, f"the route asks for the API key in {path}, readable by root only: run `sudo ojai verify`"
+    except OSError as exc:
+        return None, f"the route asks for an API key but {path} cannot be read ({exc.strerror})"
+    for line in text.splitlines():
+        name, _, value = line.partition("=")
+        if name.strip() == API_KEY_VARIABLE and value.strip():
+            return value.strip(), None
+    return None, f"{path} holds no {API_KEY_VARIABLE}"
+
+
 def check_route(name: str, host: str, port: int, draft_n_max: int | None, *, timeout: float,
-                n_predict: int) -> RouteCheck:
+                n_predict: int, api_key: str | None = None) -> RouteCheck:
     base = f"http://{host}:{port}"
     deadline = time.monotonic() + timeout
     status, body = 0, ""
@@ -113,8 +132,10 @@ def check_route(name: str, host: str, port: int, draft_n_max: int | None, *, tim
                           error=f"/health answered {status or 'nothing'}: {body.strip()[:200]}")
     payload = json.dumps({"prompt": PROMPT, "n_predict": n_predict, "ignore_eos": True,
                           "temperature": 0.0, "cache_prompt": False}).encode()
-    req = urllib.request.Request(base + "/completion", data=payload,
-                                 headers={"Content-Type": "application/json"})
+    headers = {"Content-Type": "application/json"}
+    if api_key:
+        headers["Authorization"] = f"Bearer {api_key}"
+    req = urllib.request.Request(base + "/completion", data=payload, headers=headers)
     try:
         with urllib.request.urlopen(req, timeout=max(timeout, 120)) as resp:
             data = json.loads(resp.read())
@@ -256,12 +277,23 @@ def run_verify(term: Terminal, root_dir: Path, *, only: str | None, timeout: flo
         term.error("no routes to verify" + (f" named {only!r}" if only else "")
                    + ": `ojai setup --model NAME --apply` writes them")
         return 1
-    results = [check_npu_route(r["flm_tag"], r["port"], timeout) if "flm_tag" in r else
-               check_lemonade_route(Root(root_dir), r["lemonade"]["model"], r["lemonade"],
-                                    timeout=timeout, n_predict=n_predict) if "lemonade" in r else
-               check_route(name, r.get("host", "127.0.0.1"), r["port"], r.get("draft_n_max"),
-                           timeout=timeout, n_predict=n_predict)
-               for name, r in sorted(routes.items())]
+    results = []
+    for name, r in sorted(routes.items()):
+        if "flm_tag" in r:
+            results.append(check_npu_route(r["flm_tag"], r["port"], timeout))
+            continue
+        if "lemonade" in r:
+            results.append(check_lemonade_route(root, r["lemonade"]["model"], r["lemonade"],
+                                                timeout=timeout, n_predict=n_predict))
+            continue
+        key, problem = api_key_of(root, r)
+        if problem:
+            results.append(RouteCheck(route=name, url=f"http://{r.get('host', '127.0.0.1')}:"
+                                      f"{r['port']}", healthy=False, error=problem))
+            continue
+        results.append(check_route(name, r.get("host", "127.0.0.1"), r["port"],
+                                   r.get("draft_n_max"), timeout=timeout, n_predict=n_predict,
+                                   api_key=key))
     if term.json_mode:
         term.emit_json(schema="ojai.verify/1", data={"draft_cost_assumed": DRAFT_COST,
                         "routes": [r.model_dump(mode="json") for r in results]})
@@ -269,9 +301,9 @@ def run_verify(term: Terminal, root_dir: Path, *, only: str | None, timeout: flo
         for r in results:
             if not r.healthy or r.error:
                 term.print(f"{term.styled('fail')} {r.route} ({r.url}): {r.error}")
-                if not r.healthy:
+                if not r.healthy and "API key" not in (r.error or ""):
                     term.print(f"{'':>5}is it running? start it with: "
-                               f"{how_to_start(root, r.route, routes[r.route])}")
+                               f"{how_to_start(root, r.route, routes.get(r.route, {}))}")
                 continue
             if r.predicted_n is None:
                 term.print(f"{term.styled('pass')} {r.route} ({r.url}): ready")

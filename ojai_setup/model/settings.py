@@ -6,6 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from ojai_setup.core.address import check_host
 from ojai_setup.core.paths import DEFAULT_MODELS_DIR, FLM_PORT
 
 
@@ -31,6 +32,13 @@ class Settings(BaseModel):
     lemonade_downloads: bool = False
     #: install Lemonade itself when it is missing: ``distro`` = the distribution's package
     lemonade: Literal["none", "distro"] = "none"
+    #: a file holding the API key llama-server asks for (read at apply, never put in a plan)
+    api_key_file: str | None = None
+
+    @field_validator("host")
+    @classmethod
+    def _host(cls, value: str) -> str:
+        return check_host(value)
 
     @field_validator("port")
     @classmethod
