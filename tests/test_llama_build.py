@@ -24,7 +24,6 @@ from ojai_setup.apply.build import (
     execute_build_from_source,
     extract_tarball,
     find_source_root,
-    hip_environment,
     parse_build_progress,
 )
 from ojai_setup.apply.executor import executor_for
@@ -153,13 +152,6 @@ def test_hip_needs_a_source_with_ggml_hip() -> None:
         cmake_configure_args("hip", "gfx1151", source_options={"LLAMA_HIPBLAS"})
     assert "-DGPU_TARGETS=gfx1150;gfx1151" in cmake_configure_args(
         "hip", "gfx1150,gfx1151", source_options={"GGML_HIP"})
-
-
-def test_hip_environment_from_hipconfig(tmp_path: Path) -> None:
-    store_capture(tmp_path, CommandResult(("hipconfig", "-l"), 0, "/opt/rocm-7.2.0/lib/llvm/bin\n"))
-    store_capture(tmp_path, CommandResult(("hipconfig", "-R"), 0, "/opt/rocm-7.2.0\n"))
-    assert hip_environment(Root(tmp_path)) == {"HIPCXX": "/opt/rocm-7.2.0/lib/llvm/bin/clang",
-                                               "HIP_PATH": "/opt/rocm-7.2.0"}
 
 
 def test_build_progress_lines() -> None:

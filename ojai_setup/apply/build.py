@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import tarfile
 import tempfile
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -51,17 +52,6 @@ def parse_build_progress(line: str) -> int | None:
     return min(int(m.group(1)), 100) if m else None
 
 
-def hip_environment(root: Root) -> dict[str, str]:
-    """``HIPCXX`` and ``HIP_PATH`` as docs/build.md sets them, read from ``hipconfig``."""
-    llvm = root.run(["hipconfig", "-l"])
-    rocm = root.run(["hipconfig", "-R"])
-    for result in (llvm, rocm):
-        if not result.ok or not result.stdout.strip():
-            raise BuildError(f"`{' '.join(result.argv)}` failed (exit {result.exit_code}): "
-                             "install ROCm's HIP SDK (hipconfig) for a HIP build")
-    return {"HIPCXX": f"{llvm.stdout.strip()}/clang", "HIP_PATH": rocm.stdout.strip()}
-
-
 def find_source_root(top: Path, max_depth: int = 3) -> Path:
     """The llama.cpp source root at or below ``top`` (an sdist nests it under ``llama.cpp/``)."""
     level = [top]
@@ -97,6 +87,18 @@ def extract_tarball(archive: Path, target: Path) -> None:
         raise BuildError(f"{archive.name}: refusing unsafe entry: {exc}") from exc
     except (tarfile.TarError, EOFError) as exc:
         raise BuildError(f"{archive.name}: not a readable tarball: {exc}") from exc
+
+
+def tree_bytes(path: Path) -> int:
+    """The bytes of the files under ``path`` (symlinks count as themselves)."""
+    total = 0
+    for dirpath, _dirs, names in os.walk(path):
+        for name in names:
+            try:
+                total += os.lstat(os.path.join(dirpath, name)).st_size
+            except OSError:
+                pass
+    return total
 
 
 
@@ -249,6 +251,15 @@ def execute_build_from_source(root: Root, action: BuildFromSource,
         relinked = link is not None and switch_link(link, dest, BuildError)
         return ActionOutcome(changed=relinked, message=f"{action.dest} already holds this build"
                              + (f"; {action.link} now points at it" if relinked else ""))
+    toolchain = None
+    if action.backend == "hip":
+        if not action.gpu_target:
+            raise BuildError("a HIP build needs a GPU target such as gfx1150")
+        from ojai_setup.apply.toolchain import check_hip_toolchain
+
+        # before anything is written: a missing or too old toolchain names what to install
+        toolchain = check_hip_toolchain(root, action.gpu_target)
+    started = time.monotonic()
     dest.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=f".{dest.name}.build-", dir=dest.parent))
     log = _Log(dest.parent / f"{dest.name}.build.log")
@@ -260,8 +271,8 @@ def execute_build_from_source(root: Root, action: BuildFromSource,
                                     build_number=build_number_from_ref(action.ref),
                                     extra=action.cmake_args)
         env = dict(action.env)
-        if action.backend == "hip":
-            env = {**hip_environment(root), **env}
+        if toolchain is not None:
+            env = {**toolchain.env(), **env}
         if src.kind != "git":
             # an unpacked tarball is no git checkout: keep cmake's git probe from finding an
             # enclosing repository and stamping its commit into the build
@@ -284,6 +295,7 @@ def execute_build_from_source(root: Root, action: BuildFromSource,
                 what="building llama-server", env=env, on_line=on_line)
         compile_task.done()
 
+        build_bytes = tree_bytes(work)
         stage = work / "stage"
         files = _stage(build / "bin", stage)
         _check_libraries(stage, build, log)
@@ -300,6 +312,8 @@ def execute_build_from_source(root: Root, action: BuildFromSource,
             extra_cmake_args=action.cmake_args, version=version.raw,
             build_number=version.build, files=tuple(files),
             built_at=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            build_seconds=round(time.monotonic() - started, 1), build_bytes=build_bytes,
+            cores=jobs,
         )
         (stage / INSTALL_RECORD).write_text(
             json.dumps(record.model_dump(mode="json"), indent=2, sort_keys=True) + "\n",

@@ -79,6 +79,11 @@ class InstallRecord(BaseModel):
     build_number: int | None = None
     files: tuple[str, ...]
     built_at: str
+    #: what the build took: wall time from unpacking to the staged install, and the space its
+    #: work folder (source and build tree) held at the end, when it is largest
+    build_seconds: float | None = None
+    build_bytes: int | None = None
+    cores: int | None = None
 
 
 # -- pure planning ---------------------------------------------------------------------------
