@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import resource
 import shutil
 import subprocess
 import tarfile
@@ -87,6 +88,12 @@ def extract_tarball(archive: Path, target: Path) -> None:
         raise BuildError(f"{archive.name}: refusing unsafe entry: {exc}") from exc
     except (tarfile.TarError, EOFError) as exc:
         raise BuildError(f"{archive.name}: not a readable tarball: {exc}") from exc
+
+
+def _cpu_since(before: resource.struct_rusage) -> float:
+    """Processor seconds (user + system) of the child processes reaped since ``before``."""
+    now = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (now.ru_utime - before.ru_utime) + (now.ru_stime - before.ru_stime)
 
 
 def tree_bytes(path: Path) -> int:
@@ -260,6 +267,7 @@ def execute_build_from_source(root: Root, action: BuildFromSource,
         # before anything is written: a missing or too old toolchain names what to install
         toolchain = check_hip_toolchain(root, action.gpu_target)
     started = time.monotonic()
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
     dest.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=f".{dest.name}.build-", dir=dest.parent))
     log = _Log(dest.parent / f"{dest.name}.build.log")
@@ -312,8 +320,8 @@ def execute_build_from_source(root: Root, action: BuildFromSource,
             extra_cmake_args=action.cmake_args, version=version.raw,
             build_number=version.build, files=tuple(files),
             built_at=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-            build_seconds=round(time.monotonic() - started, 1), build_bytes=build_bytes,
-            cores=jobs,
+            build_seconds=round(time.monotonic() - started, 1),
+            cpu_seconds=round(_cpu_since(children), 1), build_bytes=build_bytes, cores=jobs,
         )
         (stage / INSTALL_RECORD).write_text(
             json.dumps(record.model_dump(mode="json"), indent=2, sort_keys=True) + "\n",
