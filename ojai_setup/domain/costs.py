@@ -56,13 +56,12 @@ def estimate(backend: str, gpu_target: str | None) -> str:
         m = table.get(key)
         if m is None:
             ref = table.get("hip gfx1150")
-            parts.append(f"{label}: not measured" + (
-                f" (gfx1150 took about {ref.minutes_on(REFERENCE_CORES)} min on "
-                f"{REFERENCE_CORES} cores, {_size(ref.build_bytes)})"
-                if ref and backend == "hip" else ""))
+            parts.append(f"{label} not measured" + (
+                f" (gfx1150: about {ref.minutes_on(REFERENCE_CORES)} min on {REFERENCE_CORES} "
+                f"cores, {_size(ref.build_bytes)})" if ref and backend == "hip" else ""))
             continue
-        parts.append(f"{label}: about {m.minutes_on(REFERENCE_CORES)} min on {REFERENCE_CORES} "
-                     f"cores ({round(m.cpu_seconds / 60)} min of compiler time, less with more "
-                     f"cores), {_size(m.build_bytes)} free while building, "
+        parts.append(f"measured for {label}: about {m.minutes_on(REFERENCE_CORES)} min on "
+                     f"{REFERENCE_CORES} cores ({round(m.cpu_seconds / 60)} min of compiler time, "
+                     f"less with more cores), {_size(m.build_bytes)} free while building, "
                      f"{_size(m.install_bytes)} installed")
     return "; ".join(parts)

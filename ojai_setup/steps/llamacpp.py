@@ -91,7 +91,7 @@ class LlamacppStep:
         from ..domain.costs import estimate
 
         return StepResult.change(
-            self.name, f"{action.reason} (measured {estimate(action.backend, action.gpu_target)}"
+            self.name, f"{action.reason} ({estimate(action.backend, action.gpu_target)}"
             "; progress is shown)", [action])
 
 
