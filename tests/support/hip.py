@@ -265,6 +265,9 @@ def _apply(build: HipBuild) -> None:
     """Step 2, with the output streamed to the terminal and kept in ``build.out``."""
     argv = sid.chroot_argv(build.chroot, build.ojai_argv("apply", f"{IN_SRC}/plan.json", STEP),
                            env=OJAI_ENV, binds=build.binds())
+    # a build killed with its process leaves its work folder; this cache is ours to tidy
+    for stale in build.dest.parent.glob(f".{build.dest.name}.build-*"):
+        shutil.rmtree(stale)
     sampler = _DiskSampler(build.dest.parent)
     sampler.start()
     started = time.monotonic()
