@@ -33,7 +33,8 @@ class LineProgress:
 
         def update(self, *, completed: int | None = None, total: int | None = None,
                    description: str | None = None) -> None:
-            if completed is not None and completed >= self.shown + 5:
+            if completed is not None and (completed >= self.shown + 5 or
+                                          (completed == 100 and self.shown < 100)):
                 self.shown = completed
                 print(f"progress: {self.description}: {completed}%", file=sys.stderr,
                       flush=True)
