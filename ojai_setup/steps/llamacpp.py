@@ -40,7 +40,9 @@ def source_action(ctx: Context) -> BuildFromSource:
     name = settings.llamacpp_ref or PurePosixPath(src.rstrip("/")).name.removesuffix(".git")
     for suffix in (".tar.gz", ".tgz"):
         name = name.removesuffix(suffix)
-    dest = f"{INSTALL_BASE}/src-{_label(name)}-{backend}" + (f"-{target.replace(',', '-')}" if target else "")
+    # several targets (gfx1150,gfx1151) name the folder with dashes
+    dest = f"{INSTALL_BASE}/src-{_label(name)}-{backend}" + (
+        f"-{target.replace(',', '-')}" if target else "")
     return BuildFromSource(
         source=src, ref=settings.llamacpp_ref, backend=backend, gpu_target=target, dest=dest,
         link=CURRENT, needs_root=True,
