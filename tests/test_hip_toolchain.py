@@ -90,14 +90,14 @@ def test_cost_phrase_per_target() -> None:
     hip = measured()["hip gfx1150"]
     on_two = round(hip.cpu_seconds / 2 / 60)
     one = estimate("hip", "gfx1150")
-    assert re.fullmatch(rf"measured for gfx1150: about {on_two} min on 2 cores "
+    assert re.fullmatch(rf"gfx1150: about {on_two} min on 2 cores "
                         rf"\({round(hip.cpu_seconds / 60)} min of compiler time, less with more "
                         r"cores\), [0-9.]+ [GM]B free while building, [0-9.]+ [GM]B installed",
                         one), one
     two = estimate("hip", "gfx1150,gfx1151").split("; ")
     assert two[0] == one
     assert two[1].startswith(f"gfx1151 not measured (gfx1150: about {on_two} min on 2 cores, ")
-    assert estimate("cpu", None).startswith("measured for cpu: about ")
+    assert estimate("cpu", None).startswith("cpu: about ")
 
 
 def test_the_plan_states_the_cost_before_building(machine) -> None:

@@ -1,4 +1,5 @@
-"""What a source build costs in time and disk space, as measured (``build-costs.toml``).
+"""What a source build costs in time and disk space (``build-costs.toml`` says how each figure
+was obtained).
 
 Pure: :func:`estimate` turns the measured figures, the backend and the GPU target(s) into one
 phrase for the plan, per target (a build for two targets compiles the GPU code twice). Time
@@ -60,7 +61,7 @@ def estimate(backend: str, gpu_target: str | None) -> str:
                 f" (gfx1150: about {ref.minutes_on(REFERENCE_CORES)} min on {REFERENCE_CORES} "
                 f"cores, {_size(ref.build_bytes)})" if ref and backend == "hip" else ""))
             continue
-        parts.append(f"measured for {label}: about {m.minutes_on(REFERENCE_CORES)} min on "
+        parts.append(f"{label}: about {m.minutes_on(REFERENCE_CORES)} min on "
                      f"{REFERENCE_CORES} cores ({round(m.cpu_seconds / 60)} min of compiler time, "
                      f"less with more cores), {_size(m.build_bytes)} free while building, "
                      f"{_size(m.install_bytes)} installed")
