@@ -176,7 +176,7 @@ def test_hidden_hipblas_names_debians_package(hip_toolchain: HipBuild, tmp_path:
     assert result["error"] == "ToolchainError", result
     assert "no hipblas-config.cmake under /usr" in result["message"]
     assert "install from Debian's packages (tested: Debian unstable, ROCm 6.4): sudo apt " \
-           "install libhipblas-dev." in result["message"]
+           "install libhipblas-dev;" in result["message"]
     assert_untouched(machine)
 
 
@@ -188,7 +188,7 @@ def test_hidden_hipconfig_names_the_compiler_package(hip_toolchain: HipBuild,
     result = build_in_chroot(hip_toolchain, machine, tmp_path, [(not_a_program, "/usr/bin/hipconfig")])
     assert result["error"] == "ToolchainError", result
     assert "no hipconfig on this machine" in result["message"]
-    assert "sudo apt install hipcc." in result["message"]
+    assert "sudo apt install hipcc;" in result["message"]
     assert_untouched(machine)
 
 

@@ -133,7 +133,7 @@ def _fail(root: Root, rocm_path: str | None, missing: list[str], details: list[s
     what = "; ".join(details)
     pieces = ", ".join(PIECES[m][0].format(targets=", ".join(targets)) for m in missing)
     return ToolchainError(f"the HIP toolchain cannot build llama.cpp for {', '.join(targets)}: "
-                          f"{what}. Missing: {pieces}; {hint}. Nothing was changed.",
+                          f"{what}. Missing: {pieces}; {hint}; nothing was written for this build",
                           tuple(missing), packages)
 
 
