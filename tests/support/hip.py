@@ -308,7 +308,11 @@ def _prepared(chroot: Path, cache: Path) -> HipBuild | None:
         return None
     if json.loads(marker.read_text()) != dependencies():
         return None
-    return HipBuild(chroot, cache, planned_action(Plan.model_validate_json(plan_file.read_text())))
+    try:
+        plan = Plan.model_validate_json(plan_file.read_text())
+    except ValueError:  # made by an older ojai: plan again
+        return None
+    return HipBuild(chroot, cache, planned_action(plan))
 
 
 def ensure_hip_toolchain() -> HipBuild:
@@ -341,6 +345,8 @@ def ensure_hip_build() -> HipBuild:
         if build is not None and is_built(build.root, build.action):
             return build
         build = _prepare(chroot, cache)
+        if is_built(build.root, build.action):  # only the plan or the venv was missing
+            return build
         _wait_for_cpu_build()
         _apply(build)
         if not is_built(build.root, build.action):
