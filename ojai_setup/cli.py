@@ -162,6 +162,7 @@ def setup(
     llamacpp_src: Annotated[Optional[str], typer.Option("--llamacpp-src", help="Source for --llamacpp source: a git URL, a directory or a .tar.gz.")] = None,
     llamacpp_ref: Annotated[Optional[str], typer.Option("--llamacpp-ref", help="Git ref to build with --llamacpp source.")] = None,
     backend: Annotated[Optional[Backend], typer.Option("--backend", help="Source build backend (default: hip when ROCm is installed).")] = None,
+    gpu_target: Annotated[Optional[str], typer.Option("--gpu-target", help="GPU target(s) of a HIP source build, e.g. gfx1150 or gfx1150,gfx1151 (default: the GPU's own).")] = None,
     model: Annotated[Optional[str], typer.Option("--model", help="Add the download, pairing check and launch files for this catalog route (see `ojai models`).")] = None,
     models_dir: Annotated[Optional[str], typer.Option("--models-dir", help="Where models are stored (default /var/lib/ojai/models).")] = None,
     host: Annotated[str, typer.Option("--host", help="Address the servers ojai writes listen on (an IP address or host name; anything but loopback is shown as a warning in the plan).")] = "127.0.0.1",
@@ -194,7 +195,8 @@ def setup(
     try:
         fields = dict(profile=_value(profile), gpu_memory_gib=gpu_memory, llamacpp=_value(llamacpp),
                       llamacpp_tag=llamacpp_tag, llamacpp_ref=llamacpp_ref,
-                      llamacpp_backend=_value(backend), model=model, host=host, port=port, systemd=systemd,
+                      llamacpp_backend=_value(backend), gpu_target=gpu_target, model=model,
+                      host=host, port=port, systemd=systemd,
                       npu=npu, user_catalog=catalog, lemonade_downloads=lemonade_downloads,
                       lemonade=lemonade,
                       api_key_file=str(api_key_file.absolute()) if api_key_file else None)

@@ -310,7 +310,7 @@ def test_source_tarball_builds_installs_and_second_apply_is_a_no_op(machine, tmp
     src = fake_tarball(root, tmp_path)
     args = ("--llamacpp", "source", "--backend", "cpu", "--llamacpp-src", src)
     s = step(plan_json(root, *args))
-    assert s["status"] == "change" and "takes minutes" in s["sentence"]
+    assert s["status"] == "change" and "(cpu: about " in s["sentence"]
     [action] = s["actions"]
     assert action["kind"] == "build_from_source" and action["backend"] == "cpu"
     assert action["gpu_target"] is None and action["source"] == src

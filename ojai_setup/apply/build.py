@@ -8,10 +8,12 @@ from __future__ import annotations
 import json
 import os
 import re
+import resource
 import shutil
 import subprocess
 import tarfile
 import tempfile
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -53,17 +55,6 @@ def parse_build_progress(line: str) -> int | None:
     return min(int(m.group(1)), 100) if m else None
 
 
-def hip_environment(root: Root) -> dict[str, str]:
-    """``HIPCXX`` and ``HIP_PATH`` as docs/build.md sets them, read from ``hipconfig``."""
-    llvm = root.run(["hipconfig", "-l"])
-    rocm = root.run(["hipconfig", "-R"])
-    for result in (llvm, rocm):
-        if not result.ok or not result.stdout.strip():
-            raise BuildError(f"`{' '.join(result.argv)}` failed (exit {result.exit_code}): "
-                             "install ROCm's HIP SDK (hipconfig) for a HIP build")
-    return {"HIPCXX": f"{llvm.stdout.strip()}/clang", "HIP_PATH": rocm.stdout.strip()}
-
-
 def find_source_root(top: Path, max_depth: int = 3) -> Path:
     """The llama.cpp source root at or below ``top`` (an sdist nests it under ``llama.cpp/``)."""
     level = [top]
@@ -99,6 +90,24 @@ def extract_tarball(archive: Path, target: Path) -> None:
         raise BuildError(f"{archive.name}: refusing unsafe entry: {exc}") from exc
     except (tarfile.TarError, EOFError) as exc:
         raise BuildError(f"{archive.name}: not a readable tarball: {exc}") from exc
+
+
+def _cpu_since(before: resource.struct_rusage) -> float:
+    """Processor seconds (user + system) of the child processes reaped since ``before``."""
+    now = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (now.ru_utime - before.ru_utime) + (now.ru_stime - before.ru_stime)
+
+
+def tree_bytes(path: Path) -> int:
+    """The bytes of the files under ``path`` (symlinks count as themselves)."""
+    total = 0
+    for dirpath, _dirs, names in os.walk(path):
+        for name in names:
+            try:
+                total += os.lstat(os.path.join(dirpath, name)).st_size
+            except OSError:
+                pass
+    return total
 
 
 
@@ -256,6 +265,16 @@ def execute_build_from_source(root: Root, action: BuildFromSource,
         relinked = link is not None and switch_link(link, dest, BuildError)
         return ActionOutcome(changed=relinked, message=f"{action.dest} already holds this build"
                              + (f"; {action.link} now points at it" if relinked else ""))
+    toolchain = None
+    if action.backend == "hip":
+        if not action.gpu_target:
+            raise BuildError("a HIP build needs a GPU target such as gfx1150")
+        from ojai_setup.apply.toolchain import check_hip_toolchain
+
+        # before anything is written: a missing or too old toolchain names what to install
+        toolchain = check_hip_toolchain(root, action.gpu_target)
+    started = time.monotonic()
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
     ensure_dir(dest.parent, DIR_MODE)
     work = Path(tempfile.mkdtemp(prefix=f".{dest.name}.build-", dir=dest.parent))
     log = _Log(dest.parent / f"{dest.name}.build.log")
@@ -267,8 +286,8 @@ def execute_build_from_source(root: Root, action: BuildFromSource,
                                     build_number=build_number_from_ref(action.ref),
                                     extra=action.cmake_args)
         env = dict(action.env)
-        if action.backend == "hip":
-            env = {**hip_environment(root), **env}
+        if toolchain is not None:
+            env = {**toolchain.env(), **env}
         if src.kind != "git":
             # an unpacked tarball is no git checkout: keep cmake's git probe from finding an
             # enclosing repository and stamping its commit into the build
@@ -291,6 +310,7 @@ def execute_build_from_source(root: Root, action: BuildFromSource,
                 what="building llama-server", env=env, on_line=on_line)
         compile_task.done()
 
+        build_bytes = tree_bytes(work)
         stage = work / "stage"
         files = _stage(build / "bin", stage)
         _check_libraries(stage, build, log)
@@ -307,6 +327,8 @@ def execute_build_from_source(root: Root, action: BuildFromSource,
             extra_cmake_args=action.cmake_args, version=version.raw,
             build_number=version.build, files=tuple(files),
             built_at=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            build_seconds=round(time.monotonic() - started, 1),
+            cpu_seconds=round(_cpu_since(children), 1), build_bytes=build_bytes, cores=jobs,
         )
         (stage / INSTALL_RECORD).write_text(
             json.dumps(record.model_dump(mode="json"), indent=2, sort_keys=True) + "\n",

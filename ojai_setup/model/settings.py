@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -20,6 +21,8 @@ class Settings(BaseModel):
     llamacpp_src: str = "https://github.com/ggml-org/llama.cpp"
     llamacpp_ref: str | None = None
     llamacpp_backend: Literal["hip", "cpu"] | None = None  # None: hip where ROCm is, else cpu
+    #: GPU target(s) of a HIP source build (gfx1150, or gfx1150,gfx1151); None: the GPU's own
+    gpu_target: str | None = None
     model: str | None = None
     models_dir: str = DEFAULT_MODELS_DIR
     user_catalog: str | None = None
@@ -55,3 +58,11 @@ class Settings(BaseModel):
                              f"{self.port + 1}, and {FLM_PORT} is FastFlowLM's port on the NPU "
                              "route; choose another --port (or --no-npu)")
         return self
+
+    @field_validator("gpu_target")
+    @classmethod
+    def _gpu_targets(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"gfx[0-9a-f]+(,gfx[0-9a-f]+)*", value):
+            raise ValueError(f"{value!r} is not a GPU target: give one such as gfx1150, or "
+                             "several separated by commas (gfx1150,gfx1151)")
+        return value

@@ -28,7 +28,9 @@ Interface (stable; other test modules import it):
     The chroot's root folder, built on first use (needs root and ``debootstrap``).
 ``chroot_argv(root, argv, *, env=None, binds=(), cwd="/") -> list[str]``
     A host command line that runs ``argv`` inside the chroot, for ``subprocess.Popen`` (for a
-    server that runs while the test talks to it; end it by its pid, its namespace goes with it).
+    server that runs while the test talks to it). End it with ``proc.kill()``: ``unshare``
+    ignores SIGTERM while it waits, and its death (``--kill-child``) kills the command, which is
+    PID 1 of its namespace, so every process inside goes with it.
 ``run_in_chroot(root, argv, *, env=None, binds=(), cwd="/", check=True, timeout=None,
 input=None) -> subprocess.CompletedProcess[str]``
     Run ``argv`` inside the chroot and capture its output (text); raises
