@@ -22,6 +22,9 @@ LLAMA_SERVER = f"{LLAMACPP_CURRENT}/llama-server"
 ROUTES_DIR = f"{OPT_DIR}/routes"
 UNITS_DIR = "/etc/systemd/system"
 
+#: measured route settings written by ``ojai tune``, laid over the catalog by ``ojai setup``
+TUNED_FILE = "/etc/ojai/tuned.toml"
+
 GRUB_DEFAULT = "/etc/default/grub"
 BOOT_ID = "/proc/sys/kernel/random/boot_id"
 #: where a capture keeps the environment of the machine it was taken on

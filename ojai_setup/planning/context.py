@@ -100,6 +100,9 @@ class Context:
     models_free_error: str | None
     #: :data:`KNOWN_PROGRAMS` found on the machine, with their paths
     programs: Mapping[str, str | None]
+    #: where ``route.draft_n_max`` comes from: "catalog default", or "tuned <date>, measured
+    #: +N%" when ``ojai tune`` laid a measured value over the catalog (``/etc/ojai/tuned.toml``)
+    draft_length_source: str | None = None
 
     def which(self, program: str) -> str | None:
         """Where ``program`` is on the machine (None: not there); only :data:`KNOWN_PROGRAMS`."""
