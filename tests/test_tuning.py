@@ -56,7 +56,7 @@ def test_setup_renders_the_tuned_length_and_says_where_it_came_from(machine, tmp
 
 def test_tuned_file_round_trips_and_keeps_other_routes(tmp_path):
     root = Root(tmp_path)
-    save_route_tuning(root, "a", RouteTuning(draft_n_max=3, date="2026-11-30", speedup=1.2))
+    save_route_tuning(root, "a", RouteTuning(draft_n_max=3, date="2026-11-30", speedup=1.2000000000000002))
     save_route_tuning(root, "b.c", RouteTuning(draft_n_max=1, date="2026-12-01", binary='/opt/"odd" path/x'))
     t = load_tuning(root)
     assert t.routes["a"].draft_n_max == 3 and t.routes["b.c"].binary == '/opt/"odd" path/x'

@@ -88,7 +88,7 @@ def render_tuning(tuning: Tuning) -> str:
         lines.append(f"draft_n_max = {t.draft_n_max}")
         lines.append(f"date = {_q(t.date)}")
         if t.speedup is not None:
-            lines.append(f"speedup = {t.speedup:.4f}")
+            lines.append(f"speedup = {t.speedup!r}")
         for key in ("binary", "results"):
             value = getattr(t, key)
             if value is not None:
@@ -101,6 +101,6 @@ def render_tuning(tuning: Tuning) -> str:
             if b.draft_n_max is not None:
                 lines.append(f"draft_n_max = {b.draft_n_max}")
             if b.speedup is not None:
-                lines.append(f"speedup = {b.speedup:.4f}")
+                lines.append(f"speedup = {b.speedup!r}")
         lines.append("")
     return "\n".join(lines)
