@@ -92,14 +92,11 @@ def test_verdict_needs_pairs_and_no_collapse():
 
 
 def _geometric_steps(a: float, g: int, n: int, seed: int) -> list[tuple[int, int]]:
+    """Steps of a geometric acceptance: each drafted token accepted with probability a until
+    the first rejection, at most g."""
     rng = np.random.default_rng(seed)
-    steps = []
-    for _ in range(n):
-        k = 0
-        while k < g and rng.random() < a:
-            k += 1
-        steps.append((g, k))
-    return steps
+    k = np.minimum(g, rng.geometric(1 - a, size=n) - 1)
+    return [(g, int(x)) for x in k]
 
 
 @settings(max_examples=30, deadline=None)
@@ -123,16 +120,11 @@ def _synthetic_steps(rates: list[float], n: int, seed: int) -> list[tuple[int, i
     """llama-server's --spec-synth-rates: position i is accepted with probability
     rates[i] / rates[i-1] once every position before it was."""
     rng = np.random.default_rng(seed)
-    steps = []
-    for _ in range(n):
-        k, prev = 0, 1.0
-        for r in rates:
-            if prev <= 0 or rng.random() >= r / prev:
-                break
-            k += 1
-            prev = r
-        steps.append((len(rates), k))
-    return steps
+    prev = np.concatenate([[1.0], rates[:-1]])
+    cond = np.divide(rates, prev, out=np.zeros(len(rates)), where=prev > 0)
+    passed = rng.random((n, len(rates))) < cond
+    k = np.where(passed.all(axis=1), len(rates), np.argmin(passed, axis=1))
+    return [(len(rates), int(x)) for x in k]
 
 
 @settings(max_examples=30, deadline=None)

@@ -15,7 +15,6 @@
 from __future__ import annotations
 
 import math
-import random
 import statistics
 from collections.abc import Sequence
 
@@ -75,13 +74,17 @@ def bootstrap_ci(values: Sequence[float], *, level: float = 0.95, resamples: int
     n = len(values)
     if n < 2:
         return None
-    rng = random.Random(seed)
-    means = sorted(math.fsum(rng.choices(values, k=n)) / n for _ in range(resamples))
+    import numpy as np
+
+    data = np.asarray(values, dtype=float)
+    rng = np.random.default_rng(seed)
+    means = np.sort(data[rng.integers(0, n, size=(resamples, n))].mean(axis=1))
     tail = (1.0 - level) / 2.0
-    lo = means[max(0, math.floor(tail * resamples))]
-    hi = means[min(resamples - 1, math.ceil((1.0 - tail) * resamples) - 1)]
-    # the resampled means can only lie within the data; keep float rounding from leaving it
-    return max(lo, min(values)), min(hi, max(values))
+    lo = float(means[max(0, math.floor(tail * resamples))])
+    hi = float(means[min(resamples - 1, math.ceil((1.0 - tail) * resamples) - 1)])
+    # the resampled means lie within the data; keep float rounding from leaving it
+    mn, mx = float(data.min()), float(data.max())
+    return min(max(lo, mn), mx), max(min(hi, mx), mn)
 
 
 def summarize(speedups: Sequence[float], *, level: float = 0.95, seed: int = 0) -> Summary:
