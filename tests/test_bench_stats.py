@@ -206,3 +206,12 @@ def test_first_divergence(prefix, x, y):
     if x[0] != y[0]:
         assert first_divergence(prefix + x, prefix + y) == len(prefix)
     assert first_divergence(prefix, prefix + x) == len(prefix)
+
+
+def test_a_slow_spell_that_recovers_is_not_a_collapse():
+    rates = [100.0] * 4 + [20.0] * 3 + [100.0] * 8
+    assert not detect_collapse(rates).detected
+    # down for good, with one short recovery on the way: it began at the first drop
+    mostly_low = [100.0] * 4 + [20.0] * 3 + [100.0] * 2 + [20.0] * 6
+    c = detect_collapse(mostly_low)
+    assert c.detected and c.window == 4

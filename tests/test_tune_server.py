@@ -86,7 +86,7 @@ def test_a_backend_that_collapses_is_marked_unsafe_and_never_chosen(tmp_path, ll
     result = CliRunner().invoke(app, [
         "tune", MODEL, "--root", str(m.root), "--lengths", "1,2", "--binary", str(llama_server_bin),
         "--binary", str(fake), "--seeds", "1", "--tokens", "48", "--confirm-seeds", "1",
-        "--confirm-tokens", "48", "--long-tokens", "600", "--raw", "--synthetic-acceptance", "0.8", "--json"])
+        "--confirm-tokens", "48", "--long-tokens", "600", "--collapse-ratio", "0.3", "--raw", "--synthetic-acceptance", "0.8", "--json"])
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
     real, vulkan = data["backends"]

@@ -41,6 +41,7 @@ def bench(
     threshold: Annotated[float, typer.Option("--threshold", help="Adopt MTP only when the whole interval of the mean speedup is above 1 + this (0.10: +10 %).")] = 0.10,
     long_tokens: Annotated[int, typer.Option("--long-tokens", min=0, help="Tokens per arm of the long generation (0: skip it).")] = 2000,
     window: Annotated[int, typer.Option("--window", min=10, help="Tokens per window of the long generation.")] = 200,
+    collapse_ratio: Annotated[float, typer.Option("--collapse-ratio", min=0.01, max=0.99, help="A long generation collapsed when it stays under this share of its early windows or of the plain arm.")] = 0.5,
     concurrency: Annotated[str, typer.Option("--concurrency", help="Parallel streams to test, comma-separated ('' skips it).")] = "1,2,4",
     concurrency_tokens: Annotated[int, typer.Option("--concurrency-tokens", min=8, help="Tokens per stream in the concurrency test.")] = 256,
     no_pairs: Annotated[bool, typer.Option("--no-pairs", help="Skip the paired runs.")] = False,
@@ -74,6 +75,7 @@ def bench(
     config = BenchConfig(prompts=prompt_set, seeds=tuple(range(1, seeds + 1)), n_predict=tokens,
                          temperature=temperature, ignore_eos=ignore_eos, template=not raw,
                          threshold=threshold, long_tokens=long_tokens, long_window=window,
+                         collapse_ratio=collapse_ratio,
                          concurrency=ks, concurrency_tokens=concurrency_tokens, parts=parts,
                          max_seconds=max_minutes * 60, max_tokens=max_tokens, score_command=score)
     live = LiveObserver(term.console) if (term.color and not json_out) else None
@@ -152,6 +154,7 @@ def tune(
     confirm_seeds: Annotated[int, typer.Option("--confirm-seeds", min=1, help="Seeds per prompt in the confirming run.")] = 4,
     confirm_tokens: Annotated[int, typer.Option("--confirm-tokens", min=8, help="Tokens per run in the confirming run.")] = 256,
     long_tokens: Annotated[int, typer.Option("--long-tokens", min=0, help="Tokens of the long-generation safety check (0: skip).")] = 2000,
+    collapse_ratio: Annotated[float, typer.Option("--collapse-ratio", min=0.01, max=0.99, help="The long-generation check fails when the MTP arm stays under this share of its early windows or of the plain arm.")] = 0.5,
     raw: Annotated[bool, typer.Option("--raw", help="Send prompts without the chat template.")] = False,
     no_early_stop: Annotated[bool, typer.Option("--no-early-stop", help="Measure every length.")] = False,
     max_minutes: Annotated[float, typer.Option("--max-minutes", min=0.1, help="Stop starting new work after this long (rerun to resume).")] = 60.0,
@@ -182,7 +185,7 @@ def tune(
                         long_tokens=long_tokens, early_stop=not no_early_stop, max_seconds=max_minutes * 60,
                         synthetic_acceptance=synthetic_acceptance, write=not no_write)
     config.bench = replace(config.bench, prompts=prompt_set, seeds=tuple(range(1, seeds + 1)),
-                           n_predict=tokens, template=not raw)
+                           n_predict=tokens, template=not raw, collapse_ratio=collapse_ratio)
     try:
         result = run_tune(Root(root), route, config)
     except (BenchError, TuningError, OSError) as exc:

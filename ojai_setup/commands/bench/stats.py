@@ -220,8 +220,10 @@ def detect_collapse(rates: Sequence[float], baseline: Sequence[float] | None = N
     A window is low when its rate is under ``ratio`` times the median of the arm's first
     ``early`` windows (checked from window ``early`` on), or under ``ratio`` times the
     baseline's rate in the same window. A collapse is ``persist`` low windows in a row (or a
-    low run that lasts to the end); its start is the first window of that run. A single slow
-    window (another process on the machine) is not a collapse.
+    low run that lasts to the end) after which the arm stays down: the median of every window
+    from the run's start to the end is also under ``ratio`` times the reference. Its start is
+    the first window of that run. A slow spell that recovers (another process on the machine)
+    is not a collapse.
     """
     if not rates:
         return Collapse(detected=False, reason="no full window")
@@ -241,6 +243,14 @@ def detect_collapse(rates: Sequence[float], baseline: Sequence[float] | None = N
         run_len += 1
         if run_len >= persist or j == len(rates) - 1:
             kind, reference = first_why
+            if kind == "own":
+                refs = [reference] * (len(rates) - run_start)
+            else:
+                refs = [baseline[i] for i in range(run_start, min(len(rates), len(baseline)))]
+            rest = rates[run_start:run_start + len(refs)]
+            if statistics.median(r / f for r, f in zip(rest, refs)) >= ratio:
+                run_start, run_len = None, 0  # it recovered: a slow spell, not a collapse
+                continue
             against = "the arm's early windows" if kind == "own" else "the baseline arm"
             observed = rates[run_start]
             return Collapse(detected=True, window=run_start, reference=reference, observed=observed,
