@@ -271,6 +271,12 @@ def rollback(
     _run(term, root, lambda: run_rollback(term, root, force=force))
 
 
+from ojai_setup.commands.bench.cli import bench_app, tune  # noqa: E402
+
+app.add_typer(bench_app, name="bench")
+app.command("tune")(tune)
+
+
 def main() -> None:
     app()
 

@@ -22,6 +22,9 @@ LLAMA_SERVER = f"{LLAMACPP_CURRENT}/llama-server"
 ROUTES_DIR = f"{OPT_DIR}/routes"
 UNITS_DIR = "/etc/systemd/system"
 
+#: measured route settings written by ``ojai tune``, laid over the catalog by ``ojai setup``
+TUNED_FILE = "/etc/ojai/tuned.toml"
+
 GRUB_DEFAULT = "/etc/default/grub"
 #: drop-ins grub-mkconfig sources after GRUB_DEFAULT, in glob order (a later one wins)
 GRUB_DROPIN_DIR = "/etc/default/grub.d"

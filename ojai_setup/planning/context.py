@@ -109,6 +109,9 @@ class Context:
     api_key_error: str | None = None
     #: the group names of the machine's ``/etc/group`` (None: it has none to read)
     groups: frozenset[str] | None = None
+    #: where ``route.draft_n_max`` comes from: "catalog default", or "tuned <date>, measured
+    #: +N%" when ``ojai tune`` laid a measured value over the catalog (``/etc/ojai/tuned.toml``)
+    draft_length_source: str | None = None
 
     def which(self, program: str) -> str | None:
         """Where ``program`` is on the machine (None: not there); only :data:`KNOWN_PROGRAMS`."""

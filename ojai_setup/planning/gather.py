@@ -33,6 +33,7 @@ from ojai_setup.facts.collect import collect, environment
 from ojai_setup.facts.disk import free_bytes
 from ojai_setup.facts.probe import ProbeError, probe
 from ojai_setup.facts.state import read_state
+from ojai_setup.facts.tuning import load_tuning
 from ojai_setup.formats.llama_help import parse_help, parse_version
 from ojai_setup.model.facts import Facts
 from ojai_setup.model.settings import Settings
@@ -203,6 +204,16 @@ def gather(root: Root, settings: Settings, *, facts: Facts | None = None,
             route_error = catalog_error
         except OjaiError as exc:
             route_error = str(exc)
+    draft_source = None
+    if route is not None:
+        try:
+            tuned = load_tuning(root).routes.get(route.name)
+        except OjaiError as exc:
+            route, route_error = None, str(exc)
+        else:
+            if tuned is not None:
+                route = route.model_copy(update={"draft_n_max": tuned.draft_n_max})
+            draft_source = tuned.source() if tuned is not None else "catalog default"
 
     release = release_error = None
     if settings.llamacpp == "nightly":
@@ -245,7 +256,8 @@ def gather(root: Root, settings: Settings, *, facts: Facts | None = None,
         llama=llama_binary(root, settings, programs), lemonade=lemonade_view(root, facts, home),
         state=state, state_error=state_error, models_free_bytes=free,
         models_free_error=free_error, programs=programs, api_key_sha256=api_key_sha256,
-        api_key_error=api_key_error, groups=machine_groups(root))
+        api_key_error=api_key_error, groups=machine_groups(root),
+        draft_length_source=draft_source)
 
 
 def machine_groups(root: Root) -> frozenset[str] | None:

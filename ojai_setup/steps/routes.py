@@ -17,7 +17,7 @@ import json
 from pathlib import Path
 
 from ojai_setup.core.address import is_loopback
-from ojai_setup.core.paths import API_KEY_VARIABLE, ROUTES_DIR, SECRETS_DIR, UNITS_DIR
+from ojai_setup.core.paths import API_KEY_VARIABLE, ROUTES_DIR, SECRETS_DIR, TUNED_FILE, UNITS_DIR
 from ojai_setup.domain.routes import route_names, script_path
 from ojai_setup.model.actions import RunCommand, WriteSecret
 from ojai_setup.planning.context import Context
@@ -88,6 +88,7 @@ class RoutesStep:
         model = ctx.route
         if model is None:
             return StepResult.blocked(self.name, ctx.route_error or "no such route")
+        length = f"draft length {model.draft_n_max}: {ctx.draft_length_source or 'catalog default'}"
         binary, installed = ctx.llama.path, ctx.llama.installed
         if binary is None:
             return StepResult.blocked(self.name, "no llama-server to launch: let ojai install "
@@ -172,9 +173,10 @@ class RoutesStep:
         if not actions:
             return StepResult.satisfied(self.name, f"launch scripts for {mtp_name} (port "
                                         f"{settings.port}) and {plain_name} (port "
-                                        f"{settings.port + 1}) are in place in {ROUTES_DIR}",
-                                        warnings=warnings)
+                                        f"{settings.port + 1}) are in place in {ROUTES_DIR} "
+                                        f"({length})", reads=(TUNED_FILE,), warnings=warnings)
         return StepResult.change(
-            self.name, f"write launch scripts for {mtp_name} (MTP, 1 slot, port {settings.port}) "
+            self.name, f"write launch scripts for {mtp_name} (MTP, 1 slot, port {settings.port}; "
+            f"{length}) "
             f"and {plain_name} ({PLAIN_SLOTS} slots, port {settings.port + 1}){note}", actions,
-            handlers=handlers, records={"routes": records}, warnings=warnings)
+            handlers=handlers, records={"routes": records}, reads=(TUNED_FILE,), warnings=warnings)
