@@ -122,7 +122,7 @@ class Run:
         found: dict[str, dict] = {}
         for play in self.data["plays"]:
             for t in play["tasks"]:
-                if t["task"]["name"] == task:
+                if t["task"]["name"].split(" : ", 1)[-1] == task:  # "role : task" in a role
                     found.update(t["hosts"])
         assert found, f"no task named {task!r} ran: " + ", ".join(
             t["task"]["name"] for p in self.data["plays"] for t in p["tasks"])
@@ -422,7 +422,7 @@ def test_role_installs_applies_and_reboots_one_host_at_a_time(tmp_path, collecti
     assert run.rc == 0, run.stdout[-4000:]
     batches = [list(p["tasks"][0]["hosts"]) for p in run.data["plays"]]
     assert batches == [["fresh"], ["strix"], ["provisioned"]]  # serial: one host at a time
-    installed = run.results("Install ojai into {{ ojai_venv }}")
+    installed = run.results("Install ojai into its virtualenv")
     assert all(r["changed"] for r in installed.values())
     for host in fleet.roots:
         assert (tmp_path / "venvs" / host / "bin/ojai").is_file()
