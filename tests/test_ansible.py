@@ -446,3 +446,32 @@ def test_role_installs_applies_and_reboots_one_host_at_a_time(tmp_path, collecti
     assert again.rc == 0
     assert {h: s["changed"] for h, s in again.stats.items()} == {
         "fresh": 0, "strix": 0, "provisioned": 0}
+
+
+def ansible_doc(collections: str, module: str) -> dict:
+    env = {**os.environ, "ANSIBLE_COLLECTIONS_PATH": collections}
+    out = subprocess.run([str(BIN / "ansible-doc"), "-j", module], capture_output=True,
+                         text=True, env=env, check=True).stdout
+    return json.loads(out)[module]["doc"]["options"]
+
+
+def test_setup_module_options_are_the_command_line_options(collections):
+    """Every `ojai setup` option is a module option of the same name, default and choices."""
+    import typer.main
+    from typing import get_args
+
+    from ojai_setup.cli import app
+    from ojai_setup.settings import Settings
+
+    command = typer.main.get_command(app).commands["setup"]
+    cli = {p.name: p for p in command.params if p.name not in ("apply", "yes", "out", "json_out")}
+    options = ansible_doc(collections, "ojai.ojai.setup")
+    assert set(options) == set(cli) | {"executable"}
+    for name, param in cli.items():
+        if name in ("root", "plan"):
+            continue
+        assert options[name].get("default") == param.default, name
+    assert options["llamacpp"]["choices"] == list(get_args(Settings.model_fields["llamacpp"].annotation))
+    assert options["backend"]["choices"] == list(get_args(
+        get_args(Settings.model_fields["llamacpp_backend"].annotation)[0]))
+    assert set(ansible_doc(collections, "ojai.ojai.doctor")) == {"executable", "root", "profile"}
