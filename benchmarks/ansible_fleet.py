@@ -8,7 +8,7 @@ folder; the 5 hosts are copies of test machines (ojai-fresh twice, strix-halo-dk
 ojai-applied, ojai-rebooted), reached with the local connection and the module's root option.
 Both sides run `ojai setup --json --llamacpp none` once per host; Ansible adds its own start,
 module transfer and forks. Prints the median (min, max) of N runs of each, and their ratio.
-Needs ansible-core (a test extra).
+The first run of each is printed apart. Needs ansible-core (a test extra).
 """
 
 from __future__ import annotations
@@ -89,13 +89,16 @@ def main() -> None:
                   for r in roots.values()]
         playbook = [[str(BIN / "ansible-playbook"), "-i", str(work / "inventory.json"),
                      "--check", "--forks", str(args.forks), str(work / "play.yml")]]
-        timed(direct, env, (0, 2))  # warm-up: bytecode caches of ojai and Ansible
-        timed(playbook, env, (0,))
+        # first runs (fresh Ansible home and temp folders; ojai's bytecode cache as installed)
+        first_ojai = timed(direct, env, (0, 2))
+        first_ansible = timed(playbook, env, (0,))
         ojai_times, ansible_times = [], []
         for _ in range(args.runs):
             ojai_times.append(timed(direct, env, (0, 2)))
             ansible_times.append(timed(playbook, env, (0,)))
-    print(f"{len(HOSTS)} hosts, {args.runs} runs each, {os.cpu_count()} CPUs")
+    print(f"{len(HOSTS)} hosts, {args.runs} runs each, {os.cpu_count()} CPUs, "
+          f"load average {os.getloadavg()[0]:.1f}")
+    print(f"first run: ojai {first_ojai:.2f} s, ansible-playbook {first_ansible:.2f} s")
     a = show("5 sequential `ojai setup --json` dry runs", ojai_times)
     b = show(f"`ansible-playbook --check` over 5 hosts (forks {args.forks})", ansible_times)
     print(f"ratio (ansible / ojai): {b / a:.2f}x")
