@@ -66,7 +66,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="ojai-ansible-bench-") as tmp:
         work = Path(tmp)
         env = {**os.environ, "ANSIBLE_HOME": str(work / "home"),
-               "ANSIBLE_LOCAL_TEMP": str(work / "ansible-tmp"), "ANSIBLE_NOCOLOR": "1"}
+               "ANSIBLE_LOCAL_TEMP": str(work / "ansible-tmp"),
+               "ANSIBLE_REMOTE_TEMP": str(work / "ansible-remote-tmp"), "ANSIBLE_NOCOLOR": "1"}
         env.pop("PYTHONDONTWRITEBYTECODE", None)
         galaxy = str(BIN / "ansible-galaxy")
         subprocess.run([galaxy, "collection", "build", str(REPO / "ansible"), "--output-path",

@@ -89,6 +89,7 @@ class Fleet:
         env = {**os.environ,
                "ANSIBLE_HOME": str(self.base / "ansible-home"),
                "ANSIBLE_LOCAL_TEMP": str(self.base / "ansible-tmp"),
+               "ANSIBLE_REMOTE_TEMP": str(self.base / "ansible-remote-tmp"),
                "ANSIBLE_COLLECTIONS_PATH": self.collections,
                "ANSIBLE_CONNECTION_PLUGINS": str(PLUGINS / "connection"),
                "ANSIBLE_STDOUT_CALLBACK": "ansible.posix.json",
@@ -194,6 +195,7 @@ def test_check_diff_is_the_fleet_review(fleet):
     assert blocked["failed"] is True and blocked["changed"] is False
     assert blocked["msg"].startswith("ojai setup is blocked (nothing was applied): gpu-memory: "
                                      "none of the tools that regenerate grub.cfg")
+    assert [b["step"] for b in blocked["blocked"]] == ["gpu-memory"] and "steps" not in blocked
     assert run.rc == 2  # a host failed
     assert {h: s["failures"] for h, s in run.stats.items()} == {
         "fresh": 0, "strix": 0, "provisioned": 0, "blocked": 1}

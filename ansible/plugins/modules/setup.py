@@ -133,12 +133,17 @@ steps:
   description: Each step of the plan with its status (satisfied, change, blocked) and sentence.
   type: list
   elements: dict
-  returned: always
+  returned: success
+blocked:
+  description: The blocked steps (C(step), C(sentence)) when the plan is blocked.
+  type: list
+  elements: dict
+  returned: failed on a blocked plan
 files:
   description: Machine paths the plan writes.
   type: list
   elements: str
-  returned: always
+  returned: success
 files_changed:
   description: Machine paths the apply changed.
   type: list
@@ -157,12 +162,12 @@ handlers:
 reboot_required:
   description: A reboot is needed to make what was applied (check mode, what would be applied) active.
   type: bool
-  returned: always
+  returned: success
 reboot_reasons:
   description: Why the reboot is needed.
   type: list
   elements: str
-  returned: always
+  returned: success
 plan:
   description: The plan file saved (check mode) or applied (normal mode).
   type: str
@@ -297,10 +302,14 @@ def summary(plan):
                 handlers=[shlex.join(h["argv"]) for h in plan.get("handlers", {}).values()])
 
 
+def blocked_steps(plan):
+    return [dict(step=s["step"], sentence=s["sentence"]) for s in plan.get("steps", [])
+            if s.get("status") == "blocked"]
+
+
 def blocked_message(plan):
-    blocked = [s for s in plan.get("steps", []) if s.get("status") == "blocked"]
     return "ojai setup is blocked (nothing was applied): " + "; ".join(
-        f"{s['step']}: {s['sentence']}" for s in blocked)
+        f"{s['step']}: {s['sentence']}" for s in blocked_steps(plan))
 
 
 def make_plan(module, out):
@@ -312,9 +321,8 @@ def make_plan(module, out):
     if plan is None or plan.get("format") != "ojai-plan":
         raise OjaiFailure(clean_message(stderr, stdout), rc=rc)
     if rc not in (EXIT_OK, EXIT_CHANGES):
-        raise OjaiFailure(blocked_message(plan) if any(
-            s.get("status") == "blocked" for s in plan.get("steps", []))
-            else clean_message(stderr, stdout), rc=rc, **summary(plan))
+        raise OjaiFailure(blocked_message(plan) if blocked_steps(plan)
+                          else clean_message(stderr, stdout), rc=rc, blocked=blocked_steps(plan))
     return rc, plan
 
 
@@ -382,9 +390,9 @@ def main():
         else:
             path = os.path.join(module.tmpdir, "plan.json")
             _, plan = make_plan(module, path)
+        if blocked_steps(plan):
+            raise OjaiFailure(blocked_message(plan), blocked=blocked_steps(plan))
         result.update(summary(plan))
-        if any(s.get("status") == "blocked" for s in plan.get("steps", [])):
-            raise OjaiFailure(blocked_message(plan))
         report = apply_plan(module, path)
         files_changed = report.get("files_changed", [])
         result.update(
