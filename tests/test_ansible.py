@@ -333,6 +333,7 @@ def test_ojai_failures_are_failed_tasks_with_ojai_message_and_no_traceback(fleet
     assert all(r["failed"] is True for r in msg.values())
     assert msg["budget below the command line's minimum"]["msg"] == (
         "Invalid value for '--gpu-memory': Input should be greater than or equal to 1")
+    assert msg["budget below the command line's minimum"]["rc"] == 64
     assert msg["port out of range"]["msg"] == "--port: Input should be less than or equal to 65535"
     assert msg["port out of range"]["rc"] == 64
     assert msg["not a machine"]["msg"].endswith("/nowhere: not a directory")
@@ -463,7 +464,7 @@ def test_setup_module_options_are_the_command_line_options(collections):
     from typing import get_args
 
     from ojai_setup.cli import app
-    from ojai_setup.settings import Settings
+    from ojai_setup.model.settings import Settings
 
     command = typer.main.get_command(app).commands["setup"]
     cli = {p.name: p for p in command.params if p.name not in ("apply", "yes", "out", "json_out")}
