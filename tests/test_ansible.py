@@ -177,6 +177,8 @@ def test_check_diff_is_the_fleet_review(fleet):
     assert flm["before_header"] == "/dev/null" and flm["before"] == ""
     assert "exec /usr/bin/flm serve gemma4-it:e4b" in flm["after"]
     assert fresh["reboot_required"] is True and fresh["handlers"] == ["update-grub"]
+    assert [p["id"] for p in fresh["preconditions"]] == ["bios.min"]  # BIOS 1.00
+    assert any(w.startswith("bios.min: ") for w in fresh["warnings"])
 
     strix = res["strix"]
     assert strix["changed"] is True

@@ -163,6 +163,11 @@ reboot_required:
   description: A reboot is needed to make what was applied (check mode, what would be applied) active.
   type: bool
   returned: success
+preconditions:
+  description: The failing preconditions of C(ojai doctor) the plan lists (also shown as warnings).
+  type: list
+  elements: dict
+  returned: success
 reboot_reasons:
   description: Why the reboot is needed.
   type: list
@@ -299,6 +304,7 @@ def summary(plan):
         files.extend(t for t in targets(a) if t not in files)
     reasons = plan.get("reboot_reasons", [])
     return dict(steps=steps, files=files, reboot_required=bool(reasons), reboot_reasons=reasons,
+                preconditions=plan.get("preconditions", []),
                 handlers=[shlex.join(h["argv"]) for h in plan.get("handlers", {}).values()])
 
 
@@ -366,6 +372,13 @@ def apply_plan(module, path):
     return report
 
 
+def warn_preconditions(module, plan):
+    """doctor's failing preconditions, which the plan lists first, as Ansible warnings."""
+    for found in plan.get("preconditions", []):
+        if found.get("severity") == "fail":
+            module.warn(f"{found.get('id')}: {found.get('evidence')}. Fix: {found.get('fix')}")
+
+
 def main():
     module = AnsibleModule(argument_spec=ARGS, supports_check_mode=True)
     result = dict(changed=False)
@@ -374,6 +387,7 @@ def main():
         if module.check_mode:
             out = p["plan"] or os.path.join(module.tmpdir, "plan.json")
             rc, plan = make_plan(module, out)
+            warn_preconditions(module, plan)
             result.update(summary(plan), changed=rc == EXIT_CHANGES,
                           msg="changes pending" if rc == EXIT_CHANGES else "nothing to do",
                           ojai_version=plan.get("ojai_version"))
