@@ -70,12 +70,41 @@ def show_plan(term: Terminal, plan: Plan) -> None:
     term.print(f"plan: {summary}")
 
 
+def apply_report(plan: Plan, result, *, handler_commands: dict[str, list[str]] | None = None,
+                 journal: str | None = None, exit_code: int = 0) -> dict:
+    """What an apply did, as the JSON document ``ojai setup --apply --json`` prints
+    (``"schema": "ojai.apply/1"``): every action with whether it changed something, the files
+    changed, the follow-up commands that ran, and whether a reboot is needed."""
+    import shlex
+
+    files: list[str] = []
+    for planned, report in zip(plan.actions(), result.actions):
+        if report.changed:
+            files.extend(t for t in planned.action.targets() if t not in files)
+    commands = dict(handler_commands or {})
+    commands.update({name: list(cmd.argv) for name, cmd in plan.handlers.items()})
+    return {
+        "ojai_version": plan.ojai_version,
+        "changed": result.changed,
+        "message": result.message,
+        "actions": [{"step": a.step, "description": a.description, "changed": a.changed,
+                     "message": a.message} for a in result.actions],
+        "files_changed": files,
+        "handlers": [{"name": name, "command": shlex.join(commands[name]) if name in commands
+                      else None} for name in result.handlers],
+        "reboot_required": bool(result.reboot),
+        "reboot_reasons": list(result.reboot),
+        "journal": journal,
+        "exit_code": exit_code,
+    }
+
+
 def run_setup(term: Terminal, root_dir: Path, settings: Settings, *, apply: bool, yes: bool,
               plan_file: Path | None, out: Path | None) -> int:
     from ojai_setup.apply.executor import NeedsRoot
     from ojai_setup.apply.executor import apply as apply_plan
     from ojai_setup.core.errors import ApplyError, StateError
-    from ojai_setup.facts.state import JournalError, read_apply_status
+    from ojai_setup.facts.state import JournalError, read_apply_status, read_state
 
     root = Root(root_dir)
     if plan_file is not None:
@@ -100,7 +129,8 @@ def run_setup(term: Terminal, root_dir: Path, settings: Settings, *, apply: bool
         plan = build_plan(root, settings)
         if out is not None:
             plan.save(out)
-        show_plan(term, plan)
+        if not (apply and term.json_mode):  # with --apply, --json prints the apply's report
+            show_plan(term, plan)
         if out is not None and not term.json_mode:
             term.note(f"plan saved to {out}; apply exactly it with: ojai setup --apply --plan {out}")
     try:
@@ -122,9 +152,18 @@ def run_setup(term: Terminal, root_dir: Path, settings: Settings, *, apply: bool
         term.error("another ojai is changing this machine right now; nothing was applied. "
                    "Wait for it to finish and run this again")
         return ExitStatus.FAILED
+    try:
+        owed = {h.name: list(h.argv) for h in read_state(root).pending_handlers}
+    except JournalError as exc:
+        term.error(str(exc))
+        return ExitStatus.FAILED
     if plan.exit_code == ExitStatus.OK:
         if not owed_note:
-            if not term.json_mode:
+            if term.json_mode:
+                from ojai_setup.apply.executor import ApplyResult
+
+                term.emit_json(apply_report(plan, ApplyResult(apply_id=None)), schema="ojai.apply/1")
+            else:
                 term.print("nothing to do: every step is satisfied; nothing was changed")
             return ExitStatus.OK
         if not term.json_mode:
@@ -153,12 +192,19 @@ def run_setup(term: Terminal, root_dir: Path, settings: Settings, *, apply: bool
         return ExitStatus.FAILED
     after = build_plan(root, settings if plan_file is None else Settings(**plan.settings))
     leftover = [r for r in after.steps if r.status != "satisfied"]
-    if not term.json_mode:
+    journal = None
+    if result.journal:
+        journal = str(result.journal if root.is_host else root.machine_path(result.journal))
+    if term.json_mode:
+        term.emit_json(apply_report(plan, result, handler_commands=owed, journal=journal,
+                                    exit_code=int(ExitStatus.FAILED if leftover else ExitStatus.OK)),
+                       schema="ojai.apply/1")
+    else:
         if result.recovered:
             term.print(f"finished first: {result.recovered}")
         term.print(f"applied: {result.message}")
-        if result.journal:
-            term.print(f"journal: {root.machine_path(result.journal) if not root.is_host else result.journal}")
+        if journal:
+            term.print(f"journal: {journal}")
         from ojai_setup.commands.verify import next_steps
 
         for line in next_steps(root):
