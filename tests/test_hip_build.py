@@ -42,6 +42,7 @@ def in_chroot(build: HipBuild, argv: list[str], **kw) -> sid.subprocess.Complete
 
 
 # -- the build and its install ---------------------------------------------------------------
+@pytest.mark.hip_build
 def test_install_layout_record_and_link(hip_build: HipBuild, llama_server_bin: Path) -> None:
     action = hip_build.action
     assert (action.backend, action.gpu_target) == ("hip", GPU_TARGET)
@@ -68,6 +69,7 @@ def test_install_layout_record_and_link(hip_build: HipBuild, llama_server_bin: P
     assert not [p.name for p in hip_build.dest.parent.iterdir() if ".build-" in p.name]
 
 
+@pytest.mark.hip_build
 def test_the_apply_was_journaled_and_verified(hip_build: HipBuild) -> None:
     out = (hip_build.cache / "build.out").read_text().splitlines()
     result = json.loads(out[-1])
@@ -80,6 +82,7 @@ def test_the_apply_was_journaled_and_verified(hip_build: HipBuild) -> None:
     assert [a["kind"] for a in entry["actions"]] == ["build_from_source"]
 
 
+@pytest.mark.hip_build
 def test_the_build_showed_progress(hip_build: HipBuild) -> None:
     lines = (hip_build.cache / "build.out").read_text().splitlines()
     assert "progress: configure llama.cpp ..." in lines
@@ -89,6 +92,7 @@ def test_the_build_showed_progress(hip_build: HipBuild) -> None:
     assert "progress: build llama-server: done" in lines
 
 
+@pytest.mark.hip_build
 def test_the_measured_cost_the_plan_states(hip_build: HipBuild) -> None:
     """build-costs.toml states what this build measured."""
     record = read_install_record(hip_build.root, hip_build.action.dest)
@@ -108,6 +112,7 @@ def test_the_measured_cost_the_plan_states(hip_build: HipBuild) -> None:
 
 
 # -- probing it like any other llama-server --------------------------------------------------
+@pytest.mark.hip_build
 def test_libraries_resolve_beside_the_binary_and_in_rocm(hip_build: HipBuild) -> None:
     ldd = in_chroot(hip_build, ["ldd", SERVER_IN]).stdout
     assert "not found" not in ldd
@@ -119,6 +124,7 @@ def test_libraries_resolve_beside_the_binary_and_in_rocm(hip_build: HipBuild) ->
     assert ".build-" not in ldd + ldd_hip
 
 
+@pytest.mark.hip_build
 def test_version_and_help_without_a_gpu(hip_build: HipBuild) -> None:
     ver = in_chroot(hip_build, [SERVER_IN, "--version"])
     assert "version: 0.6.0-dev (build 11434, commit" in ver.stderr
@@ -126,6 +132,7 @@ def test_version_and_help_without_a_gpu(hip_build: HipBuild) -> None:
     assert "--spec-type" in helped.stdout and "--model-draft" in helped.stdout
 
 
+@pytest.mark.hip_build
 def test_ojais_dialect_probe_accepts_it(hip_build: HipBuild) -> None:
     probe = hip_build.run_ojai("probe", SERVER_IN)
     assert probe["kind"] == "Dialect", probe
@@ -133,6 +140,7 @@ def test_ojais_dialect_probe_accepts_it(hip_build: HipBuild) -> None:
     assert "draft-mtp" in probe["spec_types"]
 
 
+@pytest.mark.hip_build
 def test_applying_the_plan_again_changes_nothing(hip_build: HipBuild, tmp_path: Path) -> None:
     state = tmp_path / "var-lib-ojai"  # keep the cached machine's journal as the build left it
     state.mkdir()
