@@ -95,6 +95,21 @@ options:
     description: Set up the FastFlowLM route on the NPU when it is ready.
     type: bool
     default: true
+  gpu_target:
+    description: GPU target(s) of a HIP source build (for example C(gfx1150,gfx1151)); default, the GPU's own.
+    type: str
+  lemonade:
+    description: Install Lemonade when it is missing (C(distro), the distribution's package).
+    type: str
+    choices: [none, distro]
+    default: none
+  lemonade_downloads:
+    description: Lemonade downloads the route's model into its own cache instead of loading ojai's files.
+    type: bool
+    default: false
+  api_key_file:
+    description: With O(systemd), a file holding the API key llama-server asks clients for.
+    type: path
 attributes:
   check_mode:
     support: full
@@ -211,6 +226,10 @@ SETTINGS = {
     "port": ("--port", "port"),
     "systemd": ("--systemd", "systemd"),
     "npu": ("--npu", "npu"),
+    "gpu_target": ("--gpu-target", "gpu_target"),
+    "lemonade": ("--lemonade", "lemonade"),
+    "lemonade_downloads": ("--lemonade-downloads", "lemonade_downloads"),
+    "api_key_file": ("--api-key-file", "api_key_file"),
 }
 
 ARGS = dict(
@@ -229,6 +248,10 @@ ARGS = dict(
     port=dict(type="int", default=8080),
     systemd=dict(type="bool", default=False),
     npu=dict(type="bool", default=True),
+    gpu_target=dict(type="str"),
+    lemonade=dict(type="str", choices=["none", "distro"], default="none"),
+    lemonade_downloads=dict(type="bool", default=False),
+    api_key_file=dict(type="path"),
 )
 
 
@@ -239,9 +262,9 @@ def setting_flags(params):
         value = params.get(name)
         if name == "npu":
             flags.append("--npu" if value else "--no-npu")
-        elif name == "systemd":
+        elif name in ("systemd", "lemonade_downloads"):
             if value:
-                flags.append("--systemd")
+                flags.append(flag)
         elif value is not None:
             flags.extend([flag, str(value)])
     return flags
