@@ -200,8 +200,10 @@ def gather(root: Root, settings: Settings, *, facts: Facts | None = None,
         catalog_error = str(exc)
     if settings.model:
         try:
-            route = catalog.get(settings.model) if catalog else None
-            route_error = catalog_error
+            if catalog is None:
+                route_error = catalog_error
+            else:
+                route = catalog.get(settings.model)
         except OjaiError as exc:
             route_error = str(exc)
     draft_source = None
