@@ -162,13 +162,19 @@ def setup(
     llamacpp_src: Annotated[Optional[str], typer.Option("--llamacpp-src", help="Source for --llamacpp source: a git URL, a directory or a .tar.gz.")] = None,
     llamacpp_ref: Annotated[Optional[str], typer.Option("--llamacpp-ref", help="Git ref to build with --llamacpp source.")] = None,
     backend: Annotated[Optional[Backend], typer.Option("--backend", help="Source build backend (default: hip when ROCm is installed).")] = None,
+    gpu_target: Annotated[Optional[str], typer.Option("--gpu-target", help="GPU target(s) of a HIP source build, e.g. gfx1150 or gfx1150,gfx1151 (default: the GPU's own).")] = None,
     model: Annotated[Optional[str], typer.Option("--model", help="Add the download, pairing check and launch files for this catalog route (see `ojai models`).")] = None,
     models_dir: Annotated[Optional[str], typer.Option("--models-dir", help="Where models are stored (default /var/lib/ojai/models).")] = None,
-    host: Annotated[str, typer.Option("--host", help="Address the servers ojai writes listen on.")] = "127.0.0.1",
+    host: Annotated[str, typer.Option("--host", help="Address the servers ojai writes listen on (an IP address or host name; anything but loopback is shown as a warning in the plan).")] = "127.0.0.1",
+    api_key_file: Annotated[Optional[Path], typer.Option("--api-key-file", help="With --systemd: file holding the API key llama-server asks clients for (put in a root-only environment file, never in a script or plan).")] = None,
     port: Annotated[int, typer.Option("--port", help="Port of the llama-server route.")] = 8080,
     systemd: Annotated[bool, typer.Option("--systemd", help="Also write systemd units for the routes.")] = False,
     npu: Annotated[bool, typer.Option("--npu/--no-npu", help="Set up the FastFlowLM route on the NPU when it is ready.")] = True,
     catalog: Annotated[Optional[str], typer.Option("--catalog", help="User catalog of routes (TOML; default ~/.config/ojai/catalog.toml).")] = None,
+    lemonade: Annotated[str, typer.Option(
+        "--lemonade", help="Install Lemonade when it is missing: distro (Debian unstable's package, or Lemonade's PPA on Ubuntu), or none.")] = "none",
+    lemonade_downloads: Annotated[bool, typer.Option(
+        "--lemonade-downloads", help="Let Lemonade download the route's model into its own cache instead of loading ojai's files.")] = False,
 ) -> None:
     """Plan the setup of this machine as a dry run, or apply it with --apply.
 
@@ -189,13 +195,19 @@ def setup(
     try:
         fields = dict(profile=_value(profile), gpu_memory_gib=gpu_memory, llamacpp=_value(llamacpp),
                       llamacpp_tag=llamacpp_tag, llamacpp_ref=llamacpp_ref,
-                      llamacpp_backend=_value(backend), model=model, host=host, port=port, systemd=systemd,
-                      npu=npu, user_catalog=catalog)
+                      llamacpp_backend=_value(backend), gpu_target=gpu_target, model=model,
+                      host=host, port=port, systemd=systemd,
+                      npu=npu, user_catalog=catalog, lemonade_downloads=lemonade_downloads,
+                      lemonade=lemonade,
+                      api_key_file=str(api_key_file.absolute()) if api_key_file else None)
         if llamacpp_src:
             fields["llamacpp_src"] = llamacpp_src
         if models_dir:
             fields["models_dir"] = models_dir
         settings = Settings(**fields)
+        if settings.api_key_file is not None and not settings.systemd:
+            _fail(term, "--api-key-file needs --systemd: the key reaches llama-server through "
+                  "the unit's root-only environment file, never through a script", ExitStatus.USAGE)
     except ValidationError as exc:
         err = exc.errors()[0]
         message = str(err["msg"]).removeprefix("Value error, ")
@@ -265,6 +277,12 @@ def rollback(
     term = Terminal()
     _run(term, root, lambda: run_rollback(term, root, force=force, yes=yes,
                                           remove_downloads=remove_downloads))
+
+
+from ojai_setup.commands.bench.cli import bench_app, tune  # noqa: E402
+
+app.add_typer(bench_app, name="bench")
+app.command("tune")(tune)
 
 
 def main() -> None:

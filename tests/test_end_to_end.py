@@ -99,9 +99,14 @@ def test_fresh_box_to_serving_mtp_route(machine, tmp_path, fake_github: FakeGitH
     assert (models / pair.main.name).read_bytes() == pair.main.read_bytes()
     user_models = json.loads((root / "var/lib/lemonade/user_models.json").read_text())
     assert "my-coder" in user_models
-    assert user_models[ROUTE]["checkpoints"] == {"main": f"{REPO}:{pair.main.name}",
-                                                 "draft": f"{REPO}:{pair.draft.name}"}
+    assert user_models[ROUTE]["checkpoints"] == {  # ojai's files: one copy of each
+        "main": f"/var/lib/ojai/models/{REPO}/{pair.main.name}",
+        "draft": f"/var/lib/ojai/models/{REPO}/{pair.draft.name}"}
+    assert user_models[ROUTE]["source"] == "local_path"
     assert "mtp" in user_models[ROUTE]["labels"]
+    config = json.loads((root / "var/lib/lemonade/config.json").read_text())
+    assert config == {"llamacpp": {"rocm_bin": "/opt/ojai/llama.cpp/current/llama-server"},
+                      "rocm_channel": "nightly"}
     recipe = json.loads((root / "var/lib/lemonade/recipe_options.json").read_text())
     assert recipe[f"user.{ROUTE}"]["llamacpp_args"] == "--spec-draft-n-max 3"
 

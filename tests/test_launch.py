@@ -1,7 +1,6 @@
 """Launch scripts and units: syntax, exact argv through a real bash, and refused values."""
 from __future__ import annotations
 
-import configparser
 import os
 import subprocess
 from pathlib import Path
@@ -169,11 +168,33 @@ def test_llama_script_refuses_unsafe_values(kwargs, message):
         render_llama_script(**call)
 
 
-def _unit_sections(text: str) -> configparser.ConfigParser:
-    parser = configparser.ConfigParser(strict=True, interpolation=None)
-    parser.optionxform = str  # systemd keys are case-sensitive
-    parser.read_string(text)
-    return parser
+class _Section(dict):
+    """A unit section: key -> its last value (``all(key)``: every value, systemd allows repeats)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.values: dict[str, list[str]] = {}
+
+    def all(self, key: str) -> list[str]:
+        return self.values.get(key, [])
+
+
+def _unit_sections(text: str) -> dict[str, _Section]:
+    """A systemd unit read as systemd does: sections, ``Key=value`` lines, repeatable keys."""
+    sections: dict[str, _Section] = {}
+    current = None
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith(("#", ";")):
+            continue
+        if line.startswith("[") and line.endswith("]"):
+            current = sections.setdefault(line[1:-1], _Section())
+            continue
+        assert current is not None and "=" in line, line
+        key, value = line.split("=", 1)
+        current[key] = value
+        current.values.setdefault(key, []).append(value)
+    return sections
 
 
 def test_llama_unit_runs_the_script():
@@ -183,7 +204,10 @@ def test_llama_unit_runs_the_script():
     assert unit["Service"]["User"] == "ojai"
     assert unit["Service"]["Restart"] == "on-failure"
     assert "render" in unit["Service"]["SupplementaryGroups"].split()
-    assert "ProtectHome" not in unit["Service"]
+    assert unit["Service"]["ProtectHome"] == "yes"  # models are not under /home
+    assert unit["Service"]["ProtectSystem"] == "strict"
+    assert unit["Service"]["NoNewPrivileges"] == "yes"
+    assert unit["Service"]["PrivateTmp"] == "yes"
     assert "WorkingDirectory" not in unit["Service"]
     assert unit["Install"]["WantedBy"] == "multi-user.target"
     with_dir = _unit_sections(render_llama_unit("/a/run.sh", "g", "ojai", "/var/lib/ojai"))

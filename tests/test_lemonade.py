@@ -12,6 +12,11 @@ from ojai_setup.core.root import Root
 from ojai_setup.domain.lemonade import (
     LemonadeRoute,
     LemonadeSettings,
+    OwnLlamaServer,
+    bin_problem,
+    catalog_match,
+    lemonade_config,
+    llama_server_library_path,
     detect_layout,
     lemonade_commands,
     lemonade_layout,
@@ -22,8 +27,10 @@ from ojai_setup.formats.lemonade import (
     RESERVED_LLAMACPP_FLAGS,
     ConfigError,
     join_llamacpp_args,
+    merge_config,
     merge_recipe_options,
     merge_user_models,
+    parse_lemonade_version,
     split_llamacpp_args,
 )
 
@@ -280,22 +287,133 @@ def test_commands_nightly_llamacpp():
         ["lemonade", "backends", "install", "llamacpp:rocm"]]
 
 
-def test_commands_ojai_llama_server():
+NIGHTLY = OwnLlamaServer(executable="/opt/ojai/llama.cpp/current/llama-server", install="nightly")
+SOURCE_HIP = OwnLlamaServer(executable="/opt/ojai/llama.cpp/current/llama-server", install="source")
+SOURCE_CPU = OwnLlamaServer(executable="/opt/ojai/llama.cpp/current/llama-server", install="source",
+                            backend="cpu")
+
+
+def test_ojai_llama_server_is_set_as_the_executable_not_its_folder():
     route = LemonadeRoute(name="gemma", engine="llamacpp")
-    settings = LemonadeSettings(layout=SYSTEM, llama_server="/opt/ojai/llama/current/llama-server")
-    assert lemonade_commands(route, settings) == [
-        ["lemonade", "config", "set", "llamacpp.rocm_bin=/opt/ojai/llama/current"]]
+    settings = LemonadeSettings(layout=SYSTEM, llama_server=NIGHTLY)
+    assert lemonade_commands(route, settings) == []  # nothing to download for a path value
+    assert lemonade_config(settings) == {
+        "llamacpp.rocm_bin": "/opt/ojai/llama.cpp/current/llama-server",
+        "rocm_channel": "nightly"}
+    assert lemonade_config(LemonadeSettings(layout=SYSTEM, llama_server=SOURCE_CPU)) == {
+        "llamacpp.cpu_bin": "/opt/ojai/llama.cpp/current/llama-server"}
+
+
+def test_the_old_folder_value_is_what_doctor_flags():
+    """ojai used to write the folder (``llamacpp.rocm_bin=/opt/ojai/llama.cpp/current``)."""
+    old = "/opt/ojai/llama.cpp/current"
+    problem = bin_problem("llamacpp.rocm_bin", old, "folder")
+    assert problem is not None and "Failed to execute: /opt/ojai/llama.cpp/current" in problem
+    assert "llamacpp.rocm_bin=/opt/ojai/llama.cpp/current/llama-server" in problem
+    new = lemonade_config(LemonadeSettings(layout=SYSTEM, llama_server=NIGHTLY))["llamacpp.rocm_bin"]
+    assert bin_problem("llamacpp.rocm_bin", new, "executable") is None
+    assert "chmod" in bin_problem("llamacpp.cpu_bin", new, "file")
+    assert "does not exist" in bin_problem("llamacpp.cpu_bin", new, "missing")
 
 
 def test_commands_refuse_a_home_binary_for_the_system_service():
-    route = LemonadeRoute(name="gemma", engine="llamacpp")
     home_binary = "/home/ada/llama.cpp/build/bin/llama-server"
+    own = OwnLlamaServer(executable=home_binary, install="source")
     with pytest.raises(ConfigError, match="ProtectHome"):
-        lemonade_commands(route, LemonadeSettings(layout=SYSTEM, llama_server=home_binary))
-    assert lemonade_commands(route, LemonadeSettings(layout=STANDALONE, llama_server=home_binary)) == [
-        ["lemonade", "config", "set", "llamacpp.rocm_bin=/home/ada/llama.cpp/build/bin"]]
+        lemonade_config(LemonadeSettings(layout=SYSTEM, llama_server=own))
+    assert lemonade_config(LemonadeSettings(layout=STANDALONE, llama_server=own))[
+        "llamacpp.rocm_bin"] == home_binary
     with pytest.raises(ConfigError, match="absolute"):
-        lemonade_commands(route, LemonadeSettings(layout=STANDALONE, llama_server="bin/llama-server"))
+        lemonade_config(LemonadeSettings(layout=STANDALONE, llama_server=OwnLlamaServer(
+            executable="bin/llama-server", install="source")))
+
+
+# -- the library path Lemonade gives the llama-server it starts -----------------------------------
+THEROCK = ["/var/lib/lemonade/.cache/lemonade/bin/therock/gfx1150-7.12/lib",
+           "/var/lib/lemonade/.cache/lemonade/bin/therock/gfx1150-7.12/lib/llvm/lib"]
+
+
+def _merged_config(settings: LemonadeSettings, existing: str | None = None) -> dict:
+    """config.json as ojai writes it, deep-merged over Lemonade's defaults as lemond does."""
+    written = json.loads(merge_config(existing, lemonade_config(settings)))
+    defaults = {"rocm_channel": "stable", "llamacpp": {"rocm_bin": "builtin", "cpu_bin": "builtin"}}
+    return {**defaults, **written, "llamacpp": {**defaults["llamacpp"], **written.get("llamacpp", {})}}
+
+
+@pytest.mark.parametrize("own", [NIGHTLY, SOURCE_HIP], ids=["nightly", "source"])
+def test_ojai_config_makes_lemonade_load_the_libraries_of_ojais_build(own):
+    """The nightly zip bundles its ROCm runtime next to llama-server (RPATH $ORIGIN); a HIP
+    source build uses its own libllama/libggml next to it and the system ROCm it was built
+    against. Either way nothing of Lemonade's TheRock runtime may come first."""
+    config = _merged_config(LemonadeSettings(layout=SYSTEM, llama_server=own))
+    path = llama_server_library_path(config, backend="rocm", therock_dirs=THEROCK)
+    assert path == "/opt/ojai/llama.cpp/current"
+    assert llama_server_library_path(config, backend="rocm", therock_dirs=THEROCK,
+                                     inherited="/usr/lib/extra") == \
+        "/opt/ojai/llama.cpp/current:/usr/lib/extra"
+
+
+def test_old_config_put_therock_ahead_of_the_build():
+    """What ojai wrote before: the folder as rocm_bin and the channel left on stable."""
+    old = {"rocm_channel": "stable", "llamacpp": {"rocm_bin": "/opt/ojai/llama.cpp/current"}}
+    path = llama_server_library_path(old, backend="rocm", therock_dirs=THEROCK)
+    assert path.split(":")[:2] == THEROCK  # TheRock first: the bundled runtime is overridden
+    assert path.split(":")[2] == "/opt/ojai/llama.cpp"  # and the folder's parent, not the build
+    # the user's own stable setting is overridden by ojai's config
+    fixed = _merged_config(LemonadeSettings(layout=SYSTEM, llama_server=NIGHTLY),
+                           json.dumps(old))
+    assert fixed["rocm_channel"] == "nightly"
+    assert llama_server_library_path(fixed, backend="rocm", therock_dirs=THEROCK) == \
+        "/opt/ojai/llama.cpp/current"
+
+
+def test_cpu_backend_gets_no_library_path():
+    config = _merged_config(LemonadeSettings(layout=SYSTEM, llama_server=SOURCE_CPU))
+    assert llama_server_library_path(config, backend="cpu", therock_dirs=THEROCK) is None
+
+
+# -- config.json -------------------------------------------------------------------------------
+def test_config_merge_nests_keys_and_keeps_the_users():
+    before = '{\n  "port": 13306,\n  "llamacpp": {\n    "args": "-fa on"\n  }\n}\n'
+    text = merge_config(before, {"llamacpp.rocm_bin": "/opt/x/llama-server", "rocm_channel": "nightly"})
+    assert json.loads(text) == {"port": 13306, "rocm_channel": "nightly",
+                                "llamacpp": {"args": "-fa on", "rocm_bin": "/opt/x/llama-server"}}
+    assert merge_config(text, {"llamacpp.rocm_bin": "/opt/x/llama-server"}) == text
+    with pytest.raises(ConfigError, match="not an object"):
+        merge_config('{"llamacpp": 3}', {"llamacpp.rocm_bin": "/x"})
+
+
+@pytest.mark.parametrize("text, numbers, calendar, prefix", [
+    ("lemond version 2026.39.1-2\n", (2026, 39, 1), True, ""),
+    ("lemonade version 2026.39.1-2", (2026, 39, 1), True, ""),
+    ("lemonade version 11.7.0\n", (11, 7, 0), False, "user."),
+    ("Lemonade Server v11.8.1", (11, 8, 1), False, "user."),
+])
+def test_version_forms(text, numbers, calendar, prefix):
+    version = parse_lemonade_version(text)
+    assert version is not None
+    assert (version.numbers, version.calendar, version.user_model_prefix) == (numbers, calendar, prefix)
+    assert parse_lemonade_version("no version here") is None
+
+
+def test_builtin_catalog_match():
+    catalog = {"Gemma-4-26B-A4B-it-MTP-GGUF": {"checkpoints": {"main": MAIN, "draft": DRAFT,
+                                                              "mmproj": "x/y:mm.gguf"}},
+               "Qwen3.6-27B-MTP-GGUF": {"checkpoint": "unsloth/Qwen3.6-27B-MTP-GGUF:Q.gguf"}}
+    assert catalog_match(catalog, MAIN, DRAFT) == "Gemma-4-26B-A4B-it-MTP-GGUF"
+    assert catalog_match(catalog, MAIN, "other/x:mtp.gguf") is None
+    assert catalog_match(catalog, "unsloth/Qwen3.6-27B-MTP-GGUF:Q.gguf", None) == "Qwen3.6-27B-MTP-GGUF"
+
+
+def test_local_path_entry():
+    main, draft = "/var/lib/ojai/models/org/r/m.gguf", "/var/lib/ojai/models/org/r/mtp.gguf"
+    entry = json.loads(merge_user_models(None, "g", main, draft, 1.0, [], source="local_path"))["g"]
+    assert entry["source"] == "local_path" and entry["checkpoints"] == {"main": main, "draft": draft}
+    with pytest.raises(ConfigError, match="absolute"):
+        merge_user_models(None, "g", "org/r:m.gguf", None, 1.0, [], source="local_path")
+    # back to hub checkpoints: the local source goes
+    hub = json.loads(merge_user_models(json.dumps({"g": entry}), "g", MAIN, DRAFT, 1.0, []))["g"]
+    assert "source" not in hub
 
 
 def test_commands_flm():

@@ -24,7 +24,6 @@ from ojai_setup.apply.build import (
     execute_build_from_source,
     extract_tarball,
     find_source_root,
-    hip_environment,
     parse_build_progress,
 )
 from ojai_setup.apply.executor import executor_for
@@ -155,13 +154,6 @@ def test_hip_needs_a_source_with_ggml_hip() -> None:
         "hip", "gfx1150,gfx1151", source_options={"GGML_HIP"})
 
 
-def test_hip_environment_from_hipconfig(tmp_path: Path) -> None:
-    store_capture(tmp_path, CommandResult(("hipconfig", "-l"), 0, "/opt/rocm-7.2.0/lib/llvm/bin\n"))
-    store_capture(tmp_path, CommandResult(("hipconfig", "-R"), 0, "/opt/rocm-7.2.0\n"))
-    assert hip_environment(Root(tmp_path)) == {"HIPCXX": "/opt/rocm-7.2.0/lib/llvm/bin/clang",
-                                               "HIP_PATH": "/opt/rocm-7.2.0"}
-
-
 def test_build_progress_lines() -> None:
     assert parse_build_progress("[ 42%] Building CXX object src/llama.cpp.o") == 42
     assert parse_build_progress("[100%] Built target llama-server") == 100
@@ -254,6 +246,14 @@ def test_build_from_a_directory_installs_and_links(root: Root) -> None:
     assert "-DLLAMA_BUILD_TESTS=OFF" in record.cmake_args
     assert "-DLLAMA_BUILD_EXAMPLES=OFF" not in record.cmake_args  # the fake does not declare it
     assert json.loads((dest / INSTALL_RECORD).read_text())["backend"] == "cpu"
+    # what it took: the compiler's processor time, the work folder's size, the jobs
+    assert record.build_seconds and record.build_seconds > 0
+    assert record.cpu_seconds and record.cpu_seconds > 0
+    # a directory source is built where it is: the work folder is the build tree, which holds
+    # the binary and its library and more
+    installed = sum((dest / f).stat().st_size for f in ("llama-server", "libllama.so.0.6.0"))
+    assert record.build_bytes and record.build_bytes > installed
+    assert record.cores == len(os.sched_getaffinity(0))
 
     build_bar = next(b for b in progress.bars if b.description == "build llama-server")
     assert build_bar.total == 100 and build_bar.values[-1] == 100 and build_bar.finished

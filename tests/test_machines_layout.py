@@ -1,9 +1,10 @@
-"""Sanity of the test machines under tests/machines/ against their README and the corpus.
+"""Sanity of the test machines under tests/machines/ against their README and the captures.
 
 Every file of every machine is cited in tests/machines/README.md, every cited file exists, and a
-file the README says comes from a corpus capture is that capture: byte for byte, the stated
-lines of it, a part of the stated line, or (for a composed edit) differs from it only in the
-fields the README names. The machines also have to agree with themselves where doctor compares
+file the README says comes from a capture (``corpus/F``: shared/corpus beside the repository;
+``captures/F``: tests/data/captures, see its SOURCES.md) is that capture: byte for byte, the
+stated lines of it, a part of the stated line, or (for a composed edit) differs from it only in
+the fields the README names. The machines also have to agree with themselves where doctor compares
 two sources (the kernel release, the TTM limit and the GTT size, the recorded boot id).
 """
 from __future__ import annotations
@@ -20,12 +21,16 @@ MACHINES = Path(__file__).parent / "machines"
 README = MACHINES / "README.md"
 #: the captures the machines are built from (see their SOURCES.md)
 CORPUS = Path(os.environ.get("OJAI_CORPUS", Path(__file__).resolve().parents[2] / "shared" / "corpus"))
+#: captures from public threads that are not in the corpus (tests/data/captures/SOURCES.md)
+CAPTURES = Path(__file__).parent / "data" / "captures"
+SOURCES = {"corpus": CORPUS, "captures": CAPTURES}
 
 ROW = re.compile(r"^\| `(?P<path>/[^`]+)` \| (?P<origin>[^|]+?) \| (?P<notes>.*) \|$")
-COPY = re.compile(r"^copy of corpus/(?P<file>\S+)$")
-LINES = re.compile(r"^lines (?P<a>\d+)-(?P<b>\d+) of corpus/(?P<file>\S+)$")
-FROM_LINE = re.compile(r"^from line (?P<n>\d+) of corpus/(?P<file>\S+)$")
-EDITED = re.compile(r"^composed from corpus/(?P<file>\S+) \(edited: (?P<fields>[^)]+)\)$")
+_SRC = r"(?P<src>corpus|captures)/(?P<file>\S+)"
+COPY = re.compile(rf"^copy of {_SRC}$")
+LINES = re.compile(rf"^lines (?P<a>\d+)-(?P<b>\d+) of {_SRC}$")
+FROM_LINE = re.compile(rf"^from line (?P<n>\d+) of {_SRC}$")
+EDITED = re.compile(rf"^composed from {_SRC} \(edited: (?P<fields>[^)]+)\)$")
 
 
 @dataclass(frozen=True)
@@ -56,8 +61,12 @@ def machine_files(machine: Path) -> set[str]:
             if p.is_file() or p.is_symlink()}
 
 
-def corpus_lines(rel: str) -> list[str]:
-    return (CORPUS / rel).read_text(encoding="utf-8").splitlines(keepends=True)
+def source(m: re.Match) -> Path:
+    return SOURCES[m["src"]] / m["file"]
+
+
+def source_lines(m: re.Match) -> list[str]:
+    return source(m).read_text(encoding="utf-8").splitlines(keepends=True)
 
 
 def check_origin(entry: Entry, real: Path) -> None:
@@ -66,22 +75,22 @@ def check_origin(entry: Entry, real: Path) -> None:
     if origin == "composed":
         return
     if m := COPY.match(origin):
-        assert real.read_bytes() == (CORPUS / m["file"]).read_bytes(), f"{entry}: not a copy"
+        assert real.read_bytes() == source(m).read_bytes(), f"{entry}: not a copy"
         return
     if m := LINES.match(origin):
-        want = "".join(corpus_lines(m["file"])[int(m["a"]) - 1:int(m["b"])])
+        want = "".join(source_lines(m)[int(m["a"]) - 1:int(m["b"])])
         assert real.read_text(encoding="utf-8") == want, f"{entry}: not those lines"
         return
     if m := FROM_LINE.match(origin):
-        line = corpus_lines(m["file"])[int(m["n"]) - 1]
+        line = source_lines(m)[int(m["n"]) - 1]
         part = real.read_text(encoding="utf-8").rstrip("\n")
         assert part and part in line, f"{entry}: {part!r} is not part of line {m['n']}"
         return
     if m := EDITED.match(origin):
-        source = set((CORPUS / m["file"]).read_text(encoding="utf-8").splitlines())
+        lines = set(source(m).read_text(encoding="utf-8").splitlines())
         fields = [f.strip() for f in m["fields"].split(",")]
         for line in real.read_text(encoding="utf-8").splitlines():
-            if line in source:
+            if line in lines:
                 continue
             assert any(line.strip().startswith(f) for f in fields), (
                 f"{entry}: line {line!r} is neither in the source nor an edited field")
@@ -145,14 +154,29 @@ def command(name: str, key: str) -> str:
     return read(name, f"/.ojai/commands/{key}/stdout")
 
 
+def has(name: str, path: str) -> bool:
+    return (MACHINES / name / path.lstrip("/")).is_file()
+
+
 @pytest.mark.parametrize("name", MACHINE_NAMES)
 def test_kernel_release_agrees(name):
+    """Both sources of the kernel release agree, or both are missing (not posted)."""
+    if not has(name, "/proc/sys/kernel/osrelease"):
+        assert not has(name, "/.ojai/commands/uname -r/stdout")
+        return
     release = read(name, "/proc/sys/kernel/osrelease").strip()
     assert command(name, "uname -r").strip() == release
+    if has(name, "/proc/cmdline"):
+        cmdline = read(name, "/proc/cmdline")
+        assert cmdline.endswith("\n") and cmdline.count("\n") == 1
+        if cmdline.startswith("BOOT_IMAGE="):
+            assert cmdline.split()[0] == f"BOOT_IMAGE=/boot/vmlinuz-{release}"
+
+
+@pytest.mark.parametrize("name", [n for n in MACHINE_NAMES if has(n, "/proc/cmdline")])
+def test_cmdline_is_one_line(name):
     cmdline = read(name, "/proc/cmdline")
     assert cmdline.endswith("\n") and cmdline.count("\n") == 1
-    if cmdline.startswith("BOOT_IMAGE="):
-        assert cmdline.split()[0] == f"BOOT_IMAGE=/boot/vmlinuz-{release}"
 
 
 AMD_MACHINES = [n for n in MACHINE_NAMES
@@ -201,11 +225,12 @@ def test_ojai_box_states():
     assert read("ojai-applied", "/sys/class/dmi/id/bios_version").strip() == "1.01"
 
 
-@pytest.mark.parametrize("name", MACHINE_NAMES)
+@pytest.mark.parametrize("name", [n for n in MACHINE_NAMES if has(n, "/proc/meminfo") and (
+    has(n, "/sys/module/ttm/parameters/pages_limit") or has(n, "/sys/module/amdttm/parameters/pages_limit"))])
 def test_ttm_default_is_half_of_ram(name):
     """Where no limit is configured, the live limit is the kernel default: half of RAM pages."""
     mem_kb = int(re.search(r"^MemTotal:\s+(\d+) kB", read(name, "/proc/meminfo"), re.M)[1])
-    configured = ("pages_limit" in read(name, "/proc/cmdline")
+    configured = (has(name, "/proc/cmdline") and "pages_limit" in read(name, "/proc/cmdline")
                   or any("pages_limit" in p.read_text()
                          for p in (MACHINES / name).glob("etc/modprobe.d/*.conf")))
     module = "amdttm" if (MACHINES / name / "sys/module/amdttm").is_dir() else "ttm"

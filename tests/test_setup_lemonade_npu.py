@@ -118,7 +118,9 @@ def test_plan_shows_diffs_that_keep_the_user_entries(box, catalog):
     removed = [ln for ln in models_diff.splitlines() if ln.startswith("-") and not ln.startswith("---")]
     assert removed == []  # the user's entry stays line for line; the route is added
     assert f'+  "{ROUTE}": {{' in models_diff
-    assert f'+      "draft": "{REPO}:{DRAFT}"' in models_diff
+    assert f'+      "draft": "/var/lib/ojai/models/{REPO}/{DRAFT}"' in models_diff
+    assert '+    "source": "local_path",' in models_diff
+    assert "Lemonade loads ojai's files in /var/lib/ojai/models (local_path)" in s["sentence"]
     recipe_diff = next(d for d in plan["diffs"] if "recipe_options.json" in d)
     assert '"llamacpp_backend": "vulkan"' in recipe_diff and not any(
         line.startswith("-") and "vulkan" in line for line in recipe_diff.splitlines())
@@ -135,7 +137,11 @@ def test_apply_writes_the_entries_and_second_apply_changes_nothing(box, catalog)
     models = json.loads((box / CONFIG / "user_models.json").read_text())
     assert models["my-coder"] == json.loads(USER_MODELS)["my-coder"]
     assert list(models) == ["my-coder", ROUTE]
-    assert models[ROUTE]["checkpoints"] == {"main": f"{REPO}:{MAIN}", "draft": f"{REPO}:{DRAFT}"}
+    assert models[ROUTE]["checkpoints"] == {"main": f"/var/lib/ojai/models/{REPO}/{MAIN}",
+                                            "draft": f"/var/lib/ojai/models/{REPO}/{DRAFT}"}
+    assert models[ROUTE]["source"] == "local_path"
+    for path in models[ROUTE]["checkpoints"].values():  # the files Lemonade is told about exist
+        assert (box / path.lstrip("/")).is_file()
     assert models[ROUTE]["recipe"] == "llamacpp" and "mtp" in models[ROUTE]["labels"]
     assert models[ROUTE]["size"] > 0
     options = json.loads((box / CONFIG / "recipe_options.json").read_text())
@@ -149,6 +155,39 @@ def test_apply_writes_the_entries_and_second_apply_changes_nothing(box, catalog)
     assert "nothing to do" in second.stdout
     assert f"already serves user.{ROUTE}" in second.stdout
     assert {p: (box / CONFIG / p).read_bytes() for p in written} == written
+
+
+def test_one_copy_of_each_model(box, catalog, fake_hub):
+    """Before, the entry named hub checkpoints (org/repo:FILE): Lemonade then downloaded its own
+    copy of the pair on first load, next to ojai's. Now it names ojai's files; only when asked
+    (--lemonade-downloads) does Lemonade download, and then ojai does not."""
+    local = step(plan_json(box, catalog), "lemonade")
+    models = json.loads(next(a for a in local["actions"] if a["path"].endswith("user_models.json"))["after"])
+    assert all(c.startswith("/var/lib/ojai/models/") for c in models[ROUTE]["checkpoints"].values())
+
+    plan = plan_json(box, catalog, "--lemonade-downloads")
+    s = step(plan, "lemonade")
+    assert "Lemonade downloads the pair itself into its Hugging Face cache" in s["sentence"]
+    models = json.loads(next(a for a in s["actions"] if a["path"].endswith("user_models.json"))["after"])
+    assert models[ROUTE]["checkpoints"] == {"main": f"{REPO}:{MAIN}", "draft": f"{REPO}:{DRAFT}"}
+    assert "source" not in models[ROUTE]
+    m = step(plan, "model")
+    assert m["status"] == "satisfied" and m["actions"] == []
+    assert "--lemonade-downloads" in m["sentence"] and "Lemonade downloads" in m["sentence"]
+
+
+def test_models_under_home_are_refused_for_the_system_service(box, catalog):
+    s = step(plan_json(box, catalog, "--models-dir", "/home/ada/models"), "lemonade")
+    assert s["status"] == "blocked"
+    assert "ProtectHome=yes" in s["sentence"] and "/home/ada/models" in s["sentence"]
+
+
+def test_models_the_service_user_cannot_read_are_refused(box, catalog):
+    assert setup(box, catalog, "--apply", "--yes").exit_code == 0
+    draft = box / "var/lib/ojai/models" / REPO / DRAFT
+    draft.chmod(0o600)
+    s = step(plan_json(box, catalog), "lemonade")
+    assert s["status"] == "blocked" and "chmod o+r" in s["sentence"]
 
 
 def test_apply_creates_the_files_when_lemonade_has_none_yet(machine, catalog):
@@ -274,9 +313,10 @@ def test_systemd_with_ready_npu_and_lemonade_keeps_every_handler(box, catalog):
     assert (box / "etc/systemd/system/ojai-flm-gemma4-it-e4b.service").is_file()
 
 
-def test_units_run_as_the_machines_invoking_user_not_this_hosts(box, catalog, monkeypatch,
+def test_units_run_as_the_service_user_and_catalog_is_the_machines(box, catalog, monkeypatch,
                                                                 tmp_path):
-    """Under --root, SUDO_USER and the user catalog come from the machine, not this host."""
+    """Units run as the service user whoever invoked ojai; under --root the user catalog comes
+    from the machine, not this host."""
     monkeypatch.setenv("SUDO_USER", "intruder")
     home = tmp_path / "host-home"
     (home / ".config/ojai").mkdir(parents=True)
@@ -286,12 +326,26 @@ def test_units_run_as_the_machines_invoking_user_not_this_hosts(box, catalog, mo
     units = [a for s in plan["steps"] for a in s["actions"]
              if a["kind"] == "write_file" and a["path"].endswith(".service")]
     assert units, "no unit planned"
-    environ = (box / ".ojai/environ").read_text() if (box / ".ojai/environ").exists() else ""
-    machine_user = next((line.split("=", 1)[1] for line in environ.splitlines()
-                         if line.startswith("SUDO_USER=")), "root")
-    for unit in units:
+    for unit in units:  # the services run as ojai's own system user, never an invoking one
         assert "intruder" not in unit["after"]
-        assert f"User={machine_user}" in unit["after"]
+        assert "User=ojai\n" in unit["after"]
     # the host's own catalog is not the machine's
     other = ojai("setup", "--root", box, "--llamacpp", "none", "--model", "host-only", "--json")
     assert "no route named 'host-only'" in other.stdout
+
+
+def test_a_folder_set_by_hand_is_repaired_and_doctor_says_so(box, catalog):
+    """Lemonade's docs say "a directory" for llamacpp.*_bin; its code runs the value."""
+    (box / CONFIG / "config.json").write_text(
+        '{\n  "llamacpp": {\n    "rocm_bin": "/opt/ojai/llama.cpp/current"\n  }\n}\n')
+    doctor = json.loads(ojai("doctor", "--root", box, "--json").stdout)
+    finding = next(f for f in doctor["findings"] if f["id"] == "lemonade.bins")
+    assert finding["severity"] == "fail" and "is a folder" in finding["evidence"]
+    s = step(plan_json(box, catalog), "lemonade")
+    assert "named a folder" in s["sentence"]
+    config = json.loads(next(a for a in s["actions"] if a["path"].endswith("config.json"))["after"])
+    assert config["llamacpp"]["rocm_bin"] == "/opt/ojai/llama.cpp/current/llama-server"
+    assert setup(box, catalog, "--apply", "--yes").exit_code == 0
+    doctor = json.loads(ojai("doctor", "--root", box, "--json").stdout)
+    finding = next(f for f in doctor["findings"] if f["id"] == "lemonade.bins")
+    assert finding["severity"] == "pass", finding

@@ -17,6 +17,8 @@ from pathlib import Path, PurePosixPath
 from ojai_setup.apply.download import download, part_path
 from ojai_setup.apply.executor import ActionOutcome, fault_point
 from ojai_setup.apply.links import swap_in, switch_link
+from ojai_setup.core.atomic import ensure_dir
+from ojai_setup.core.paths import ARCHIVE_EXPANSION, ARCHIVE_MAX_BYTES, DIR_MODE, FILE_MODE
 from ojai_setup.core.progress import Progress
 from ojai_setup.core.root import Root
 from ojai_setup.domain.nightly import (
@@ -61,16 +63,18 @@ def execute_install_archive(root: Root, action: InstallArchive,
                                        f"{action.link} now points to it")
         return ActionOutcome(False, f"{action.dest} is already installed and verified")
 
-    parent.mkdir(parents=True, exist_ok=True)
+    ensure_dir(parent, DIR_MODE)
     _remove(part_path(archive), archive, staging, retired)  # leftovers of a killed run
     name = _archive_name(action.url)
     try:
         download(action.url, archive, sha256=action.sha256, size=action.size,
                  progress=progress, description=f"download {name}")
+        limit = unpack_limit(action.size)
         with zipfile.ZipFile(archive) as zf:
-            entries = check_archive(zf)
+            entries = check_archive(zf, limit=limit)
             staging.mkdir()
-            _unpack(zf, entries, staging, progress)
+            staging.chmod(DIR_MODE)
+            _unpack(zf, entries, staging, progress, limit=limit)
         archive.unlink()
         _finish_tree(staging)
         _write_record(staging, action)
@@ -87,8 +91,24 @@ def execute_install_archive(root: Root, action: InstallArchive,
                                + (f"; {action.link} points to it" if action.link else ""))
 
 
-def check_archive(zf: zipfile.ZipFile) -> list[zipfile.ZipInfo]:
-    """Every entry of ``zf``, after checking that none can write outside the unpack folder.
+def unpack_limit(size: int | None) -> int:
+    """How many bytes unpacking a zip of ``size`` bytes may write: :data:`ARCHIVE_EXPANSION`
+    times its size (as the release API states it), never more than :data:`ARCHIVE_MAX_BYTES`."""
+    if size is None or size <= 0:
+        return ARCHIVE_MAX_BYTES
+    return min(size * ARCHIVE_EXPANSION, ARCHIVE_MAX_BYTES)
+
+
+def _too_big(total: int, limit: int) -> NightlyError:
+    return NightlyError(
+        f"the archive unpacks to more than {limit} bytes ({total} bytes so far), more than "
+        f"{ARCHIVE_EXPANSION} times its size or {ARCHIVE_MAX_BYTES >> 30} GiB; refusing to unpack it")
+
+
+def check_archive(zf: zipfile.ZipFile, *, limit: int = ARCHIVE_MAX_BYTES) -> list[zipfile.ZipInfo]:
+    """Every entry of ``zf``, after checking that none can write outside the unpack folder
+    and that together they unpack to at most ``limit`` bytes (by the sizes the zip declares;
+    :func:`_unpack` counts the bytes it really writes as well).
 
     Refused: absolute names, ``..`` components, backslashes, device/FIFO/socket entries, and
     symlinks whose target is absolute or climbs with ``..`` (a link only ever points down into
@@ -120,6 +140,9 @@ def check_archive(zf: zipfile.ZipFile) -> list[zipfile.ZipInfo]:
         if key in seen:
             raise NightlyError(f"{where} appears twice; refusing to unpack")
         seen.add(key)
+    total = sum(info.file_size for info in entries)
+    if total > limit:
+        raise _too_big(total, limit)
     if SERVER_NAME not in seen:
         raise NightlyError(f"the archive has no {SERVER_NAME} at its top level; refusing to install it")
     return entries
@@ -143,17 +166,33 @@ def _entry_kind(info: zipfile.ZipInfo) -> str:
             stat.S_IFIFO: "FIFO", stat.S_IFSOCK: "socket"}.get(fmt, f"special file (mode {mode:o})")
 
 
+def _copy_capped(src, dst, declared: int, written: int, limit: int) -> int:
+    """Copy an entry; stop before a write would pass its declared size or ``limit`` in total.
+    Returns the running total."""
+    copied = 0
+    while chunk := src.read(1 << 20):
+        copied += len(chunk)
+        if copied > declared:
+            raise NightlyError("an archive entry holds more than its declared size; refusing to unpack")
+        if written + len(chunk) > limit:
+            raise _too_big(written + len(chunk), limit)
+        dst.write(chunk)
+        written += len(chunk)
+    return written
+
+
 def _unpack(zf: zipfile.ZipFile, entries: list[zipfile.ZipInfo], staging: Path,
-            progress: Progress) -> None:
+            progress: Progress, *, limit: int = ARCHIVE_MAX_BYTES) -> None:
+    written = 0
     bar = progress.task("unpack llama.cpp", sum(i.file_size for i in entries))
     try:
         for info in entries:
             out = staging.joinpath(*PurePosixPath(info.filename).parts)
             kind = _entry_kind(info)
             if kind == "dir":
-                out.mkdir(parents=True, exist_ok=True)
+                ensure_dir(out, DIR_MODE)
                 continue
-            out.parent.mkdir(parents=True, exist_ok=True)
+            ensure_dir(out.parent, DIR_MODE)
             if not out.parent.resolve().is_relative_to(staging.resolve()):
                 raise NightlyError(f"archive entry {info.filename!r} leads outside the unpack folder")
             if kind == "symlink":
@@ -162,7 +201,7 @@ def _unpack(zf: zipfile.ZipFile, entries: list[zipfile.ZipInfo], staging: Path,
                 mode = _unix_mode(info) & KEEP_MODE or 0o644
                 fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
                 with os.fdopen(fd, "wb") as dst, zf.open(info) as src:
-                    shutil.copyfileobj(src, dst, 1 << 20)
+                    written = _copy_capped(src, dst, info.file_size, written, limit)
                 os.chmod(out, mode)  # the umask may have dropped bits the archive gave
             bar.advance(info.file_size)
     finally:
@@ -189,7 +228,9 @@ def _write_record(staging: Path, action: InstallArchive) -> None:
         tag=match["tag"] if match else None, family=match["family"] if match else None,
         asset=name, url=action.url, sha256=action.sha256.lower(),
         files_digest=files_digest(staging))
-    (staging / RECORD_NAME).write_text(record.model_dump_json(indent=2) + "\n", encoding="utf-8")
+    path = staging / RECORD_NAME
+    path.write_text(record.model_dump_json(indent=2) + "\n", encoding="utf-8")
+    path.chmod(FILE_MODE)
 
 
 def _move_into_place(staging: Path, dest: Path, retired: Path) -> None:

@@ -8,10 +8,12 @@ from __future__ import annotations
 import json
 import os
 import re
+import resource
 import shutil
 import subprocess
 import tarfile
 import tempfile
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,7 +23,9 @@ from typing import Literal
 
 from ojai_setup.apply.executor import ActionOutcome, fault_point
 from ojai_setup.apply.links import check_link_slot, swap_in, switch_link
+from ojai_setup.core.atomic import ensure_dir
 from ojai_setup.core.digest import sha256_file
+from ojai_setup.core.paths import DIR_MODE, EXEC_MODE, FILE_MODE
 from ojai_setup.core.progress import Progress
 from ojai_setup.core.root import Root
 from ojai_setup.domain.build import (
@@ -49,17 +53,6 @@ def parse_build_progress(line: str) -> int | None:
     """The percentage of a CMake build line ``[ 42%] Building ...``."""
     m = _PERCENT.match(line)
     return min(int(m.group(1)), 100) if m else None
-
-
-def hip_environment(root: Root) -> dict[str, str]:
-    """``HIPCXX`` and ``HIP_PATH`` as docs/build.md sets them, read from ``hipconfig``."""
-    llvm = root.run(["hipconfig", "-l"])
-    rocm = root.run(["hipconfig", "-R"])
-    for result in (llvm, rocm):
-        if not result.ok or not result.stdout.strip():
-            raise BuildError(f"`{' '.join(result.argv)}` failed (exit {result.exit_code}): "
-                             "install ROCm's HIP SDK (hipconfig) for a HIP build")
-    return {"HIPCXX": f"{llvm.stdout.strip()}/clang", "HIP_PATH": rocm.stdout.strip()}
 
 
 def find_source_root(top: Path, max_depth: int = 3) -> Path:
@@ -99,6 +92,24 @@ def extract_tarball(archive: Path, target: Path) -> None:
         raise BuildError(f"{archive.name}: not a readable tarball: {exc}") from exc
 
 
+def _cpu_since(before: resource.struct_rusage) -> float:
+    """Processor seconds (user + system) of the child processes reaped since ``before``."""
+    now = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (now.ru_utime - before.ru_utime) + (now.ru_stime - before.ru_stime)
+
+
+def tree_bytes(path: Path) -> int:
+    """The bytes of the files under ``path`` (symlinks count as themselves)."""
+    total = 0
+    for dirpath, _dirs, names in os.walk(path):
+        for name in names:
+            try:
+                total += os.lstat(os.path.join(dirpath, name)).st_size
+            except OSError:
+                pass
+    return total
+
+
 
 # -- running ---------------------------------------------------------------------------------
 class _Log:
@@ -107,7 +118,9 @@ class _Log:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.tail: deque[str] = deque(maxlen=LOG_TAIL_LINES)
-        self._file = path.open("w", encoding="utf-8")
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
+        os.fchmod(fd, FILE_MODE)
+        self._file = os.fdopen(fd, "w", encoding="utf-8")
 
     def write(self, line: str) -> None:
         self._file.write(line if line.endswith("\n") else line + "\n")
@@ -208,13 +221,16 @@ def _stage(build_bin: Path, stage: Path) -> list[str]:
     if not server.is_file():
         raise BuildError(f"the build finished but {server} is missing")
     stage.mkdir()
+    stage.chmod(DIR_MODE)
     names = [SERVER]
     shutil.copy2(server, stage / SERVER)
+    (stage / SERVER).chmod(EXEC_MODE)  # the build's own mode followed its umask
     for lib in sorted(build_bin.glob("lib*.so*")):
         if lib.is_symlink():
             (stage / lib.name).symlink_to(os.readlink(lib))
         elif lib.is_file():
             shutil.copy2(lib, stage / lib.name)
+            (stage / lib.name).chmod(EXEC_MODE)
         names.append(lib.name)
     return names
 
@@ -249,7 +265,17 @@ def execute_build_from_source(root: Root, action: BuildFromSource,
         relinked = link is not None and switch_link(link, dest, BuildError)
         return ActionOutcome(changed=relinked, message=f"{action.dest} already holds this build"
                              + (f"; {action.link} now points at it" if relinked else ""))
-    dest.parent.mkdir(parents=True, exist_ok=True)
+    toolchain = None
+    if action.backend == "hip":
+        if not action.gpu_target:
+            raise BuildError("a HIP build needs a GPU target such as gfx1150")
+        from ojai_setup.apply.toolchain import check_hip_toolchain
+
+        # before anything is written: a missing or too old toolchain names what to install
+        toolchain = check_hip_toolchain(root, action.gpu_target)
+    started = time.monotonic()
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    ensure_dir(dest.parent, DIR_MODE)
     work = Path(tempfile.mkdtemp(prefix=f".{dest.name}.build-", dir=dest.parent))
     log = _Log(dest.parent / f"{dest.name}.build.log")
     try:
@@ -260,8 +286,8 @@ def execute_build_from_source(root: Root, action: BuildFromSource,
                                     build_number=build_number_from_ref(action.ref),
                                     extra=action.cmake_args)
         env = dict(action.env)
-        if action.backend == "hip":
-            env = {**hip_environment(root), **env}
+        if toolchain is not None:
+            env = {**toolchain.env(), **env}
         if src.kind != "git":
             # an unpacked tarball is no git checkout: keep cmake's git probe from finding an
             # enclosing repository and stamping its commit into the build
@@ -284,6 +310,7 @@ def execute_build_from_source(root: Root, action: BuildFromSource,
                 what="building llama-server", env=env, on_line=on_line)
         compile_task.done()
 
+        build_bytes = tree_bytes(work)
         stage = work / "stage"
         files = _stage(build / "bin", stage)
         _check_libraries(stage, build, log)
@@ -300,10 +327,13 @@ def execute_build_from_source(root: Root, action: BuildFromSource,
             extra_cmake_args=action.cmake_args, version=version.raw,
             build_number=version.build, files=tuple(files),
             built_at=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            build_seconds=round(time.monotonic() - started, 1),
+            cpu_seconds=round(_cpu_since(children), 1), build_bytes=build_bytes, cores=jobs,
         )
         (stage / INSTALL_RECORD).write_text(
             json.dumps(record.model_dump(mode="json"), indent=2, sort_keys=True) + "\n",
             encoding="utf-8")
+        (stage / INSTALL_RECORD).chmod(FILE_MODE)
         fault_point("rename")
         swap_in(stage, dest, work / "previous")
         if link is not None:

@@ -18,8 +18,9 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
+from ojai_setup.core.atomic import ensure_dir
 from ojai_setup.core.errors import ApplyError
-from ojai_setup.core.paths import USER_AGENT
+from ojai_setup.core.paths import DIR_MODE, PRIVATE_FILE_MODE, USER_AGENT
 from ojai_setup.core.progress import Progress
 
 CHUNK = 1 << 20
@@ -61,7 +62,7 @@ def download(
         raise DownloadError(f"refusing to download {url!r}: only http and https URLs are fetched")
 
     part = part_path(target)
-    target.parent.mkdir(parents=True, exist_ok=True)
+    ensure_dir(target.parent, DIR_MODE)
     request = urllib.request.Request(url, headers={"User-Agent": USER_AGENT, **(headers or {})})
     try:
         got_hash, got_size = _stream(request, part, size, progress, description or target.name,
@@ -92,7 +93,9 @@ def _stream(request: urllib.request.Request, part: Path, size: int | None,
             announced = int(length_header) if length_header and length_header.isdigit() else None
             bar = progress.task(description, size if size is not None else announced)
             try:
-                with open(part, "wb") as out:
+                fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, PRIVATE_FILE_MODE)
+                os.fchmod(fd, PRIVATE_FILE_MODE)  # a leftover .part keeps its old mode otherwise
+                with os.fdopen(fd, "wb") as out:
                     while chunk := response.read(CHUNK):
                         digest.update(chunk)
                         out.write(chunk)

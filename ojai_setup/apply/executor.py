@@ -27,7 +27,6 @@ and re-reads every target to verify it.
 
 from __future__ import annotations
 
-import contextvars
 import importlib
 import json
 import os
@@ -41,21 +40,33 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, Callable, TypeVar
 
-from ojai_setup.apply.journal import Journal
+from ojai_setup.apply import faults
+from ojai_setup.apply.journal import Interrupted, Journal, recover
+from ojai_setup.apply.lock import MachineLock
+from ojai_setup.core.atomic import ensure_dir
 from ojai_setup.core.errors import ApplyError
+from ojai_setup.core.paths import DIR_MODE, FILE_MODE
 from ojai_setup.core.progress import Progress
 from ojai_setup.core.root import Root
-from ojai_setup.facts.state import JournalError, read_state
+from ojai_setup.facts.state import JournalError, read_state, state_dir
 from ojai_setup.model.actions import (
     BuildFromSource,
+    CreateSystemUser,
     HubDownload,
     InstallArchive,
     RunCommand,
     Symlink,
     WriteFile,
+    WriteSecret,
 )
-from ojai_setup.model.state import ActionRecord, HandlerRecord
-from ojai_setup.planning.plan import Plan, describe_digest, path_digest, text_digest
+from ojai_setup.model.state import ActionRecord, HandlerRecord, PlannedRecord
+from ojai_setup.planning.plan import (
+    Plan,
+    PlannedAction,
+    describe_digest,
+    path_digest,
+    text_digest,
+)
 
 #: how long a command action or handler may run (update-grub, update-initramfs), seconds
 COMMAND_TIMEOUT = 900.0
@@ -82,6 +93,8 @@ LAZY_EXECUTORS: dict[str, tuple[str, str]] = {
     "install_archive": ("ojai_setup.apply.archive", "execute_install_archive"),
     "build_from_source": ("ojai_setup.apply.build", "execute_build_from_source"),
     "hub_download": ("ojai_setup.apply.hub", "execute_hub_download"),
+    "create_system_user": ("ojai_setup.apply.accounts", "execute_create_system_user"),
+    "write_secret": ("ojai_setup.apply.secrets", "execute_write_secret"),
 }
 
 #: validator name -> (module, function) imported on first use
@@ -137,16 +150,9 @@ class VerifyError(ApplyError):
         self.path = path
 
 
-# -- fault injection -------------------------------------------------------------------------
-_FAULT_HOOK: contextvars.ContextVar[Callable[[str], None] | None] = contextvars.ContextVar(
-    "ojai_fault_hook", default=None)
-
-
-def fault_point(stage: str) -> None:
-    """Give an injected fault (``apply(..., fault_hook=)``) the chance to fire at ``stage``."""
-    hook = _FAULT_HOOK.get()
-    if hook is not None:
-        hook(stage)
+# -- fault injection (see ojai_setup.apply.faults) -------------------------------------------
+_FAULT_HOOK = faults._FAULT_HOOK
+fault_point = faults.fault_point
 
 
 # -- lookups ---------------------------------------------------------------------------------
@@ -193,6 +199,20 @@ def _outcome(result: ActionOutcome | bool | None, before: list[str | None],
     return ActionOutcome(before != after or not before)
 
 
+def _run_validator(fn: Validator, tmp: Path, action: WriteFile, root: Root) -> None:
+    """Call a validator; one that takes a ``root`` parameter also gets the machine."""
+    import inspect
+
+    try:
+        takes_root = "root" in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        takes_root = False
+    if takes_root:
+        fn(tmp, action, root=root)
+    else:
+        fn(tmp, action)
+
+
 # -- built-in executors ----------------------------------------------------------------------
 def _fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
@@ -217,7 +237,7 @@ def execute_write_file(root: Root, action: WriteFile, progress: Progress) -> Act
     _expect(action.path, current, _write_before(action), text_digest(action.after))
     try:
         original = os.stat(real) if current is not None else None
-        real.parent.mkdir(parents=True, exist_ok=True)
+        ensure_dir(real.parent, DIR_MODE)
         fd, tmp_name = tempfile.mkstemp(dir=real.parent, prefix=f".{real.name}.",
                                         suffix=".ojai-tmp")
     except OSError as exc:
@@ -233,13 +253,13 @@ def execute_write_file(root: Root, action: WriteFile, progress: Progress) -> Act
         elif original is not None:
             os.chmod(tmp, stat.S_IMODE(original.st_mode))
         else:
-            os.chmod(tmp, 0o644)
+            os.chmod(tmp, FILE_MODE)
         if original is not None and (original.st_uid, original.st_gid) != (
                 os.stat(tmp).st_uid, os.stat(tmp).st_gid):
             os.chown(tmp, original.st_uid, original.st_gid)
         if action.validate_with is not None:
             try:
-                validator_for(action.validate_with)(tmp, action)
+                _run_validator(validator_for(action.validate_with), tmp, action, root)
             except Exception as exc:
                 raise ValidationError(f"the new {action.path} failed the "
                                       f"{action.validate_with!r} check, so it was left "
@@ -262,7 +282,7 @@ def execute_symlink(root: Root, action: Symlink, progress: Progress) -> ActionOu
     if current == wanted:
         return ActionOutcome(False, f"{action.path} already points to {action.target}")
     _expect(action.path, current, _link_before(action), wanted)
-    real.parent.mkdir(parents=True, exist_ok=True)
+    ensure_dir(real.parent, DIR_MODE)
     tmp = real.parent / f".{real.name}.ojai-{secrets.token_hex(4)}"
     os.symlink(action.target, tmp)
     try:
@@ -359,6 +379,17 @@ def verify_action(root: Root, action: Any) -> str | None:
             return f"{action.dest} is not a folder after installing"
         if action.link and not _links_to(root, action.link, action.dest):
             return f"{action.link} does not point to {action.dest} after installing"
+    elif isinstance(action, WriteSecret):
+        real = root.resolve(action.path)
+        if path_digest(root, action.path) != action.sha256:
+            return f"{action.path} does not hold the planned key after applying"
+        if stat.S_IMODE(os.lstat(real).st_mode) != 0o600:
+            return f"{action.path} is not mode 600 after applying"
+    elif isinstance(action, CreateSystemUser):
+        from ojai_setup.apply.accounts import user_exists
+
+        if not user_exists(root, action.name):
+            return f"the system user {action.name} is missing after applying"
     elif isinstance(action, HubDownload):
         real = root.resolve(action.dest)
         if not real.is_file():
@@ -387,6 +418,8 @@ class ApplyResult:
     handlers: list[str] = field(default_factory=list)  # names of the handlers that ran
     reboot: list[str] = field(default_factory=list)  # reasons, from actions that changed
     journal: Path | None = None
+    #: what an interrupted earlier apply left, settled before this one started
+    recovered: str | None = None
 
     @property
     def changed(self) -> bool:
@@ -461,10 +494,10 @@ def apply(plan: Plan, root: Root, progress: Progress, *,
         raise ApplyError(f"the plan has blocked steps, so nothing was applied: {reasons}")
     planned = plan.actions()
     try:
-        pending_before = read_state(root, euid=euid).pending_handlers
+        state = read_state(root, euid=euid)
     except JournalError as exc:
         raise ApplyError(f"{exc}; nothing was changed") from None
-    if not planned and not pending_before:
+    if not planned and not state.pending_handlers and state.running is None:
         return ApplyResult(apply_id=None)
     check_privileges(plan, root, euid=euid, plan_path=plan_path)
     executors = {p.action.kind: executor_for(p.action.kind) for p in planned}
@@ -473,30 +506,74 @@ def apply(plan: Plan, root: Root, progress: Progress, *,
         name = getattr(p.action, "validate_with", None)
         if name is not None:
             validator_for(name)
-    for p in planned:
-        _precheck(root, p.action)
 
+    lock = MachineLock(state_dir(root, euid=euid), "ojai setup --apply")
+    lock.acquire()
+    try:
+        try:
+            recovered = recover(root, euid=euid)
+        except (JournalError, OSError) as exc:
+            raise ApplyError(f"cannot settle the interrupted apply: {exc}; nothing was "
+                             f"changed") from None
+        for p in planned:
+            _precheck(root, p.action)
+        return _apply_locked(plan, root, progress, planned, executors, run_handler,
+                             fault_hook=fault_hook, euid=euid, recovered=recovered)
+    finally:
+        lock.release()
+
+
+def _planned_record(plan: Plan, planned: PlannedAction) -> PlannedRecord:
+    a = planned.action
+    return PlannedRecord(
+        step=planned.step, kind=a.kind, description=a.describe(), targets=a.targets(),
+        notify=[HandlerRecord(name=n, argv=plan.handlers[n].argv, env=dict(plan.handlers[n].env))
+                for n in a.notify])
+
+
+def _apply_locked(plan: Plan, root: Root, progress: Progress, planned: list[PlannedAction],
+                  executors: dict[str, ExecutorFn], run_handler: ExecutorFn, *,
+                  fault_hook: Callable[[str], None] | None, euid: int | None,
+                  recovered: Interrupted | None) -> ApplyResult:
     try:
         journal = Journal(root, "apply", euid=euid, plan_fingerprint=plan.fingerprint.digest)
     except JournalError as exc:
         raise ApplyError(f"{exc}; nothing was changed") from None
-    result = ApplyResult(apply_id=journal.id,
-                         journal=journal.dir / "journal" / f"{journal.id}.json")
+    result = ApplyResult(apply_id=journal.id, journal=journal.path,
+                         recovered=recovered.message if recovered else None)
     pending: dict[str, HandlerRecord] = {h.name: h for h in journal.state.pending_handlers}
-    token = _FAULT_HOOK.set(fault_hook)
+    token = _FAULT_HOOK.set(fault_hook) if fault_hook is not None else None
     error: str | None = None
     overall = progress.task("apply plan", total=len(planned))
     try:
+        # on disk before the first change: every action, every backup, what is owed
+        journal.entry.owed = list(pending.values())
+        journal.open([_planned_record(plan, p) for p in planned])
+        fault_point("journal-opened")
+        for p in planned:
+            # downloads and installs are kept by rollback unless asked: no backup of them
+            download = p.action.dest if isinstance(
+                p.action, (InstallArchive, BuildFromSource, HubDownload)) else None
+            for target in p.action.targets():
+                journal.stage(target, download=target == download)
+        journal.flush()
+        fault_point("backups-written")
+        index = 0
         for step in plan.steps:
             for action in step.actions:
+                record = journal.entry.planned[index]
+                record.status = "running"
+                journal.flush()
+                fault_point("action-start")
                 targets = action.targets()
-                download = getattr(action, "dest", None) if isinstance(
-                    action, (InstallArchive, BuildFromSource, HubDownload)) else None
-                for target in targets:
-                    journal.stage(target, download=target == download)
                 before = [path_digest(root, t) for t in targets]
-                outcome = _outcome(executors[action.kind](root, action, progress), before,
-                                   [path_digest(root, t) for t in targets])
+                try:
+                    outcome = _outcome(executors[action.kind](root, action, progress), before,
+                                       [path_digest(root, t) for t in targets])
+                except BaseException:
+                    record.status = "failed"
+                    raise
+                record.status, record.changed = "done", outcome.changed
                 journal.action(ActionRecord(step=step.step, kind=action.kind,
                                             description=action.describe(),
                                             changed=outcome.changed, message=outcome.message))
@@ -509,7 +586,11 @@ def apply(plan: Plan, root: Root, progress: Progress, *,
                             name=name, argv=command.argv, env=dict(command.env)))
                     if action.needs_reboot:
                         result.reboot.append(action.needs_reboot)
+                journal.entry.owed = list(pending.values())
+                journal.flush()
+                fault_point("action-done")
                 overall.advance(1)
+                index += 1
             if any(r.changed for r in result.actions if r.step == step.step):
                 result.reboot.extend(step.reboot)
                 for key, value in step.records.items():
@@ -520,10 +601,14 @@ def apply(plan: Plan, root: Root, progress: Progress, *,
         overall.done()
         for name in list(pending):
             record = pending[name]
+            fault_point("handler-start")
             run_handler(root, RunCommand(argv=record.argv, env=record.env), progress)
             journal.handler(record.model_copy(update={"exit_code": 0}))
             result.handlers.append(name)
             del pending[name]
+            journal.entry.owed = list(pending.values())
+            journal.flush()
+            fault_point("handler-done")
         result.reboot = list(dict.fromkeys(result.reboot))
         for reason in result.reboot:
             journal.reboot(reason)
@@ -536,7 +621,8 @@ def apply(plan: Plan, root: Root, progress: Progress, *,
         raise
     finally:
         overall.done()
-        _FAULT_HOOK.reset(token)
+        if token is not None:
+            _FAULT_HOOK.reset(token)
         journal.close("failed" if error else "complete", error,
                       pending_handlers=list(pending.values()))
     return result

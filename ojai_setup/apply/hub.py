@@ -31,7 +31,9 @@ from huggingface_hub.hf_api import RepoFile
 from huggingface_hub.utils import HfHubHTTPError, build_hf_headers
 
 from ojai_setup.apply.executor import fault_point
+from ojai_setup.core.atomic import ensure_dir
 from ojai_setup.core.errors import ApplyError
+from ojai_setup.core.paths import DIR_MODE, FILE_MODE, PRIVATE_FILE_MODE
 from ojai_setup.core.progress import Progress, TaskHandle
 from ojai_setup.core.root import Root
 from ojai_setup.domain.models import _digest_record, verified_digest
@@ -87,6 +89,7 @@ def _record_digest(path: Path, digest: str) -> None:
     tmp = record.with_name(record.name + ".tmp")
     tmp.write_text(json.dumps({"sha256": digest, "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}),
                    encoding="utf-8")
+    tmp.chmod(FILE_MODE)
     os.replace(tmp, record)
 
 
@@ -179,7 +182,7 @@ def execute_hub_download(root: Root, action: HubDownload, progress: Progress, *,
         raise HubError(f"{where}: the hub serves {hub_size} bytes, the plan expected {expected_size}; "
                        "the file changed upstream or the catalog's size is wrong")
 
-    dest.parent.mkdir(parents=True, exist_ok=True)
+    ensure_dir(dest.parent, DIR_MODE)
     part = dest.with_name(f".{dest.name}.{expected_sha[:16]}.partial")
     for stale in dest.parent.glob(f".{dest.name}.*.partial"):
         if stale != part:
@@ -201,7 +204,10 @@ def execute_hub_download(root: Root, action: HubDownload, progress: Progress, *,
     task = progress.task(f"download {action.filename}", total=expected_size)
     task.update(completed=resume)
     try:
-        with part.open("r+b" if resume else "wb") as f:
+        if not resume:
+            part.touch(PRIVATE_FILE_MODE)
+            part.chmod(PRIVATE_FILE_MODE)
+        with part.open("r+b") as f:
             f.seek(resume)
             http_get(meta.location, f, resume_size=resume, headers=headers, expected_size=expected_size,
                      displayed_filename=action.filename, tqdm_class=_bar_class(task))
@@ -221,7 +227,7 @@ def execute_hub_download(root: Root, action: HubDownload, progress: Progress, *,
         part.unlink()
         raise HubError(f"{where}: sha256 mismatch: expected {expected_sha}, the download has {digest}; "
                        "the download was deleted")
-    part.chmod(0o644)
+    part.chmod(FILE_MODE)
     fault_point("before-rename")
     os.replace(part, dest)
     _record_digest(dest, digest)

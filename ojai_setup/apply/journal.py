@@ -29,10 +29,17 @@ from typing import Any, Literal
 
 from pydantic import ValidationError
 
-from ojai_setup.core.atomic import write_text
+from ojai_setup.apply.faults import fault_point
+from ojai_setup.core.atomic import ensure_dir, write_text
 from ojai_setup.core.digest import sha256_file
 from ojai_setup.core.errors import StateError
-from ojai_setup.core.paths import STATE_DIR
+from ojai_setup.core.paths import (
+    DIR_MODE,
+    FILE_MODE,
+    PRIVATE_DIR_MODE,
+    PRIVATE_FILE_MODE,
+    STATE_DIR,
+)
 from ojai_setup.core.progress import Progress
 from ojai_setup.core.root import Root
 from ojai_setup.facts.state import JournalError, _load_state, read_boot_id, state_dir
@@ -41,6 +48,7 @@ from ojai_setup.model.state import (
     FileRecord,
     HandlerRecord,
     JournalEntry,
+    PlannedRecord,
     State,
 )
 from ojai_setup.planning.plan import describe_digest, ojai_version, path_digest
@@ -53,13 +61,22 @@ def new_apply_id() -> str:
 
 
 # -- state file ------------------------------------------------------------------------------
-def _write_json(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_text(path, text, mode=0o644)
+def _write_json(path: Path, text: str, mode: int) -> None:
+    write_text(path, text, mode=mode)
+
+
+def _private_dir(path: Path) -> Path:
+    """``path`` (journal, backups), created or brought to owner-only access."""
+    ensure_dir(path, PRIVATE_DIR_MODE)
+    if stat.S_IMODE(path.stat().st_mode) != PRIVATE_DIR_MODE:
+        path.chmod(PRIVATE_DIR_MODE)  # made by an older ojai, or by hand
+    return path
 
 
 def _save_state(directory: Path, state: State) -> None:
-    _write_json(directory / "state.json", state.model_dump_json(indent=2) + "\n")
+    # state.json stays readable by everyone: an unprivileged `ojai doctor` reads its records
+    ensure_dir(directory, DIR_MODE)
+    _write_json(directory / "state.json", state.model_dump_json(indent=2) + "\n", FILE_MODE)
 
 
 def record_state(root: Root, key: str, value: Any, *, euid: int | None = None) -> None:
@@ -85,13 +102,32 @@ def load_entry(root: Root, apply_id: str, *, euid: int | None = None) -> Journal
 
 
 # -- writing a journal -----------------------------------------------------------------------
+def _copy_synced(src: Path, dest: Path) -> None:
+    """Copy ``src`` to ``dest`` through a temp file, fsynced, then renamed into place."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".tmp")
+    try:
+        os.fchmod(fd, 0o600)
+        with os.fdopen(fd, "wb") as out, open(src, "rb") as inp:
+            shutil.copyfileobj(inp, out)
+            out.flush()
+            os.fsync(out.fileno())
+        os.chmod(tmp, 0o600)
+        os.replace(tmp, dest)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
 class Journal:
     """The journal of one apply or rollback while it runs.
 
-    Call :meth:`stage` for every path before anything touches it (it remembers what was there
-    and copies a regular file into the backups), :meth:`close` at the end: paths that ended up
-    unchanged are dropped along with their backups, the entry is written, and ``state.json``
-    is updated.
+    :meth:`open` writes the entry (every planned action, status ``running``) and marks it
+    running in ``state.json`` before anything changes; :meth:`stage` backs up a path before a
+    change and records it in the entry; :meth:`flush` writes the entry again (fsynced) as each
+    action completes; :meth:`close` drops paths that ended up unchanged, along with their
+    backups, and updates ``state.json``. A process killed on the way leaves an entry that
+    :func:`recover` finishes.
     """
 
     def __init__(self, root: Root, kind: Literal["apply", "rollback"], *,
@@ -107,7 +143,8 @@ class Journal:
             rolls_back=rolls_back)
         self._staged: dict[str, FileRecord] = {}
         try:
-            (self.dir / "journal").mkdir(parents=True, exist_ok=True)
+            ensure_dir(self.dir, DIR_MODE)
+            _private_dir(self.dir / "journal")
         except OSError as exc:
             raise JournalError(f"cannot create ojai's journal in {self.dir}: {exc.strerror}") from None
 
@@ -116,13 +153,34 @@ class Journal:
         return self.entry.apply_id
 
     @property
+    def path(self) -> Path:
+        return self.dir / "journal" / f"{self.id}.json"
+
+    @property
     def state(self) -> State:
         """``state.json`` as it was when this journal was opened."""
         return self._state
 
+    def open(self, planned: list[PlannedRecord] | None = None) -> None:
+        """Write the entry and mark it running in ``state.json``, both fsynced."""
+        self.entry.planned = list(planned or [])
+        self.flush()
+        self._state.running = self.id
+        _save_state(self.dir, self._state)
+        _fsync_dir(self.dir)
+
+    def flush(self) -> None:
+        """Write the entry as it is now (temp file, fsync, rename)."""
+        try:
+            _private_dir(self.path.parent)
+            _write_json(self.path, self.entry.model_dump_json(indent=2) + "\n", PRIVATE_FILE_MODE)
+        except OSError as exc:
+            raise JournalError(f"cannot write ojai's journal {self.path}: {exc.strerror or exc}") from None
+
     def stage(self, machine_path: str, *, download: bool = False) -> None:
         """Remember what is at ``machine_path`` (and back up a regular file) before a change.
-        ``download``: the path is a download or install (kept by rollback unless asked)."""
+        ``download``: the path is a download or an install (a model file, a llama.cpp folder):
+        no backup is made of it and rollback keeps it unless asked to remove downloads."""
         if machine_path in self._staged:
             return
         real = self.root.resolve(machine_path)
@@ -133,12 +191,17 @@ class Journal:
             st = os.lstat(real)
             backup = Path("backups") / self.id / machine_path.lstrip("/")
             dest = self.dir / backup
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(real, dest, follow_symlinks=False)
-            os.chmod(dest, 0o600)
+            _private_dir(self.dir / "backups")
+            ensure_dir(dest.parent, PRIVATE_DIR_MODE)
+            try:
+                _copy_synced(real, dest)  # 0600 before a byte of the original is in it
+            except OSError as exc:
+                raise JournalError(f"cannot back up {machine_path} into {dest}: "
+                                   f"{exc.strerror or exc}") from None
             record.backup = backup.as_posix()
             record.mode, record.uid, record.gid = stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid
         self._staged[machine_path] = record
+        self.entry.files.append(record)
 
     def action(self, record: ActionRecord) -> None:
         self.entry.actions.append(record)
@@ -167,36 +230,155 @@ class Journal:
         ``state.json``'s ``last_apply`` becomes this id when anything changed (or
         ``last_apply`` when given, which a rollback uses to step back in history).
         """
-        for path, record in self._staged.items():
-            record.after = path_digest(self.root, path)
-            if record.after == record.before:
-                if record.backup:
-                    self._drop_backup(self.dir / record.backup)
-            else:
-                self.entry.files.append(record)
+        _settle_files(self.root, self.dir, self.entry)
         self.entry.status = status
         self.entry.error = error
         self.entry.finished = datetime.now(timezone.utc)
-        _write_json(self.dir / "journal" / f"{self.id}.json",
-                    self.entry.model_dump_json(indent=2) + "\n")
+        self.entry.owed = list(pending_handlers or []) if status == "failed" else []
+        self.flush()
         if last_apply is not None or self.entry.kind == "rollback":
             self._state.last_apply = last_apply
         elif self.entry.changed:
             self._state.last_apply = self.id
         self._state.pending_handlers = list(pending_handlers or [])
+        self._state.running = None
         _save_state(self.dir, self._state)
         return self.entry
 
-    def _drop_backup(self, path: Path) -> None:
-        path.unlink(missing_ok=True)
-        top = self.dir / "backups"
-        parent = path.parent
-        while parent != top and parent.is_relative_to(top):
-            try:
-                parent.rmdir()
-            except OSError:
-                break
-            parent = parent.parent
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _settle_files(root: Root, directory: Path, entry: JournalEntry) -> None:
+    """Record what each staged path is now; forget (and unback) those left unchanged."""
+    kept: list[FileRecord] = []
+    for record in entry.files:
+        record.after = path_digest(root, record.path)
+        if record.after == record.before:
+            if record.backup:
+                _drop_backup(directory, directory / record.backup)
+        else:
+            kept.append(record)
+    entry.files = kept
+
+
+def _drop_backup(directory: Path, path: Path) -> None:
+    path.unlink(missing_ok=True)
+    top = directory / "backups"
+    parent = path.parent
+    while parent != top and parent.is_relative_to(top):
+        try:
+            parent.rmdir()
+        except OSError:
+            break
+        parent = parent.parent
+
+
+# -- an apply or rollback that was killed ----------------------------------------------------
+@dataclass
+class Interrupted:
+    """What :func:`recover` found and settled."""
+
+    entry: JournalEntry
+    owed: list[HandlerRecord]
+    cleaned: list[str]
+
+    @property
+    def message(self) -> str:
+        done = sum(1 for p in self.entry.planned if p.status == "done")
+        what = (f"an earlier {'rollback' if self.entry.kind == 'rollback' else 'apply'} "
+                f"({self.entry.apply_id}) was interrupted after {done} of "
+                f"{len(self.entry.planned)} action(s)")
+        if self.owed:
+            what += "; follow-up commands still owed: " + ", ".join(
+                " ".join(h.argv) for h in self.owed)
+        return what
+
+
+def _temp_leftovers(root: Root, paths: list[str]) -> list[Path]:
+    """Temp files a killed write beside ``paths`` may have left (``.NAME.*.ojai-tmp``,
+    ``.NAME.ojai-*`` links)."""
+    found: list[Path] = []
+    for machine_path in paths:
+        real = root.resolve(machine_path)
+        if not real.parent.is_dir():
+            continue
+        for pattern in (f".{real.name}.*.ojai-tmp", f".{real.name}.ojai-*"):
+            found.extend(p for p in real.parent.glob(pattern) if p.is_file() or p.is_symlink())
+    return found
+
+
+def recover(root: Root, *, euid: int | None = None) -> Interrupted | None:
+    """Settle an apply or rollback whose process died; call it holding the machine's lock.
+
+    The entry becomes ``interrupted``: each path it staged is recorded as it is now (those
+    left unchanged are dropped), the follow-up commands owed by every action that started are
+    added to ``state.json``'s pending handlers (the next apply runs them; a rollback runs its
+    own), ``last_apply`` points at it when it changed something (so ``ojai rollback`` undoes
+    it), and temp files it left beside its targets and in the state folder are removed.
+    """
+    directory = state_dir(root, euid=euid)
+    state = _load_state(directory)
+    if state.running is None:
+        return None
+    try:
+        entry = load_entry(root, state.running, euid=euid)
+    except JournalError:
+        state.running = None
+        _save_state(directory, state)
+        return None
+    _settle_files(root, directory, entry)
+    owed: dict[str, HandlerRecord] = {h.name: h for h in state.pending_handlers}
+    for h in entry.owed:
+        owed.setdefault(h.name, h)
+    changed_paths = {f.path for f in entry.files}
+    for planned in entry.planned:
+        started = planned.status in ("running", "failed") and changed_paths.intersection(planned.targets)
+        if started or planned.changed:
+            for h in planned.notify:
+                owed.setdefault(h.name, h)
+    targets = [t for p in entry.planned for t in p.targets] + [f.path for f in entry.files]
+    cleaned = []
+    for leftover in _temp_leftovers(root, targets):
+        leftover.unlink(missing_ok=True)
+        cleaned.append(root.machine_path(leftover) if not root.is_host else str(leftover))
+    for tmp in [*directory.glob(".*.tmp"), *(directory / "journal").glob(".*.tmp")]:
+        tmp.unlink(missing_ok=True)
+    referenced = {f.backup for f in entry.files if f.backup}
+    backups = directory / "backups" / entry.apply_id
+    if backups.is_dir():
+        for f in sorted(backups.rglob("*"), reverse=True):
+            rel = f.relative_to(directory).as_posix()
+            if f.is_file() and rel not in referenced:
+                f.unlink()
+            elif f.is_dir():
+                try:
+                    f.rmdir()
+                except OSError:
+                    pass
+    entry.status = "interrupted"
+    entry.error = entry.error or "the process stopped before the end (killed, or the machine went down)"
+    entry.finished = datetime.now(timezone.utc)
+    entry.owed = list(owed.values()) if entry.kind == "apply" else []
+    _write_json(directory / "journal" / f"{entry.apply_id}.json",
+                entry.model_dump_json(indent=2) + "\n", PRIVATE_FILE_MODE)
+    if entry.kind == "apply":
+        if entry.changed:
+            state.last_apply = entry.apply_id
+        state.pending_handlers = list(owed.values())
+    # an interrupted rollback leaves last_apply on the apply it was undoing: run it again
+    state.running = None
+    _save_state(directory, state)
+    return Interrupted(entry=entry, owed=list(owed.values()) if entry.kind == "apply" else [],
+                       cleaned=cleaned)
 
 
 # -- rollback --------------------------------------------------------------------------------
@@ -214,9 +396,14 @@ class RollbackResult:
     left: list[str] = field(default_factory=list)
     handlers: list[str] = field(default_factory=list)
     reboot: list[str] = field(default_factory=list)
+    #: the apply undone was interrupted before it changed anything
+    nothing: bool = False
 
     @property
     def message(self) -> str:
+        if self.nothing:
+            return (f"the interrupted apply {self.rolled_back} stopped before its first "
+                    f"change; nothing to roll back")
         parts = [f"rolled back apply {self.rolled_back}"]
         if self.restored:
             parts.append("restored " + ", ".join(self.restored))
@@ -229,6 +416,21 @@ class RollbackResult:
         if self.reboot:
             parts.append("reboot to make the restored settings active: " + "; ".join(self.reboot))
         return "; ".join(parts)
+
+
+def follow_ups_for(entry: JournalEntry, paths: list[str]) -> list[HandlerRecord]:
+    """The follow-up commands that make a change of ``paths`` (restored or removed) reach the
+    next boot, from the actions of ``entry`` that wrote them (older entries without planned
+    actions: every handler the apply ran)."""
+    if not entry.planned:
+        return list(entry.handlers)
+    found: dict[str, HandlerRecord] = {}
+    wanted = set(paths)
+    for planned in entry.planned:
+        if wanted.intersection(planned.targets):
+            for h in planned.notify:
+                found.setdefault(h.name, h.model_copy(update={"exit_code": None}))
+    return list(found.values())
 
 
 #: what rollback does with one path of the apply it undoes
@@ -248,6 +450,14 @@ class RollbackPreview:
     conflicts: list[str] = field(default_factory=list)
     handlers: list[HandlerRecord] = field(default_factory=list)
     reboot: list[str] = field(default_factory=list)
+    #: an interrupted apply settled first (:func:`recover`), which is the one undone
+    settled: Interrupted | None = None
+
+    @property
+    def nothing(self) -> bool:
+        """The apply to undo was interrupted before its first change."""
+        return (self.settled is not None and self.settled.entry.kind == "apply"
+                and not self.settled.entry.changed)
 
     def of(self, decision: RollbackDecision) -> list[FileRecord]:
         return [r for r, d, _ in self.items if d == decision]
@@ -290,6 +500,9 @@ def _decide(root: Root, record: FileRecord, remove_downloads: bool
         if now.startswith(("sha256:", "symlink:")) or (now == "directory" and record.download):
             return "remove", "created by the apply"
         return "keep", "created by the apply; remove it by hand if it is not wanted"
+    if now == record.before:
+        # put back already (an interrupted rollback, or by hand): its follow-ups run again
+        return "restore", "already as it was before the apply"
     if record.before.startswith("symlink:"):
         return "restore", f"back to {describe_digest(record.before)}"
     if record.backup is None:
@@ -300,12 +513,8 @@ def _decide(root: Root, record: FileRecord, remove_downloads: bool
     return "restore", "from its backup"
 
 
-def preview_rollback(root: Root, *, remove_downloads: bool = False,
-                     euid: int | None = None) -> RollbackPreview:
-    """What a rollback of the last apply would restore, remove and keep, the follow-up
-    commands it would run and whether a reboot follows. Raises :class:`RollbackError` when
-    there is nothing to roll back."""
-    directory = state_dir(root, euid=euid)
+def _preview(root: Root, directory: Path, *, remove_downloads: bool,
+             euid: int | None) -> RollbackPreview:
     state = _load_state(directory)
     if state.last_apply is None:
         hint = ""
@@ -316,7 +525,7 @@ def preview_rollback(root: Root, *, remove_downloads: bool = False,
     preview = RollbackPreview(entry=entry, directory=directory)
     for record in reversed(entry.files):
         now = path_digest(root, record.path)
-        if now != record.after:
+        if now not in (record.after, record.before):
             preview.conflicts.append(f"{record.path} changed since apply {entry.apply_id} "
                                      f"(it was left as {describe_digest(record.after)}, "
                                      f"now it is {describe_digest(now)})")
@@ -324,10 +533,36 @@ def preview_rollback(root: Root, *, remove_downloads: bool = False,
         preview.items.append((record, decision, why))
     # the follow-ups (update-grub, the initramfs) and the reboot belong to the settings that
     # are put back, not to downloads
-    if any(not r.download for r, d, _ in preview.items if d in ("restore", "remove")):
-        preview.handlers = list(entry.handlers)
+    settings = sorted(r.path for r, d, _ in preview.items
+                      if d in ("restore", "remove") and not r.download)
+    if settings:
+        preview.handlers = follow_ups_for(entry, settings)
         preview.reboot = list(entry.reboot)
     return preview
+
+
+def preview_rollback(root: Root, *, remove_downloads: bool = False,
+                     euid: int | None = None) -> RollbackPreview:
+    """What a rollback of the last apply would restore, remove and keep, the follow-up
+    commands it would run and whether a reboot follows, for a person to review.
+
+    Holds the machine's lock while it looks, and first settles an apply that was interrupted
+    (:func:`recover`), which is then the one to undo. Raises :class:`RollbackError` when there
+    is nothing to roll back."""
+    from ojai_setup.apply.lock import MachineLock
+
+    directory = state_dir(root, euid=euid)
+    lock = MachineLock(directory, "ojai rollback")
+    lock.acquire()
+    try:
+        settled = recover(root, euid=euid)
+        if settled is not None and settled.entry.kind == "apply" and not settled.entry.changed:
+            return RollbackPreview(entry=settled.entry, directory=directory, settled=settled)
+        preview = _preview(root, directory, remove_downloads=remove_downloads, euid=euid)
+        preview.settled = settled
+        return preview
+    finally:
+        lock.release()
 
 
 def rollback(root: Root, progress: Progress, *, force: bool = False,
@@ -335,41 +570,79 @@ def rollback(root: Root, progress: Progress, *, force: bool = False,
              preview: RollbackPreview | None = None) -> RollbackResult:
     """Put back what the last apply changed, and journal it as a rollback.
 
-    Files that existed are restored from their backup (content, mode, owner), links are
-    pointed back at their old target, and files and links the apply created are removed.
-    Downloads and installs (model files, llama.cpp folders) stay unless ``remove_downloads``;
-    other folders an install created and files without a backup are left in place too, named
-    in :attr:`RollbackResult.left`. The follow-up commands the apply ran (``update-grub``, the
-    initramfs) run again for what was restored, and :attr:`RollbackResult.reboot` says why a
-    reboot is needed. Refuses (:class:`RollbackError`, nothing restored) when a path changed
-    after the apply, unless ``force``. Repeated rollbacks walk back through earlier applies.
-    ``preview``: the one a person reviewed (:func:`preview_rollback`).
+    Holds the machine's lock (:class:`~ojai_setup.apply.lock.LockHeld` when another ojai
+    does) and first settles an apply that was interrupted (:func:`recover`), which is then the
+    one undone. Files that existed are restored from their backup (content, mode, owner),
+    links are pointed back at their old target, and files and links the apply created are
+    removed; a path already back as it was counts as restored. Downloads and installs (model
+    files, llama.cpp folders) stay unless ``remove_downloads``; other folders an install
+    created and files without a backup stay too, named in :attr:`RollbackResult.left`. The
+    follow-up commands of the actions that wrote the restored settings (``update-grub``, the
+    initramfs) run again and :attr:`RollbackResult.reboot` says why a reboot is needed.
+    Refuses (:class:`RollbackError`, nothing restored) when a path changed after the apply,
+    unless ``force``, or when the last apply is no longer the one ``preview`` (the one a
+    person reviewed, from :func:`preview_rollback`) showed. Repeated rollbacks walk back
+    through earlier applies.
     """
-    if preview is None:
-        preview = preview_rollback(root, remove_downloads=remove_downloads, euid=euid)
+    from ojai_setup.apply.lock import MachineLock
+
+    directory = state_dir(root, euid=euid)
+    lock = MachineLock(directory, "ojai rollback")
+    lock.acquire()
+    try:
+        settled = recover(root, euid=euid)
+        if preview is None:
+            if (settled is not None and settled.entry.kind == "apply"
+                    and not settled.entry.changed):
+                return RollbackResult(rolled_back=settled.entry.apply_id,
+                                      journal_id=settled.entry.apply_id, nothing=True)
+            preview = _preview(root, directory, remove_downloads=remove_downloads, euid=euid)
+        elif preview.nothing:
+            return RollbackResult(rolled_back=preview.entry.apply_id,
+                                  journal_id=preview.entry.apply_id, nothing=True)
+        else:
+            last_apply = _load_state(directory).last_apply
+            if last_apply != preview.entry.apply_id:
+                raise RollbackError(f"the last apply is now {last_apply}, not "
+                                    f"{preview.entry.apply_id}; nothing was restored: run "
+                                    "`ojai rollback` again and review it")
+        return _rollback(root, preview, progress, force=force, euid=euid)
+    finally:
+        lock.release()
+
+
+def _rollback(root: Root, preview: RollbackPreview, progress: Progress, *, force: bool,
+              euid: int | None) -> RollbackResult:
     entry, directory = preview.entry, preview.directory
     if preview.conflicts and not force:
         raise RollbackError("; ".join(preview.conflicts) + "; nothing was restored. Look at the "
                             f"change, then run `{ROLLBACK_FORCE_COMMAND}` to restore anyway")
 
-    last_apply = _load_state(directory).last_apply
-    if last_apply != entry.apply_id:
-        raise RollbackError(f"the last apply is now {last_apply}, not {entry.apply_id}; "
-                            "nothing was restored: run `ojai rollback` again and review it")
+    active = [(r, d) for r, d, _ in preview.items if d in ("restore", "remove")]
     journal = Journal(root, "rollback", euid=euid, rolls_back=entry.apply_id)
+    journal.open([PlannedRecord(step="rollback", kind=decision,
+                                description=f"{decision} {r.path}", targets=[r.path],
+                                notify=[] if r.download else follow_ups_for(entry, [r.path]))
+                  for r, decision in active])
     result = RollbackResult(rolled_back=entry.apply_id, journal_id=journal.id)
-    task = progress.task(f"roll back apply {entry.apply_id}", total=len(preview.items))
+    result.left = [f"{r.path} ({why})" for r, d, why in preview.items if d == "keep"]
+    task = progress.task(f"roll back apply {entry.apply_id}", total=len(active))
     error: str | None = None
     try:
-        for record, decision, why in preview.items:
-            if decision == "keep":
-                result.left.append(f"{record.path} ({why})")
-            elif decision == "remove":
-                journal.stage(record.path, download=record.download)
+        for n, (record, decision) in enumerate(active):
+            journal.entry.planned[n].status = "running"
+            journal.stage(record.path, download=record.download)
+            journal.flush()
+            fault_point("restore-start")
+            if decision == "remove":
                 _remove(root, record, result)
-            elif decision == "restore":
-                journal.stage(record.path)
+            elif path_digest(root, record.path) != record.before:
                 _restore(root, directory, record, result)
+            else:
+                result.restored.append(record.path)
+            journal.entry.planned[n].status = "done"
+            journal.flush()
+            fault_point("restore-done")
             task.advance(1)
         for key, value in entry.records_before.items():
             journal.set_record(key, value)
@@ -377,11 +650,13 @@ def rollback(root: Root, progress: Progress, *, force: bool = False,
             run = root.run(list(handler.argv), env=handler.env or None, timeout=900)
             journal.handler(HandlerRecord(name=handler.name, argv=handler.argv,
                                           env=handler.env, exit_code=run.exit_code))
+            journal.flush()
             if not run.ok:
                 raise RollbackError(f"`{' '.join(handler.argv)}` failed with exit code "
                                     f"{run.exit_code} after the files were restored: "
                                     f"{run.stderr.strip()[-500:]}")
             result.handlers.append(handler.name)
+            fault_point("handler-done")
         result.reboot = list(preview.reboot)
         for reason in preview.reboot:
             journal.reboot(reason)
@@ -391,7 +666,7 @@ def rollback(root: Root, progress: Progress, *, force: bool = False,
     finally:
         task.done()
         journal.close("failed" if error else "complete", error,
-                      last_apply=entry.previous_apply if error is None else last_apply)
+                      last_apply=entry.previous_apply if error is None else entry.apply_id)
     return result
 
 
@@ -407,7 +682,17 @@ def _remove(root: Root, record: FileRecord, result: RollbackResult) -> None:
 def _restore(root: Root, directory: Path, record: FileRecord, result: RollbackResult) -> None:
     real = root.resolve(record.path)
     before = record.before
-    assert before is not None
+    if before is None:
+        now = path_digest(root, record.path)
+        if now is None:
+            return
+        if now.startswith(("sha256:", "symlink:")):
+            real.unlink()
+            result.removed.append(record.path)
+        else:
+            result.left.append(f"{record.path} (created by the apply; remove it by hand "
+                               f"if it is not wanted)")
+        return
     if before.startswith("symlink:"):
         tmp = real.parent / f".{real.name}.ojai-{secrets.token_hex(4)}"
         os.symlink(before[len("symlink:"):], tmp)
@@ -418,9 +703,11 @@ def _restore(root: Root, directory: Path, record: FileRecord, result: RollbackRe
             raise
         result.restored.append(record.path)
         return
-    if record.backup is None:  # _decide keeps these
-        raise RollbackError(f"no backup of {record.path}")
-    real.parent.mkdir(parents=True, exist_ok=True)
+    if record.backup is None:
+        result.left.append(f"{record.path} (was {describe_digest(before)}; no backup is kept "
+                           f"of this kind of path)")
+        return
+    ensure_dir(real.parent, DIR_MODE)
     fd, tmp = tempfile.mkstemp(dir=real.parent, prefix=f".{real.name}.", suffix=".ojai-tmp")
     os.close(fd)
     try:

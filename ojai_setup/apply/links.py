@@ -7,7 +7,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from ojai_setup.core.atomic import ensure_dir
 from ojai_setup.core.errors import ApplyError
+from ojai_setup.core.paths import DIR_MODE
 
 
 def check_link_slot(link: Path, error: type[ApplyError] = ApplyError) -> None:
@@ -22,7 +24,7 @@ def switch_link(link: Path, target: Path, error: type[ApplyError] = ApplyError) 
     rel = os.path.relpath(target, link.parent)
     if link.is_symlink() and os.readlink(link) == rel:
         return False
-    link.parent.mkdir(parents=True, exist_ok=True)
+    ensure_dir(link.parent, DIR_MODE)
     tmp = link.parent / f".{link.name}.tmp-{os.getpid()}"
     if tmp.is_symlink() or tmp.exists():
         tmp.unlink()

@@ -3,10 +3,15 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
+from ojai_setup.core.paths import GRUB_DEFAULT, GRUB_DROPIN_DIR
+from ojai_setup.core.root import Root
+from ojai_setup.facts.grub_env import configured_cmdline, source_grub_files
 from ojai_setup.formats.grub import (
     CMDLINE_VARS,
     CmdlineValue,
@@ -103,7 +108,40 @@ def _by_key(params: Sequence[str]) -> dict[str, list[str]]:
     return out
 
 
-def validate_grub(path: Path, action: WriteFile) -> None:
+def validate_chain(path: Path, action: WriteFile, root: Root) -> None:
+    """With ``path`` in place of ``action.path``, bash must compute the kernel command line
+    ``action.cmdline`` asks for, sourcing the machine's /etc/default/grub and grub.d/*.cfg as
+    grub-mkconfig does (on a scratch copy, so nothing on the machine is touched)."""
+    check = action.cmdline
+    if check is None:
+        return
+    with tempfile.TemporaryDirectory(prefix="ojai-grub-") as scratch:
+        etc = Path(scratch) / "etc"
+        dropins = etc / "default" / "grub.d"
+        dropins.mkdir(parents=True)
+        if root.exists(GRUB_DEFAULT):
+            shutil.copyfile(root.resolve(GRUB_DEFAULT), etc / "default" / "grub")
+        for machine_path in root.glob(f"{GRUB_DROPIN_DIR}/*"):
+            real = root.resolve(machine_path)
+            if real.is_file():
+                shutil.copyfile(real, dropins / real.name)
+        shutil.copyfile(path, etc / action.path.removeprefix("/etc/"))
+        tokens = configured_cmdline(source_grub_files(etc))
+    key = param_key(check.param)
+    hits = [t for t in tokens if same_key(param_key(t), key)]
+    others = [t for t in tokens if not same_key(param_key(t), key)]
+    if hits != [check.param]:
+        raise GrubEditError(
+            f"with the new {action.path}, bash reads {hits or 'no'} {key} parameter(s) on the "
+            f"kernel command line (from {GRUB_DEFAULT} and {GRUB_DROPIN_DIR}); expected exactly "
+            f"one {check.param}. The file was not changed.")
+    if others != list(check.others):
+        raise GrubEditError(
+            f"with the new {action.path}, bash reads the other kernel parameters as {others}, "
+            f"but they should stay {list(check.others)}. The file was not changed.")
+
+
+def validate_grub(path: Path, action: WriteFile, root: Root | None = None) -> None:
     """The executor's ``"grub"`` validator for a :class:`WriteFile` of a grub default file.
 
     ``path`` holds the candidate text, which must equal ``action.after``. For every kernel
@@ -138,6 +176,8 @@ def validate_grub(path: Path, action: WriteFile) -> None:
         got = _by_key(actual)
         keys = new.keys() if old is None else new.keys() | old.keys()
         for key in sorted(keys):
+            if "$" in key:
+                continue  # a reference: bash expands it, compared by _compare below
             if old is not None and new.get(key) == old.get(key):
                 continue
             want = new.get(key, [])
@@ -149,3 +189,5 @@ def validate_grub(path: Path, action: WriteFile) -> None:
                     f"has {want!r}. The file was not changed."
                 )
         _compare(path, var, planned, actual)
+    if root is not None:
+        validate_chain(path, action, root)

@@ -66,8 +66,9 @@ def run_doctor(term: Terminal, root_dir: Path, *, profile_name: str | None = Non
     if capture is not None:
         from ojai_setup.commands.capture import write_capture
 
-        n = write_capture(root, environment(root), capture)
-        term.note(f"captured {n} files and command outputs into {capture}; "
+        n = write_capture(root, environment(root), capture).entries
+        term.note(f"captured {n} files and command outputs into {capture} (mode 600; serials, UUIDs, "
+                  f"addresses, user and host names and tokens removed); "
                   f"replay with: mkdir m && tar xzf {capture} -C m && ojai doctor --root m")
     return report.exit_code
 

@@ -55,14 +55,16 @@ def run_models(term: Terminal, root_dir: Path, settings: Settings) -> int:
     budget = rows[0]["budget_bytes"] if rows else 0
     table = Table(title=f"Routes (GPU budget {budget / GIB:.0f} GiB; models in {settings.models_dir})",
                   title_justify="left")
-    for col in ("route", "MTP", "context", "needs", "fits", "download", "downloaded"):
-        table.add_column(col)
+    for col in ("route", "MTP", "context", "needs", "fits", "downloaded"):
+        table.add_column(col, no_wrap=col in ("MTP", "context", "fits", "downloaded"),
+                         min_width=15 if col == "route" else None)
     for r in rows:
         fits = "yes" if r["fits"] else (f"no (ctx {r['max_ctx']} fits)" if r["max_ctx"] else "no")
         need = f"{r['need_bytes'] / GIB:.1f} GiB" + (" (est.)" if r["sizes_estimated"] else "")
         size = f"{r['download_bytes'] / GIB:.1f} GiB" + (" (est.)" if r["sizes_estimated"] else "")
-        table.add_row(f"{r['name']}\n[dim]{r['title']}[/]", r["mtp"].replace("_", "-"),
-                      str(r["context_size"]), need, fits, size, r["downloaded"])
+        table.add_row(f"{r['name']}\n[dim]{r['title']}\n{size} to download[/]",
+                      r["mtp"].replace("_", "-"), str(r["context_size"]), need, fits,
+                      r["downloaded"])
     term.print(table)
     term.print("Set one up with: ojai setup --model NAME")
     return 0

@@ -53,6 +53,8 @@ def show_plan(term: Terminal, plan: Plan) -> None:
         for a in r.actions:
             root_mark = " (root)" if a.needs_root else ""
             term.print(f"{'':>10} - {escape(a.describe())}{root_mark}")
+        for warning in r.warnings:
+            term.print(f"{'':>10} [bold yellow]warning[/]: {escape(warning)}")
     for name, cmd in plan.handlers.items():
         term.print(f"{'':>10} then, if something changed: {escape(cmd.describe())}  [dim]({name})[/]")
     for diff in plan.unified_diffs():
@@ -68,11 +70,41 @@ def show_plan(term: Terminal, plan: Plan) -> None:
     term.print(f"plan: {summary}")
 
 
+def apply_report(plan: Plan, result, *, handler_commands: dict[str, list[str]] | None = None,
+                 journal: str | None = None, exit_code: int = 0) -> dict:
+    """What an apply did, as the JSON document ``ojai setup --apply --json`` prints
+    (``"schema": "ojai.apply/1"``): every action with whether it changed something, the files
+    changed, the follow-up commands that ran, and whether a reboot is needed."""
+    import shlex
+
+    files: list[str] = []
+    for planned, report in zip(plan.actions(), result.actions):
+        if report.changed:
+            files.extend(t for t in planned.action.targets() if t not in files)
+    commands = dict(handler_commands or {})
+    commands.update({name: list(cmd.argv) for name, cmd in plan.handlers.items()})
+    return {
+        "ojai_version": plan.ojai_version,
+        "changed": result.changed,
+        "message": result.message,
+        "actions": [{"step": a.step, "description": a.description, "changed": a.changed,
+                     "message": a.message} for a in result.actions],
+        "files_changed": files,
+        "handlers": [{"name": name, "command": shlex.join(commands[name]) if name in commands
+                      else None} for name in result.handlers],
+        "reboot_required": bool(result.reboot),
+        "reboot_reasons": list(result.reboot),
+        "journal": journal,
+        "exit_code": exit_code,
+    }
+
+
 def run_setup(term: Terminal, root_dir: Path, settings: Settings, *, apply: bool, yes: bool,
               plan_file: Path | None, out: Path | None) -> int:
     from ojai_setup.apply.executor import NeedsRoot
     from ojai_setup.apply.executor import apply as apply_plan
-    from ojai_setup.core.errors import ApplyError
+    from ojai_setup.core.errors import ApplyError, StateError
+    from ojai_setup.facts.state import JournalError, read_apply_status, read_state
 
     root = Root(root_dir)
     if plan_file is not None:
@@ -89,34 +121,53 @@ def run_setup(term: Terminal, root_dir: Path, settings: Settings, *, apply: bool
         if stale is not None:
             term.error(f"saved plan is stale: {stale.message}")
             return ExitStatus.FAILED
+        refused = _recheck_saved(plan, root, plan_file)
+        if refused:
+            term.error(refused)
+            return ExitStatus.FAILED
     else:
         plan = build_plan(root, settings)
         if out is not None:
             plan.save(out)
-        show_plan(term, plan)
+        if not (apply and term.json_mode):  # with --apply, --json prints the apply's report
+            show_plan(term, plan)
         if out is not None and not term.json_mode:
             term.note(f"plan saved to {out}; apply exactly it with: ojai setup --apply --plan {out}")
-        if not apply:
-            return int(plan.exit_code)
+    try:
+        status = read_apply_status(root)
+    except JournalError as exc:
+        term.error(str(exc))
+        return ExitStatus.FAILED
+    owed_note = _owed_note(status)
+    if not apply:
+        if owed_note and not term.json_mode:
+            term.print(owed_note)
+        if owed_note and plan.exit_code == ExitStatus.OK:
+            return ExitStatus.CHANGES
+        return int(plan.exit_code)
     if plan.exit_code == ExitStatus.FAILED:
         term.error("the plan has blocked steps; nothing was applied")
         return ExitStatus.FAILED
+    if status.running:
+        term.error("another ojai is changing this machine right now; nothing was applied. "
+                   "Wait for it to finish and run this again")
+        return ExitStatus.FAILED
+    try:
+        owed = {h.name: list(h.argv) for h in read_state(root).pending_handlers}
+    except JournalError as exc:
+        term.error(str(exc))
+        return ExitStatus.FAILED
     if plan.exit_code == ExitStatus.OK:
-        from ojai_setup.facts.state import JournalError, read_state
+        if not owed_note:
+            if term.json_mode:
+                from ojai_setup.apply.executor import ApplyResult
 
-        try:
-            pending = read_state(root).pending_handlers
-        except JournalError as exc:
-            term.error(str(exc))
-            return ExitStatus.FAILED
-        if not pending:
-            if not term.json_mode:
+                term.emit_json(apply_report(plan, ApplyResult(apply_id=None)), schema="ojai.apply/1")
+            else:
                 term.print("nothing to do: every step is satisfied; nothing was changed")
             return ExitStatus.OK
-        # an earlier apply changed files but failed before its follow-up commands ran
         if not term.json_mode:
-            term.print("every step is satisfied, but follow-up commands of an earlier apply are "
-                       "still due: " + ", ".join(h.name for h in pending))
+            term.print("every step is satisfied, but " + owed_note[0].lower() + owed_note[1:])
     if plan_file is None and not yes and plan.exit_code == ExitStatus.CHANGES:
         if not term.interactive:
             term.error("refusing to apply without review: no terminal to ask on. Review "
@@ -132,16 +183,28 @@ def run_setup(term: Terminal, root_dir: Path, settings: Settings, *, apply: bool
     except NeedsRoot as exc:
         term.error(str(exc))
         return ExitStatus.FAILED
+    except StateError as exc:  # the machine's lock is held, the journal cannot be written
+        term.error(str(exc))
+        return ExitStatus.FAILED
     except (ApplyError, OSError, ValueError) as exc:
         term.error(f"apply failed: {exc}. Changed files were backed up; run `ojai setup --apply` "
                    "again to finish, or `ojai rollback` to undo")
         return ExitStatus.FAILED
     after = build_plan(root, settings if plan_file is None else Settings(**plan.settings))
     leftover = [r for r in after.steps if r.status != "satisfied"]
-    if not term.json_mode:
+    journal = None
+    if result.journal:
+        journal = str(result.journal if root.is_host else root.machine_path(result.journal))
+    if term.json_mode:
+        term.emit_json(apply_report(plan, result, handler_commands=owed, journal=journal,
+                                    exit_code=int(ExitStatus.FAILED if leftover else ExitStatus.OK)),
+                       schema="ojai.apply/1")
+    else:
+        if result.recovered:
+            term.print(f"finished first: {result.recovered}")
         term.print(f"applied: {result.message}")
-        if result.journal:
-            term.print(f"journal: {root.machine_path(result.journal) if not root.is_host else result.journal}")
+        if journal:
+            term.print(f"journal: {journal}")
         from ojai_setup.commands.verify import next_steps
 
         for line in next_steps(root):
@@ -151,6 +214,41 @@ def run_setup(term: Terminal, root_dir: Path, settings: Settings, *, apply: bool
                    + "; ".join(f"{r.step}: {r.sentence}" for r in leftover))
         return ExitStatus.FAILED
     return ExitStatus.OK
+
+
+def _recheck_saved(plan: Plan, root: Root, plan_file: Path) -> str | None:
+    """Why a saved plan is refused (plan again from its settings; every action, file content
+    and follow-up command must be the same), or None."""
+    from pydantic import ValidationError
+
+    from ojai_setup.planning.compare import plan_differences
+
+    redo = f"make and review a new plan: `ojai setup --out {plan_file}`"
+    try:
+        settings = Settings(**plan.settings)
+    except (ValidationError, TypeError) as exc:
+        return f"{plan_file}: the settings it records are not valid ({exc}); nothing was applied; {redo}"
+    differences = plan_differences(plan, build_plan(root, settings))
+    if not differences:
+        return None
+    shown = "; ".join(differences[:5]) + (f"; and {len(differences) - 5} more"
+                                          if len(differences) > 5 else "")
+    return (f"{plan_file} is not what ojai plans for this machine with the settings it records "
+            f"(edited by hand, or stale): {shown}. Nothing was applied; {redo}")
+
+
+def _owed_note(status) -> str:
+    """What an interrupted or failed earlier apply left to do, or ``""``."""
+    owed = ", ".join(status.owed)
+    if status.interrupted:
+        what = "rollback" if status.kind == "rollback" else "apply"
+        return (f"An earlier {what} ({status.interrupted}) was interrupted after {status.done} "
+                f"of {status.total} action(s)" + (f"; owed: {owed}" if owed else "")
+                + ". `ojai setup --apply` finishes it first; `ojai rollback` undoes it.")
+    if owed:
+        return (f"Follow-up commands of an earlier apply are still due: {owed}. "
+                "`ojai setup --apply` runs them first.")
+    return ""
 
 
 def show_rollback(term: Terminal, preview, root: Root) -> None:
@@ -180,34 +278,39 @@ def show_rollback(term: Terminal, preview, root: Root) -> None:
 def run_rollback(term: Terminal, root_dir: Path, *, force: bool, yes: bool = False,
                  remove_downloads: bool = False) -> int:
     from ojai_setup.apply.journal import RollbackError, preview_rollback, rollback
-    from ojai_setup.facts.state import JournalError
+    from ojai_setup.core.errors import StateError
 
     root = Root(root_dir)
     try:
         preview = preview_rollback(root, remove_downloads=remove_downloads)
-    except (RollbackError, JournalError) as exc:
+    except (RollbackError, StateError, OSError) as exc:
         term.error(str(exc))
-        return 1
+        return ExitStatus.FAILED
+    if preview.settled is not None:
+        term.note(preview.settled.message)
+    if preview.nothing:
+        term.print(rollback(root, term.progress(), preview=preview).message)
+        return ExitStatus.OK
     show_rollback(term, preview, root)
     if preview.conflicts and not force:
         term.error("files changed since the apply; nothing was restored. Look at the change, "
                    "then run `ojai rollback --force` to restore anyway")
-        return 1
+        return ExitStatus.FAILED
     if not yes:
         if not term.interactive:
             term.error("refusing to roll back without review: no terminal to ask on. Review "
                        "the above, then run `ojai rollback --yes`")
-            return 1
+            return ExitStatus.FAILED
         if not term.confirm("Roll back?"):
             term.note("nothing was restored")
-            return 1
+            return ExitStatus.FAILED
     try:
         result = rollback(root, term.progress(), force=force, remove_downloads=remove_downloads,
                           preview=preview)
-    except (RollbackError, JournalError, OSError) as exc:
+    except (RollbackError, StateError, OSError) as exc:
         term.error(str(exc))
-        return 1
+        return ExitStatus.FAILED
     term.print(result.message)
     if result.reboot:
         term.print("[bold]Reboot now[/] to make the restored settings active.")
-    return 0
+    return ExitStatus.OK

@@ -21,7 +21,7 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from ojai_setup.commands.terminal import Terminal
-from ojai_setup.core.paths import FLM_PORT, ROUTES_DIR, UNITS_DIR
+from ojai_setup.core.paths import API_KEY_VARIABLE, FLM_PORT, ROUTES_DIR, UNITS_DIR
 from ojai_setup.core.root import Root
 
 PROMPT = "Write a short story about a lighthouse keeper who finds a message in a bottle."
@@ -34,6 +34,7 @@ class RouteCheck(BaseModel):
     url: str
     healthy: bool
     error: str | None = None
+    model_id: str | None = None  # the id Lemonade lists the route under
     predicted_n: int | None = None
     tokens_per_second: float | None = None
     draft_n: int | None = None
@@ -94,8 +95,27 @@ def _get(url: str, timeout: float) -> tuple[int, str]:
         return exc.code, exc.read().decode("utf-8", "replace")
 
 
+def api_key_of(root: Root, record: dict) -> tuple[str | None, str | None]:
+    """The API key a route asks for (from its root-only environment file), or why it cannot
+    be read; (None, None) when the route has none."""
+    path = record.get("api_key_env")
+    if not path:
+        return None, None
+    try:
+        text = root.resolve(path).read_text(encoding="utf-8")
+    except PermissionError:
+        return None, f"the route asks for the API key in {path}, readable by root only: run `sudo ojai verify`"
+    except OSError as exc:
+        return None, f"the route asks for an API key but {path} cannot be read ({exc.strerror})"
+    for line in text.splitlines():
+        name, _, value = line.partition("=")
+        if name.strip() == API_KEY_VARIABLE and value.strip():
+            return value.strip(), None
+    return None, f"{path} holds no {API_KEY_VARIABLE}"
+
+
 def check_route(name: str, host: str, port: int, draft_n_max: int | None, *, timeout: float,
-                n_predict: int) -> RouteCheck:
+                n_predict: int, api_key: str | None = None) -> RouteCheck:
     base = f"http://{host}:{port}"
     deadline = time.monotonic() + timeout
     status, body = 0, ""
@@ -112,8 +132,10 @@ def check_route(name: str, host: str, port: int, draft_n_max: int | None, *, tim
                           error=f"/health answered {status or 'nothing'}: {body.strip()[:200]}")
     payload = json.dumps({"prompt": PROMPT, "n_predict": n_predict, "ignore_eos": True,
                           "temperature": 0.0, "cache_prompt": False}).encode()
-    req = urllib.request.Request(base + "/completion", data=payload,
-                                 headers={"Content-Type": "application/json"})
+    headers = {"Content-Type": "application/json"}
+    if api_key:
+        headers["Authorization"] = f"Bearer {api_key}"
+    req = urllib.request.Request(base + "/completion", data=payload, headers=headers)
     try:
         with urllib.request.urlopen(req, timeout=max(timeout, 120)) as resp:
             data = json.loads(resp.read())
@@ -140,6 +162,66 @@ def check_npu_route(tag: str, port: int, timeout: float) -> RouteCheck:
     return RouteCheck(route=f"flm {tag}", url=url, healthy=True, error=missing)
 
 
+def check_lemonade_route(root: Root, name: str, record: dict, *, timeout: float,
+                         n_predict: int) -> RouteCheck:
+    """The route through Lemonade: ``/api/v1/health`` on its port (``port`` in its config.json,
+    13305 by default), the route among ``/api/v1/models`` (``NAME`` from the calendar versions
+    on, ``user.NAME`` in 11.x: whichever the installed version lists), then one completion
+    through ``/api/v1/completions``, whose ``timings`` Lemonade passes on from llama-server."""
+    from ojai_setup.facts.lemonade import LEMONADE_PORT, merged_config
+    from ojai_setup.formats.lemonade import config_value
+
+    config, _ = merged_config(root, record.get("config_dir", "/var/lib/lemonade"))
+    port = config_value(config, "port")
+    base = f"http://127.0.0.1:{port if isinstance(port, int) else LEMONADE_PORT}"
+    route = f"lemonade {name}"
+    deadline = time.monotonic() + timeout
+    status, body = 0, ""
+    while True:
+        try:
+            status, body = _get(base + "/api/v1/health", timeout=5)
+        except OSError as exc:
+            status, body = 0, str(exc)
+        if status == 200 or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    if status != 200:
+        return RouteCheck(route=route, url=base, healthy=False,
+                          error=f"/api/v1/health answered {status or 'nothing'}: {body.strip()[:200]}"
+                                " (is lemond running? sudo systemctl status lemond)")
+    try:
+        status, body = _get(base + "/api/v1/models", timeout=10)
+        ids = [m.get("id") for m in json.loads(body).get("data", [])]
+    except (OSError, ValueError, AttributeError) as exc:
+        return RouteCheck(route=route, url=base, healthy=True, error=f"/api/v1/models: {exc}")
+    model_id = next((i for i in (name, f"user.{name}") if i in ids), None)
+    if model_id is None:
+        return RouteCheck(route=route, url=base, healthy=True,
+                          error=f"Lemonade does not list {name} (nor user.{name}); restart lemond "
+                                "after `ojai setup --apply` (sudo systemctl restart lemond)")
+    payload = json.dumps({"model": model_id, "prompt": PROMPT, "max_tokens": n_predict,
+                          "temperature": 0.0}).encode()
+    req = urllib.request.Request(base + "/api/v1/completions", data=payload,
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=max(timeout, 300)) as resp:
+            data = json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        detail = exc.read().decode("utf-8", "replace").strip()[:300]
+        return RouteCheck(route=route, url=base, healthy=True, model_id=model_id,
+                          error=f"completion failed ({exc.code}): {detail}")
+    except (OSError, ValueError) as exc:
+        return RouteCheck(route=route, url=base, healthy=True, model_id=model_id,
+                          error=f"completion failed: {exc}")
+    timings = data.get("timings") or {}
+    if not timings:  # no timings passed through: the answer itself is the check
+        usage = data.get("usage") or {}
+        return RouteCheck(route=route, url=base, healthy=True, model_id=model_id,
+                          predicted_n=usage.get("completion_tokens"))
+    return RouteCheck(route=route, url=base, healthy=True, model_id=model_id,
+                      **predict(timings, record.get("draft_n_max")))
+
+
 def routes_of(root: Root) -> dict[str, dict]:
     from ojai_setup.facts.state import read_state
 
@@ -150,7 +232,14 @@ def routes_of(root: Root) -> dict[str, dict]:
     if isinstance(npu, dict) and npu.get("tag"):
         routes[f"flm {npu['tag']}"] = {"port": npu.get("port", FLM_PORT), "flm_tag": npu["tag"],
                                          "script": npu.get("script")}
+    lemonade = records.get("lemonade")
+    if isinstance(lemonade, dict) and lemonade.get("model") and _lemonade_installed(root):
+        routes[f"lemonade {lemonade['model']}"] = {"lemonade": lemonade}
     return routes
+
+
+def _lemonade_installed(root: Root) -> bool:
+    return any(root.which(tool) for tool in ("lemond", "lemonade"))
 
 
 #: below this per-token acceptance the draft head likely does not match the model
@@ -159,7 +248,9 @@ LOW_ACCEPTANCE = 0.5
 
 def how_to_start(root: Root, name: str, record: dict) -> str:
     """The command that starts a route ojai wrote: its systemd unit when there is one, else
-    its launch script."""
+    its launch script (Lemonade: its service)."""
+    if "lemonade" in record:
+        return "sudo systemctl restart lemond"
     unit_name = ("ojai-" + record["script"].rsplit("/", 1)[-1].removesuffix(".sh") + ".service"
                  if record.get("script") else f"ojai-{name}.service")
     if root.exists(f"{UNITS_DIR}/{unit_name}"):
@@ -186,10 +277,23 @@ def run_verify(term: Terminal, root_dir: Path, *, only: str | None, timeout: flo
         term.error("no routes to verify" + (f" named {only!r}" if only else "")
                    + ": `ojai setup --model NAME --apply` writes them")
         return 1
-    results = [check_npu_route(r["flm_tag"], r["port"], timeout) if "flm_tag" in r else
-               check_route(name, r.get("host", "127.0.0.1"), r["port"], r.get("draft_n_max"),
-                           timeout=timeout, n_predict=n_predict)
-               for name, r in sorted(routes.items())]
+    results = []
+    for name, r in sorted(routes.items()):
+        if "flm_tag" in r:
+            results.append(check_npu_route(r["flm_tag"], r["port"], timeout))
+            continue
+        if "lemonade" in r:
+            results.append(check_lemonade_route(root, r["lemonade"]["model"], r["lemonade"],
+                                                timeout=timeout, n_predict=n_predict))
+            continue
+        key, problem = api_key_of(root, r)
+        if problem:
+            results.append(RouteCheck(route=name, url=f"http://{r.get('host', '127.0.0.1')}:"
+                                      f"{r['port']}", healthy=False, error=problem))
+            continue
+        results.append(check_route(name, r.get("host", "127.0.0.1"), r["port"],
+                                   r.get("draft_n_max"), timeout=timeout, n_predict=n_predict,
+                                   api_key=key))
     if term.json_mode:
         term.emit_json(schema="ojai.verify/1", data={"draft_cost_assumed": DRAFT_COST,
                         "routes": [r.model_dump(mode="json") for r in results]})
@@ -197,9 +301,9 @@ def run_verify(term: Terminal, root_dir: Path, *, only: str | None, timeout: flo
         for r in results:
             if not r.healthy or r.error:
                 term.print(f"{term.styled('fail')} {r.route} ({r.url}): {r.error}")
-                if not r.healthy:
+                if not r.healthy and "API key" not in (r.error or ""):
                     term.print(f"{'':>5}is it running? start it with: "
-                               f"{how_to_start(root, r.route, routes[r.route])}")
+                               f"{how_to_start(root, r.route, routes.get(r.route, {}))}")
                 continue
             if r.predicted_n is None:
                 term.print(f"{term.styled('pass')} {r.route} ({r.url}): ready")

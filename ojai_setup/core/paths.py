@@ -22,7 +22,14 @@ LLAMA_SERVER = f"{LLAMACPP_CURRENT}/llama-server"
 ROUTES_DIR = f"{OPT_DIR}/routes"
 UNITS_DIR = "/etc/systemd/system"
 
+#: measured route settings written by ``ojai tune``, laid over the catalog by ``ojai setup``
+TUNED_FILE = "/etc/ojai/tuned.toml"
+
 GRUB_DEFAULT = "/etc/default/grub"
+#: drop-ins grub-mkconfig sources after GRUB_DEFAULT, in glob order (a later one wins)
+GRUB_DROPIN_DIR = "/etc/default/grub.d"
+#: ojai's own drop-in, used when another drop-in decides the kernel command line
+OJAI_GRUB_DROPIN = f"{GRUB_DROPIN_DIR}/99-ojai.cfg"
 BOOT_ID = "/proc/sys/kernel/random/boot_id"
 #: where a capture keeps the environment of the machine it was taken on
 ENVIRON_CAPTURE = "/.ojai/environ"
@@ -32,6 +39,32 @@ LLAMA_PORT = 8080
 #: FastFlowLM's ``flm serve`` default
 FLM_PORT = 52625
 DEFAULT_HOST = "127.0.0.1"
+
+#: the unprivileged system user the services ojai writes run as (created by the plan)
+SERVICE_USER = "ojai"
+#: where FastFlowLM keeps its models when run as :data:`SERVICE_USER` (``FLM_MODEL_PATH``)
+FLM_STATE_DIR = "/var/lib/ojai-flm"
+#: root-only environment files of the units
+SECRETS_DIR = "/etc/ojai"
+#: llama-server reads its ``--api-key`` from this variable (``llama-server --help``, b11434)
+API_KEY_VARIABLE = "LLAMA_API_KEY"
+
+# -- modes of what ojai creates, whatever the umask -----------------------------------------------
+#: folders ojai creates (root-owned when applied as root)
+DIR_MODE = 0o755
+#: programs and launch scripts
+EXEC_MODE = 0o755
+#: other files: install records, models, units
+FILE_MODE = 0o644
+#: the journal and backups folders, and the files in them; saved plans; captures
+PRIVATE_DIR_MODE = 0o700
+PRIVATE_FILE_MODE = 0o600
+
+# -- limits ----------------------------------------------------------------------------------------
+#: an unpacked nightly zip may hold at most this many times the zip's size (from the release API)
+ARCHIVE_EXPANSION = 20
+#: and never more than this, whatever its size
+ARCHIVE_MAX_BYTES = 16 * GIB
 
 #: what ojai calls itself in HTTP requests
 USER_AGENT = "ojai-setup"

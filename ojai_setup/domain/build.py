@@ -79,6 +79,14 @@ class InstallRecord(BaseModel):
     build_number: int | None = None
     files: tuple[str, ...]
     built_at: str
+    #: what the build took: wall time from unpacking to the staged install; the processor
+    #: time of configure and compile (user + system, every compiler counted: it does not
+    #: depend on what else the machine was doing); the space its work folder (source and
+    #: build tree) held at the end, when it is largest; the parallel jobs it ran
+    build_seconds: float | None = None
+    cpu_seconds: float | None = None
+    build_bytes: int | None = None
+    cores: int | None = None
 
 
 # -- pure planning ---------------------------------------------------------------------------

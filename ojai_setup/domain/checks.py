@@ -1,6 +1,10 @@
 """Doctor checks: profiles and their preconditions are data (``checks/*.toml``).
 
-A profile file names the hardware it is for and lists checks. Each check has an ``id``, a
+A profile describes a hardware family (``strix-point``: Radeon 880M/890M gfx1150 and Krackan
+840M/860M gfx1152; ``strix-halo``: gfx1151); a box profile (``ojai``, the Minisforum AI X1 Pro)
+names its family and adds only what is true of that box, such as its BIOS minimum, and is chosen
+only when the machine's DMI names that box. Which iGPU a PCI id is, and its own gfx target, comes
+from ``checks/tables/igpus.toml``. A profile file lists checks. Each check has an ``id``, a
 ``kind`` (the function below that evaluates it), the ``severity`` it reports when the
 precondition does not hold, a ``fix`` and a ``link``; ``params`` go to the function. A check
 function returns a :class:`Outcome` (holds or not, plus the evidence it saw); the engine turns
@@ -9,9 +13,11 @@ it into a :class:`Finding`. Severities are ordered, so the overall result is the
 
 from __future__ import annotations
 
+import math
 import tomllib
 from collections.abc import Callable
 from enum import IntEnum
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -51,14 +57,25 @@ class Profile(BaseModel):
 
     id: str
     name: str
+    #: a box profile: the family it belongs to (its checks and hardware ids come from there)
+    family: str | None = None
+    #: a box profile: substrings of its DMI vendor / product / board names, one of which must match
+    dmi_match: list[str] = Field(default_factory=list)
+    #: a family: the iGPUs' own gfx targets (checks/tables/igpus.toml says which PCI id is which)
+    gpu_targets: list[str] = Field(default_factory=list)
+    #: the family's default target; detection sets the target of the machine in front
     gpu_target: str | None = None
     pci_devices: list[str] = Field(default_factory=list)  # sysfs device ids of the iGPU
     cpu_match: list[str] = Field(default_factory=list)  # substrings of the CPU model name
     memory_gib: int | None = None
     apu: bool = True
     npu: bool = False
-    default_gpu_memory_gib: int | None = None  # the TTM budget setup proposes
-    reserve_gib: int = 4  # memory left to the OS when no default is given
+    default_gpu_memory_gib: int | None = None  # a fixed TTM budget, whatever the RAM (avoid)
+    #: the budget setup proposes as a share of the RAM the machine was sold with: MemTotal lacks
+    #: the BIOS carve-out and firmware reservations, so it is rounded up to a multiple of 8 GiB
+    gpu_share: float | None = None
+    reserve_gib: int = 4  # without a share: memory left to the OS
+    os_min_gib: int = 4  # the budget never leaves the OS less than this
     include: list[str] = Field(default_factory=list)
     checks: list[CheckSpec] = Field(default_factory=list)
     #: chosen with --profile rather than detected: checks that stand down on hardware they do
@@ -66,9 +83,27 @@ class Profile(BaseModel):
     forced: bool = False
 
     def gpu_budget_gib(self, total_gib: float) -> int:
+        """The GPU memory budget (GiB) for a machine whose OS sees ``total_gib``."""
         if self.default_gpu_memory_gib is not None:
             return self.default_gpu_memory_gib
-        return max(1, int(total_gib) - self.reserve_gib)
+        if self.gpu_share is not None:
+            sold = math.ceil(total_gib / 8) * 8
+            budget = int(sold * self.gpu_share)
+        else:
+            budget = int(total_gib) - self.reserve_gib
+        return max(1, min(budget, int(total_gib - self.os_min_gib)))
+
+
+class IGpu(BaseModel):
+    """One row of ``checks/tables/igpus.toml``: a Ryzen AI iGPU and its own gfx target."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    pci_device: str
+    target: str
+    family: str
+    name: str
+    seen: str = ""
 
 
 class Finding(BaseModel):
@@ -84,6 +119,7 @@ class Outcome(BaseModel):
     ok: bool | None  # None: does not apply here (reported as info)
     evidence: str
     fix: str | None = None  # overrides the spec's fix when the function knows better
+    severity: str | None = None  # overrides the spec's severity when the precondition fails
 
 
 class ProfileError(UsageError):
@@ -110,21 +146,39 @@ def checks_dir() -> Path:
     return data_dir("checks")
 
 
+def _read_toml(path: Path) -> dict:
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise ProfileError(f"{path}: {exc}") from exc
+
+
+def _validated(model, data: dict, path: Path):
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = ".".join(str(p) for p in err["loc"])
+        raise ProfileError(f"{path}: field {loc}: {err['msg']}") from exc
+
+
 def load_profile(name: str, directory: Path | None = None) -> Profile:
     directory = directory or checks_dir()
     path = directory / f"{name}.toml"
     if not path.is_file():
         known = ", ".join(sorted(p.stem for p in directory.glob("*.toml") if p.stem != "common"))
         raise ProfileError(f"no profile {name!r} (known: {known})")
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-        profile = Profile.model_validate(data)
-    except tomllib.TOMLDecodeError as exc:
-        raise ProfileError(f"{path}: {exc}") from exc
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        loc = ".".join(str(p) for p in err["loc"])
-        raise ProfileError(f"{path}: field {loc}: {err['msg']}") from exc
+    profile = _validated(Profile, _read_toml(path), path)
+    if profile.family:
+        # a box: its family, with the box's own fields and checks on top (a box check replaces
+        # the family's check of the same id where it stands, so the report keeps its order)
+        base = load_profile(profile.family, directory)
+        if base.family:
+            raise ProfileError(f"{path}: family {profile.family!r} is itself a box")
+        own = {c.id: c for c in profile.checks}
+        checks = [own.pop(c.id, c) for c in base.checks] + list(own.values())
+        fields = {k: getattr(profile, k) for k in profile.model_fields_set if k not in ("checks", "include")}
+        return base.model_copy(update={**fields, "checks": checks})
     included: list[CheckSpec] = []
     for inc in profile.include:
         included.extend(load_profile(inc, directory).checks)
@@ -143,24 +197,93 @@ def profile_names(directory: Path | None = None) -> list[str]:
     return sorted(p.stem for p in directory.glob("*.toml") if p.stem not in ("common", "generic"))
 
 
-def detect_profile(facts: Facts, directory: Path | None = None) -> Profile:
-    """The profile for this hardware: by GPU target, then iGPU PCI id, then CPU name."""
-    profiles = [load_profile(n, directory) for n in profile_names(directory)]
-    targets = facts.gpu.targets if facts.gpu else []
-    if facts.gpu and facts.gpu.hsa_override:
-        targets = []  # rocminfo reports the overridden target; trust sysfs and the CPU instead
-    devices = [c.pci_device for c in facts.gpu.cards] if facts.gpu else []
+@cache
+def _igpu_rows(directory: Path) -> dict[str, IGpu]:
+    path = directory / "tables" / "igpus.toml"
+    if not path.is_file():  # a profile folder of one's own: the table ojai ships
+        path = checks_dir() / "tables" / "igpus.toml"
+    rows = [_validated(IGpu, row, path) for row in _read_toml(path).get("igpu", [])]
+    return {r.pci_device.lower(): r for r in rows}
+
+
+def igpu(device_id: str | None, directory: Path | None = None) -> IGpu | None:
+    """The Ryzen AI iGPU with this PCI device id ("0x150e"), if ojai's table knows it."""
+    if not device_id:
+        return None
+    return _igpu_rows(directory or checks_dir()).get(device_id.strip().lower())
+
+
+def _dmi_names(facts: Facts) -> str:
+    bios = facts.bios
+    if bios is None:
+        return ""
+    return " ".join(filter(None, [bios.sys_vendor, bios.product_name, bios.board_vendor, bios.board_name]))
+
+
+def _family_evidence(facts: Facts, families: list[Profile], directory: Path | None) -> Profile | None:
+    """The family of the machine in front: by its hardware ids first (sysfs PCI ids, rocminfo
+    Chip IDs: an override cannot change them), then rocminfo's target names (unless an override
+    is known), then the CPU name."""
+    gpu = facts.gpu
+    by_id = {f.id: f for f in families}
+    ids = [c.pci_device for c in gpu.cards] if gpu else []
+    ids += [a.chip_id for a in gpu.agents] if gpu else []
+    for device in ids:
+        row = igpu(device, directory)
+        if row and row.family in by_id:
+            return by_id[row.family]
+    for f in families:  # families listing PCI ids themselves (user profiles)
+        if any(d and d.lower() in (p.lower() for p in f.pci_devices) for d in ids):
+            return f
+    if gpu and not gpu.hsa_override:
+        for f in families:
+            if any(t in f.gpu_targets or t == f.gpu_target for t in gpu.targets):
+                return f
     cpu = (facts.cpu.model_name or "") if facts.cpu else ""
-    for p in profiles:
-        if p.gpu_target and p.gpu_target in targets:
-            return p
-    for p in profiles:
-        if any(d in p.pci_devices for d in devices if d):
-            return p
-    for p in profiles:
-        if any(m.lower() in cpu.lower() for m in p.cpu_match):
-            return p
-    return load_profile("generic", directory)
+    for f in families:
+        if any(m.lower() in cpu.lower() for m in f.cpu_match):
+            return f
+    return None
+
+
+def machine_target(facts: Facts, profile: Profile, directory: Path | None = None) -> str | None:
+    """The gfx target of this machine's iGPU, if it is one of the profile's: from the hardware
+    ids, else from rocminfo's names (not overridden)."""
+    gpu = facts.gpu
+    if gpu is None:
+        return None
+    wanted = profile.gpu_targets or ([profile.gpu_target] if profile.gpu_target else [])
+    for device in [c.pci_device for c in gpu.cards] + [a.chip_id for a in gpu.agents]:
+        row = igpu(device, directory)
+        if row and row.target in wanted:
+            return row.target
+    if not gpu.hsa_override:
+        for t in gpu.targets:
+            if t in wanted:
+                return t
+    return None
+
+
+def for_machine(profile: Profile, facts: Facts, directory: Path | None = None) -> Profile:
+    """The profile with ``gpu_target`` set to the target of the iGPU in front of it."""
+    target = machine_target(facts, profile, directory) or profile.gpu_target or (
+        profile.gpu_targets[0] if profile.gpu_targets else None)
+    return profile.model_copy(update={"gpu_target": target})
+
+
+def detect_profile(facts: Facts, directory: Path | None = None) -> Profile:
+    """The profile for the machine in front: its hardware family, or the box of that family
+    whose DMI names match this machine."""
+    profiles = [load_profile(n, directory) for n in profile_names(directory)]
+    families = [p for p in profiles if not p.dmi_match]
+    family = _family_evidence(facts, families, directory)
+    if family is None:
+        return for_machine(load_profile("generic", directory), facts, directory)
+    dmi = _dmi_names(facts).lower()
+    for box in profiles:
+        if box.dmi_match and box.family == family.id and any(m.lower() in dmi for m in box.dmi_match):
+            return for_machine(box, facts, directory)
+    return for_machine(family, facts, directory)
 
 
 def run_checks(facts: Facts, profile: Profile) -> list[Finding]:
@@ -175,7 +298,7 @@ def run_checks(facts: Facts, profile: Profile) -> list[Finding]:
         elif out.ok is None:
             sev = "info"
         else:
-            sev = spec.severity
+            sev = out.severity or spec.severity
         findings.append(Finding(id=spec.id, title=spec.title, severity=sev, evidence=out.evidence,
                                 fix=None if sev == "pass" else (out.fix or spec.fix or None),
                                 link=spec.link or None))
@@ -203,36 +326,90 @@ def _fmt_pages(pages: int | None) -> str:
     return "not set" if pages is None else f"{pages} pages ({pages * PAGE / GIB:.1f} GiB)"
 
 
+UNSET_OVERRIDE_FIX = (
+    "Unset HSA_OVERRIDE_GFX_VERSION wherever it is set (~/.bashrc, ~/.profile, /etc/environment, "
+    "the service's unit) and run rocminfo again: ROCm must see the GPU as its own target. ojai "
+    "sets an override itself only in a launch script, and only when the installed llama-server "
+    "lacks the GPU's own target.")
+
+
+def _renamed(gpu) -> list:
+    """GPU agents whose Chip ID says the silicon is another target than rocminfo's Name."""
+    return [a for a in gpu.agents if a.native_target and a.native_target != a.name]
+
+
+def _override_origin(gpu) -> str:
+    if gpu.hsa_override:
+        return f"HSA_OVERRIDE_GFX_VERSION={gpu.hsa_override} renames it"
+    if gpu.environment_unknown:
+        return ("an HSA_OVERRIDE_GFX_VERSION was set where rocminfo ran, and this capture has no "
+                "record of that environment")
+    return "an HSA_OVERRIDE_GFX_VERSION was set where rocminfo ran, though not in this environment"
+
+
+def _renamed_evidence(agent, gpu) -> str:
+    row = igpu(agent.chip_id)
+    what = row.name if row else f"PCI device {agent.chip_id}"
+    return (f"rocminfo reports {agent.name} ({agent.marketing_name}) for Chip ID {agent.chip_id}, "
+            f"the {what}, whose own target is {agent.native_target}: {_override_origin(gpu)}")
+
+
+def _notes(gpu) -> str:
+    return f" (rocminfo text: {'; '.join(gpu.rocminfo_notes)})" if gpu.rocminfo_notes else ""
+
+
 @kind("gpu_target")
 def _gpu_target(facts: Facts, profile: Profile, params: dict) -> Outcome:
     gpu = _need(facts, "gpu")
-    want = params.get("target", profile.gpu_target)
+    want = params.get("target") or machine_target(facts, profile) or profile.gpu_target or (
+        profile.gpu_targets[0] if profile.gpu_targets else None)
     if gpu.rocminfo_error:
         cards = ", ".join(f"{c.card} {c.pci_device}" for c in gpu.cards) or "no AMD GPU in sysfs"
         return Outcome(ok=False, evidence=f"{gpu.rocminfo_error}; sysfs: {cards}")
     seen = ", ".join(f"{a.name} ({a.marketing_name})" for a in gpu.agents) or "no GPU agent"
-    if gpu.hsa_override:
-        # rocminfo reports the overridden target: judge by the PCI id in sysfs instead
+    renamed = _renamed(gpu)
+    if renamed:  # the hardware id says what the silicon is, whatever the override made of it
+        return Outcome(ok=False, evidence="; ".join(_renamed_evidence(a, gpu) for a in renamed)
+                       + _notes(gpu), fix=UNSET_OVERRIDE_FIX)
+    if gpu.hsa_override and not any(a.native_target for a in gpu.agents):
+        # rocminfo reports the overridden target and no Chip ID says what the GPU is: judge by
+        # the PCI id in sysfs instead
         note = (f"rocminfo reports {seen}, but HSA_OVERRIDE_GFX_VERSION={gpu.hsa_override} "
                 "makes it report an overridden target")
-        if not profile.pci_devices:
-            return Outcome(ok=None, evidence=note)
         ids = [c.pci_device for c in gpu.cards]
-        return Outcome(ok=any(i in profile.pci_devices for i in ids),
-                       evidence=f"{note}; sysfs PCI ids {', '.join(filter(None, ids)) or 'none'}, "
-                       f"profile's: {', '.join(profile.pci_devices)}")
+        known = [row.target for row in map(igpu, ids) if row]
+        if want is None:
+            return Outcome(ok=None, evidence=note)
+        ok = want in known or any(i in profile.pci_devices for i in ids)
+        return Outcome(ok=ok, evidence=f"{note}; sysfs PCI ids {', '.join(filter(None, ids)) or 'none'}"
+                       + ("" if ok else f", none of them a {want} iGPU"))
     if want is None:
-        return Outcome(ok=bool(gpu.agents), evidence=f"rocminfo: {seen}")
-    return Outcome(ok=want in gpu.targets, evidence=f"want {want}; rocminfo: {seen}")
+        return Outcome(ok=bool(gpu.agents), evidence=f"rocminfo: {seen}" + _notes(gpu))
+    ok = want in gpu.targets
+    cards = "" if ok else "".join(
+        f"; sysfs {c.card} is PCI device {c.pci_device}, the {row.name} ({row.target})"
+        for c in gpu.cards if (row := igpu(c.pci_device)))
+    return Outcome(ok=ok, evidence=f"want {want}; rocminfo: {seen}" + cards + _notes(gpu))
 
 
 @kind("hsa_override")
 def _hsa_override(facts: Facts, profile: Profile, params: dict) -> Outcome:
     gpu = _need(facts, "gpu")
-    if not gpu.hsa_override:
-        return Outcome(ok=True, evidence="HSA_OVERRIDE_GFX_VERSION is not set")
-    return Outcome(ok=False, evidence=f"HSA_OVERRIDE_GFX_VERSION={gpu.hsa_override} is set: "
-                   "rocminfo and ROCm see the overridden target, not the GPU's own")
+    renamed = _renamed(gpu)
+    if gpu.hsa_override:
+        return Outcome(ok=False, evidence=f"HSA_OVERRIDE_GFX_VERSION={gpu.hsa_override} is set: "
+                       "rocminfo and ROCm see the overridden target, not the GPU's own")
+    if renamed:
+        return Outcome(ok=False, evidence=_renamed_evidence(renamed[0], gpu))
+    if gpu.environment_unknown:
+        agreed = [a for a in gpu.agents if a.native_target and a.native_target == a.name]
+        if agreed:
+            a = agreed[0]
+            return Outcome(ok=True, evidence=f"{gpu.environment_unknown}, but rocminfo reports "
+                           f"{a.name} for Chip ID {a.chip_id}, its own target: no override was in "
+                           "effect where rocminfo ran")
+        return Outcome(ok=None, evidence=f"unknown: {gpu.environment_unknown}")
+    return Outcome(ok=True, evidence="HSA_OVERRIDE_GFX_VERSION is not set")
 
 
 def _kernel_rule_holds(rule: dict, facts: Facts) -> bool | None:
@@ -269,6 +446,9 @@ def _rocm_min(facts: Facts, profile: Profile, params: dict) -> Outcome:
 def _bios_min(facts: Facts, profile: Profile, params: dict) -> Outcome:
     bios = _need(facts, "bios")
     board = " ".join(dict.fromkeys(filter(None, [bios.sys_vendor, bios.product_name, bios.board_name])))
+    if "min" not in params:  # a family: BIOS minimums are facts of a box (its own profile)
+        return Outcome(ok=None, evidence=f"no BIOS minimum is known for {board or 'this board'} "
+                       f"(BIOS {bios.bios_version})")
     match = params.get("product_match", [])
     if match and not any(m.lower() in board.lower() for m in match):
         return Outcome(ok=None, evidence=f"board {board!r} is not one this BIOS rule is for")
@@ -278,18 +458,75 @@ def _bios_min(facts: Facts, profile: Profile, params: dict) -> Outcome:
                    f"needs >= {params['min']}")
 
 
+def _regenerate_hint(facts: Facts) -> str:
+    family = " ".join([facts.distro.id, *facts.distro.like]) if facts.distro else ""
+    if any(x in family for x in ("fedora", "rhel", "centos")):
+        return "`sudo grub2-mkconfig -o /boot/grub2/grub.cfg`"
+    if "arch" in family:
+        return "`sudo grub-mkconfig -o /boot/grub/grub.cfg`"
+    return "`sudo update-grub`"
+
+
 @kind("ttm_active")
 def _ttm_active(facts: Facts, profile: Profile, params: dict) -> Outcome:
+    """Three states, checked in the order the boot uses them: configured (the files, as
+    grub-mkconfig and kmod read them), generated (grub.cfg's default entry, the initramfs of
+    the kernel that will boot), active (/proc/cmdline and the live module). The first that
+    differs names the one action that fixes it: edit, regenerate, or reboot."""
+    from ojai_setup.formats.grub import cmdline_param
+
     ttm = _need(facts, "ttm")
     if (not profile.forced and facts.gpu is not None and not facts.gpu.cards
             and not facts.gpu.agents):
         return Outcome(ok=None, evidence="no AMD GPU: the TTM limit does not matter here "
                        "(force a profile with --profile to check it anyway)")
     configured, active = ttm.configured_pages, ttm.active_pages
+    if configured is None and active is None and facts.cmdline is None:
+        return Outcome(ok=None, evidence="unknown: neither /proc/cmdline, a GRUB or modprobe.d "
+                       "setting nor /sys/module/ttm could be read")
     if configured is None:
         return Outcome(ok=False, evidence=f"GPU memory limit not configured; active "
                        f"{_fmt_pages(active)} (kernel default, about half of RAM)")
-    ev = f"configured {_fmt_pages(configured)}, active {_fmt_pages(active)} ({ttm.live_module or 'no ttm module'})"
+    where = ttm.grub_file or (ttm.modprobe[-1].path if ttm.modprobe else None)
+    ev = (f"configured {_fmt_pages(configured)}" + (f" in {where}" if where else "")
+          + f", active {_fmt_pages(active)} ({ttm.live_module or 'no ttm module'})")
+    status, boot = facts.apply, facts.boot
+    if status is not None and (status.owed or status.interrupted):
+        owed = ", ".join(status.owed) or "the rest of the interrupted apply"
+        return Outcome(ok=False, evidence=ev + f"; generated configuration not up to date: an "
+                       f"earlier apply still owes {owed}",
+                       fix=f"Run `ojai setup --apply` first (it runs {owed}); reboot only after "
+                       "that.")
+    gen = boot.generated if boot else None
+    notes: list[str] = []
+    if ttm.grub_pages is not None and ttm.grub_key:
+        if gen is None:
+            notes.append("generated: " + ((boot.generated_error if boot else None)
+                                          or "no grub.cfg found to compare"))
+        else:
+            got = cmdline_param(gen.tokens, ttm.grub_key)
+            if got != str(ttm.grub_pages):
+                have = f"{ttm.grub_key}={got}" if got is not None else f"no {ttm.grub_key}"
+                return Outcome(ok=False, evidence=ev + f"; generated: {gen.config} (default entry "
+                               f"'{gen.title}') boots with {have}: grub.cfg was not regenerated",
+                               fix=f"Regenerate the boot configuration: {_regenerate_hint(facts)} "
+                               "(or `ojai setup --apply`), then reboot.")
+            notes.append(f"generated: {gen.config} agrees")
+    ir = boot.initramfs if boot else None
+    if ttm.modprobe and ir is not None and ir.error is None and ir.carries_ttm:
+        want = ttm.modprobe[-1].pages
+        stale = ir.missing + ir.older_than
+        if (ir.pages is not None and ir.pages != want) or stale:
+            release = gen.release if gen and gen.release else "$(uname -r)"
+            why = (f"holds pages_limit={ir.pages}" if ir.pages is not None and ir.pages != want
+                   else f"was built before {', '.join(stale)} changed or lacks it")
+            return Outcome(ok=False, evidence=ev + f"; generated: the initramfs {ir.image} "
+                           f"(which loads the TTM module) {why}",
+                           fix=f"Rebuild the initramfs of the kernel that will boot: `sudo "
+                           f"update-initramfs -u -k {release}` (dracut: `sudo dracut --force "
+                           f"--kver {release}`), or `ojai setup --apply`; then reboot.")
+        notes.append(f"initramfs {ir.image} agrees")
+    ev += "".join(f"; {n}" for n in notes)
     if active == configured:
         return Outcome(ok=True, evidence=ev)
     rec = ttm.record
@@ -298,9 +535,15 @@ def _ttm_active(facts: Facts, profile: Profile, params: dict) -> Outcome:
             return Outcome(ok=False, evidence=ev + "; reboot pending (applied during this boot)",
                            fix="Reboot to make the new limit active.")
         return Outcome(ok=False, evidence=ev + "; rebooted since apply but the limit is NOT active",
-                       fix="The boot did not pick the limit up: check that grub.cfg was regenerated "
-                       "(update-grub), that the module key matches the live module "
-                       f"({ttm.live_module}.pages_limit), and /proc/cmdline.")
+                       fix="The boot did not pick the limit up: check "
+                       + ("that grub.cfg was regenerated (update-grub), " if gen is None else "")
+                       + f"that the module key matches the live module ({ttm.live_module}."
+                       "pages_limit), that the default boot entry is the one that booted, and "
+                       "/proc/cmdline.")
+    if gen is not None and ttm.grub_pages is not None:
+        return Outcome(ok=False, evidence=ev + "; reboot pending (the generated configuration "
+                       "has the limit, the running kernel does not)",
+                       fix="Reboot to make the new limit active.")
     return Outcome(ok=False, evidence=ev + "; not applied by ojai: a reboot may be pending, or "
                    "grub.cfg / the initramfs was not regenerated",
                    fix="Run `ojai setup --apply`, then reboot.")
@@ -314,6 +557,9 @@ def _ttm_module_key(facts: Facts, profile: Profile, params: dict) -> Outcome:
     for m in ttm.modprobe:
         places.append(f"{m.path}:{m.line} sets {m.module} pages_limit")
         modules.add(m.module)
+    if not ttm.live_module and facts.cmdline is None:
+        return Outcome(ok=None, evidence="unknown: no TTM module in /sys/module and no /proc/cmdline"
+                       + (f"; {'; '.join(places)}" if places else ""))
     if not ttm.live_module or not modules:
         return Outcome(ok=True, evidence=f"live module {ttm.live_module or 'unknown'}; "
                        + ("; ".join(places) or "no TTM limit configured"))
@@ -373,22 +619,54 @@ def _npu_device(facts: Facts, profile: Profile, params: dict) -> Outcome:
                    f"(needs >= {need})")
 
 
+def npu_route_wanted(facts: Facts) -> str | None:
+    """Why the NPU route is wanted on this machine (FastFlowLM is installed), or None."""
+    if facts.npu is not None and facts.npu.flm is not None:
+        return "FastFlowLM is installed (flm validate ran)"
+    if "flm" in facts.tools:
+        return "FastFlowLM is installed"
+    return None
+
+
 @kind("npu_firmware")
 def _npu_firmware(facts: Facts, profile: Profile, params: dict) -> Outcome:
     npu = _need(facts, "npu")
     if npu.firmware_version is None:
         return Outcome(ok=None, evidence="NPU firmware version unknown (no flm or xrt-smi output)")
     ok = version_tuple(npu.firmware_version) >= version_tuple(params["min"])
-    return Outcome(ok=ok, evidence=f"NPU firmware {npu.firmware_version} (from {npu.firmware_source});"
-                   f" needs >= {params['min']}")
+    flm_says = ((npu.flm or {}).get("firmware") or {}).get("ok")
+    if flm_says is False:
+        ok = False
+    evidence = (f"NPU firmware {npu.firmware_version} (from {npu.firmware_source}); "
+                f"needs >= {params['min']}")
+    if ok:
+        return Outcome(ok=True, evidence=evidence)
+    if flm_says is False:
+        evidence += "; FastFlowLM reports it as incompatible: the NPU route cannot work"
+    wanted = npu_route_wanted(facts)
+    if wanted and profile.npu:
+        return Outcome(ok=False, severity="fail", evidence=f"{evidence}; the NPU route is wanted: {wanted}",
+                       fix=params.get("fix_wanted"))
+    return Outcome(ok=False, evidence=evidence + ("; FastFlowLM is not installed, so nothing uses "
+                                                  "the NPU yet" if not wanted else ""))
 
 
 @kind("npu_memlock")
 def _npu_memlock(facts: Facts, profile: Profile, params: dict) -> Outcome:
     npu = _need(facts, "npu")
-    memlock = (npu.flm or {}).get("memlock") or {}
-    if memlock.get("ok") is None:
+    if npu.flm is None:
         return Outcome(ok=None, evidence="memlock limit unknown (no `flm validate` output)")
+    memlock = npu.flm.get("memlock") or {}
+    if memlock.get("ok") is None:
+        unread = [line for line in npu.flm.get("unread") or [] if "memlock" in line.lower()]
+        if unread:
+            return Outcome(ok=None, evidence=f"memlock limit unknown: flm validate printed "
+                           f"{unread[0]!r}, which could not be read")
+        if memlock.get("observed"):
+            return Outcome(ok=None, evidence=f"memlock limit {memlock['observed']!r} from flm "
+                           "validate could not be read as a size")
+        return Outcome(ok=None, evidence="memlock limit unknown: the flm validate output is there "
+                       "but has no memlock line")
     return Outcome(ok=bool(memlock["ok"]), evidence=f"memlock limit {memlock.get('observed')} "
                    f"(needs {memlock.get('required')}; from flm validate)")
 
@@ -396,12 +674,53 @@ def _npu_memlock(facts: Facts, profile: Profile, params: dict) -> Outcome:
 @kind("memory_size")
 def _memory_size(facts: Facts, profile: Profile, params: dict) -> Outcome:
     mem = _need(facts, "memory")
-    if profile.memory_gib is None:
+    if profile.memory_gib is not None:
+        # MemTotal excludes the BIOS carve-out and kernel reservations: allow 15 %
+        ok = mem.total_gib >= profile.memory_gib * 0.85 - 8
+        return Outcome(ok=ok, evidence=f"{mem.total_gib:.1f} GiB usable; profile expects "
+                       f"{profile.memory_gib} GiB installed")
+    if not profile.apu:
         return Outcome(ok=None, evidence=f"{mem.total_gib:.1f} GiB")
-    # MemTotal excludes the BIOS carve-out and kernel reservations: allow 15 %
-    ok = mem.total_gib >= profile.memory_gib * 0.85 - 8
-    return Outcome(ok=ok, evidence=f"{mem.total_gib:.1f} GiB usable; profile expects "
-                   f"{profile.memory_gib} GiB installed")
+    budget = profile.gpu_budget_gib(mem.total_gib)
+    need = params.get("min_budget_gib", 8)
+    return Outcome(ok=budget >= need, evidence=f"{mem.total_gib:.1f} GiB usable; `ojai setup` "
+                   f"proposes a GPU budget of {budget} GiB, leaving {mem.total_gib - budget:.1f} GiB "
+                   f"to the OS" + ("" if budget >= need else f"; less than the {need} GiB the "
+                                   "smallest model routes need"))
+
+
+@kind("vram_carveout")
+def _vram_carveout(facts: Facts, profile: Profile, params: dict) -> Outcome:
+    """The BIOS carve-out ("UMA Frame Buffer Size") is RAM only the GPU's VRAM heap can use; on
+    these APUs the GPU takes its memory through the TTM limit instead, so the carve-out is best
+    kept at the BIOS minimum, and the TTM limit re-checked when a BIOS update changes it."""
+    gpu = _need(facts, "gpu")
+    cards = [c for c in gpu.cards if c.vram_total is not None]
+    if not cards:
+        return Outcome(ok=None, evidence="no mem_info_vram_total in sysfs: the carve-out is unknown")
+    vram = max(c.vram_total for c in cards)
+    mem = facts.memory
+    advice = ("set UMA Frame Buffer Size (or iGPU Memory) to its minimum in the BIOS and let "
+              "`ojai setup` give the GPU its memory through the TTM limit")
+    if mem is None:
+        return Outcome(ok=None, evidence=f"VRAM carve-out {vram / GIB:.1f} GiB; memory size unknown")
+    total = mem.total_bytes + vram
+    small = max(params.get("max_gib", 1) * GIB, params.get("max_share", 0.05) * total)
+    ev = f"VRAM carve-out {vram / GIB:.1f} GiB of {total / GIB:.1f} GiB"
+    ttm = facts.ttm
+    limit = (ttm.active_pages * PAGE) if ttm and ttm.active_pages else None
+    if limit is not None and mem.total_bytes - limit < profile.os_min_gib * GIB and limit > mem.total_bytes / 2:
+        return Outcome(ok=False, evidence=f"{ev}; the active TTM limit ({limit / GIB:.1f} GiB) leaves the "
+                       f"OS {(mem.total_bytes - limit) / GIB:.1f} GiB of the {mem.total_gib:.1f} GiB it "
+                       "sees: the carve-out changed since the limit was set (a BIOS update?)",
+                       fix="Re-run `ojai setup` to size the TTM limit for the memory the OS sees now; "
+                       + advice + ".")
+    if vram > small:
+        return Outcome(ok=False, evidence=f"{ev}: RAM the OS and the TTM limit can never use",
+                       fix=advice[0].upper() + advice[1:] + "; a BIOS update can reset it, so re-check "
+                       "the carve-out and the TTM limit (`ojai doctor`) after one.")
+    return Outcome(ok=True, evidence=f"{ev}: small, as it should be; the GPU gets its memory through "
+                   "the TTM limit. After a BIOS update, re-check the carve-out and the TTM limit")
 
 
 @kind("tool_present")
@@ -422,3 +741,70 @@ def _model_pairs(facts: Facts, profile: Profile, params: dict) -> Outcome:
     return Outcome(ok=True, evidence=", ".join(
         f"{m.route} ({'main + MTP draft' if m.draft else 'MTP heads in the main file'}) matched"
         for m in facts.models))
+
+
+@kind("apply_state")
+def _apply_state(facts: Facts, profile: Profile, params: dict) -> Outcome:
+    status = _need(facts, "apply")
+    owed = "; follow-up commands owed: " + ", ".join(status.owed) if status.owed else ""
+    if status.running:
+        return Outcome(ok=None, evidence="an ojai apply or rollback is running now")
+    if status.interrupted:
+        what = "rollback" if status.kind == "rollback" else "apply"
+        return Outcome(ok=False, evidence=f"{what} {status.interrupted} was interrupted after "
+                       f"{status.done} of {status.total} action(s){owed}",
+                       fix="Run `ojai setup --apply` to finish it (what is owed runs first) or "
+                       "`ojai rollback` to undo it; then reboot.")
+    if status.owed:
+        return Outcome(ok=False, evidence=f"an earlier apply stopped before its follow-up "
+                       f"commands ran{owed}",
+                       fix="Run `ojai setup --apply`: it runs the owed commands first.")
+    last = f"; last apply {status.last_apply}" if status.last_apply else ""
+    return Outcome(ok=True, evidence=f"no apply interrupted, nothing owed{last}")
+
+
+def _lemonade(facts: Facts) -> dict | None:
+    tool = facts.tools.get("lemonade") or facts.tools.get("lemond")
+    return (tool.detail or {}) if tool else None
+
+
+@kind("lemonade_bins")
+def _lemonade_bins(facts: Facts, profile: Profile, params: dict) -> Outcome:
+    """Each ``llamacpp.*_bin`` path in Lemonade's config must be an executable, not a folder."""
+    from ojai_setup.domain.lemonade import bin_problem
+
+    detail = _lemonade(facts)
+    if detail is None:
+        return Outcome(ok=None, evidence="Lemonade is not installed")
+    bins = detail.get("bins") or {}
+    if not bins:
+        return Outcome(ok=True, evidence=f"no llama.cpp binary path set in {detail.get('config_dir')}"
+                       "/config.json (Lemonade uses its own builds)")
+    problems = [p for p in (bin_problem(k, b["value"], b["kind"]) for k, b in bins.items()) if p]
+    if problems:
+        return Outcome(ok=False, evidence="; ".join(problems),
+                       fix=" ".join(p[p.index("set it to"):] if "set it to" in p else p
+                                    for p in problems))
+    return Outcome(ok=True, evidence=", ".join(f"{k} = {b['value']} (executable)"
+                                               for k, b in bins.items()))
+
+
+@kind("lemonade_server")
+def _lemonade_server(facts: Facts, profile: Profile, params: dict) -> Outcome:
+    """Lemonade's version (both version forms), port, config directory and health."""
+    detail = _lemonade(facts)
+    if detail is None:
+        return Outcome(ok=None, evidence="Lemonade is not installed")
+    version = detail.get("version") or {}
+    what = (f"{version.get('text')} ({'calendar' if version.get('calendar') else 'semantic'} "
+            "version)") if version else "version unknown"
+    evidence = (f"{what}; port {detail.get('port')}; {detail.get('mode')} reading "
+                f"{detail.get('config_dir')}; health: {detail.get('health')}")
+    if detail.get("config_error"):
+        return Outcome(ok=False, evidence=evidence + "; " + detail["config_error"],
+                       fix="Fix config.json by hand (lemond renames a file it cannot parse to "
+                           "config.json.corrupted and starts with defaults).")
+    health = str(detail.get("health", ""))
+    if health.startswith(("no answer", "answered")):
+        return Outcome(ok=False, evidence=evidence)
+    return Outcome(ok=True, evidence=evidence)

@@ -26,8 +26,9 @@ from pathlib import PurePosixPath
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
+from ojai_setup.core.address import AddressError, check_host, is_loopback
 from ojai_setup.core.errors import InputError
-from ojai_setup.core.paths import FLM_PORT
+from ojai_setup.core.paths import FLM_PORT, FLM_STATE_DIR, SERVICE_USER
 from ojai_setup.core.resources import data_dir
 from ojai_setup.core.root import Root
 
@@ -36,6 +37,8 @@ __all__ = [
     "LaunchError",
     "data_dir",
     "has_bundled_libs",
+    "read_secret",
+    "secret_env",
     "render_flm_script",
     "render_flm_unit",
     "render_llama_script",
@@ -159,20 +162,89 @@ def render_llama_script(binary: str, args: list[str], env: dict[str, str], route
                    lib_dir=lib_dir, route_name=route_name)
 
 
-def render_llama_unit(script: str, route_name: str, user: str,
-                      working_directory: str | None = None) -> str:
-    """A systemd service that runs the launch ``script`` of ``route_name`` as ``user``.
+def render_llama_unit(script: str, route_name: str, user: str = SERVICE_USER,
+                      working_directory: str | None = None, *, models_dir: str | None = None,
+                      host: str = "127.0.0.1", env_file: str | None = None,
+                      groups: frozenset[str] | None = None) -> str:
+    """A hardened systemd service that runs the launch ``script`` of ``route_name`` as the
+    unprivileged ``user`` (ojai's service user, never root).
 
-    The service joins the ``render`` and ``video`` groups (``/dev/kfd`` and ``/dev/dri``) and
-    restarts on failure. It does not set ``ProtectHome``: models may live under ``/home``.
+    - Devices: only ``/dev/kfd`` and the DRM nodes (``DevicePolicy=closed``), reached through
+      the ``render`` and ``video`` groups; no ``PrivateDevices`` (it would hide ``/dev/kfd``).
+    - Files: the whole system read-only (``ProtectSystem=strict``), a private ``/tmp``, homes
+      hidden (``ProtectHome=yes``); a ``models_dir`` under ``/home`` is bound back read-only
+      over an empty ``/home`` (``ProtectHome=tmpfs``). llama-server writes nothing.
+    - No capabilities, no privilege gain, the ``@system-service`` system calls only, IPv4/IPv6
+      and Unix sockets only; on a loopback ``host`` no IP traffic but to this machine.
+    - ``env_file``: a root-only file systemd reads before dropping privileges
+      (``LLAMA_API_KEY=``, which llama-server takes as ``--api-key``).
+    - ``groups``: the machine's groups (None: unknown); a device group it lacks is left out,
+      since systemd refuses to start a unit naming a group that does not exist.
     """
     _check_route_name(route_name)
     _check_unit_path("the launch script", script)
     _check_user(user)
     if working_directory is not None:
         _check_unit_path("the working directory", working_directory)
+    home_models = None
+    if models_dir is not None:
+        _check_unit_path("the models folder", models_dir)
+        if PurePosixPath(models_dir).parts[1:2] in (("home",), ("root",)):
+            home_models = models_dir
+    if env_file is not None:
+        _check_unit_path("the environment file", env_file)
+    host = _check_host(host)
     return _render("llama-server.service.j2", script=script, route_name=route_name, user=user,
-                   working_directory=working_directory)
+                   working_directory=working_directory, home_models=home_models,
+                   loopback=is_loopback(host), env_file=env_file,
+                   groups=_device_groups(("render", "video"), groups))
+
+
+def _device_groups(wanted: tuple[str, ...], present: frozenset[str] | None) -> list[str]:
+    return [g for g in wanted if present is None or g in present]
+
+
+def _check_host(host: str) -> str:
+    try:
+        return check_host(host)
+    except AddressError as exc:
+        raise LaunchError(str(exc)) from None
+
+
+#: what an API key may hold: it goes into a systemd environment file unquoted
+_SECRET = re.compile(r"^[A-Za-z0-9._~+/=:,@-]{16,512}$")
+
+
+def read_secret(path: str) -> str:
+    """The API key in the file ``path`` (one line; a final newline is dropped).
+
+    Refused with a :class:`LaunchError` saying why: a missing or unreadable file, an empty
+    one, more than one line, fewer than 16 characters, or characters other than letters,
+    digits and ``. _ ~ + / = : , @ -``.
+    """
+    try:
+        raw = open(path, "rb").read(4096)
+    except OSError as exc:
+        raise LaunchError(f"--api-key-file {path}: cannot read it ({exc.strerror})") from None
+    try:
+        text = raw.decode("ascii")
+    except UnicodeDecodeError:
+        raise LaunchError(f"--api-key-file {path}: the key must be plain ASCII") from None
+    key = text[:-1] if text.endswith("\n") else text
+    if not key:
+        raise LaunchError(f"--api-key-file {path}: the file is empty")
+    if "\n" in key or "\r" in key:
+        raise LaunchError(f"--api-key-file {path}: the key must be a single line")
+    if not _SECRET.match(key):
+        raise LaunchError(f"--api-key-file {path}: the key must be 16 to 512 letters, digits or "
+                          ". _ ~ + / = : , @ - (no spaces or quotes)")
+    return key
+
+
+def secret_env(variable: str, value: str) -> str:
+    """The text of an environment file setting ``variable`` to ``value``."""
+    _check_env({variable: value})
+    return f"{variable}={value}\n"
 
 
 # -- FastFlowLM --------------------------------------------------------------------------------
@@ -192,21 +264,32 @@ def render_flm_script(tag: str, *, ctx_len: int, port: int = FLM_DEFAULT_PORT,
         raise LaunchError(f"port {port} is out of range")
     if ctx_len <= 0:
         raise LaunchError(f"context length must be positive, got {ctx_len}")
-    if not host or any(c.isspace() for c in host) or "\0" in host:
-        raise LaunchError(f"{host!r} is not a host address")
+    host = _check_host(host)
     _check_absolute("the flm binary", flm)
     return _render("flm-serve.sh.j2", flm=flm, tag=tag, ctx_len=ctx_len, port=port, host=host)
 
 
-def render_flm_unit(script: str, tag: str, user: str) -> str:
-    """A systemd service running the ``flm serve`` launch ``script`` as ``user``.
+def render_flm_unit(script: str, tag: str, user: str = SERVICE_USER, *,
+                    state_dir: str = FLM_STATE_DIR, groups: frozenset[str] | None = None) -> str:
+    """A hardened systemd service running the ``flm serve`` launch ``script`` as ``user``.
 
     ``LimitMEMLOCK=infinity``: ``flm validate`` refuses a memlock limit under 100 MiB that it
-    cannot raise (ROCm/FastFlowLM ``src/src/main.cpp``), and a service does not read
-    ``/etc/security/limits.conf``. The ``render`` group gives access to ``/dev/accel/accel*``.
+    cannot raise (ROCm/FastFlowLM ``src/src/main.cpp``; ROCm/FastFlowLM#397 tries
+    ``setrlimit`` first, which an unprivileged service cannot do above its hard limit), and a
+    service does not read ``/etc/security/limits.conf`` (ROCm/FastFlowLM#437). Lemonade's own
+    unit sets the same (lemonade-sdk/lemonade#1088). The NPU is ``/dev/accel/accel*``
+    (``DeviceAllow=char-accel``, the ``render`` group). FastFlowLM downloads and keeps its models
+    under ``$FLM_MODEL_PATH`` (else ``~/.config/flm``): the service's own state folder
+    ``state_dir``, the only place it may write.
     """
     if not _FLM_TAG.match(tag):
         raise LaunchError(f"{tag!r} is not a FastFlowLM model tag (like 'qwen3:4b')")
     _check_unit_path("the launch script", script)
     _check_user(user)
-    return _render("flm-serve.service.j2", script=script, tag=tag, user=user)
+    _check_unit_path("the FastFlowLM state folder", state_dir)
+    if not state_dir.startswith("/var/lib/") or state_dir.count("/") != 3:
+        raise LaunchError(f"the FastFlowLM state folder must be a folder of /var/lib, got {state_dir!r}")
+    return _render("flm-serve.service.j2", script=script, tag=tag, user=user, state_dir=state_dir,
+                   state_name=PurePosixPath(state_dir).name,
+                   groups=_device_groups(("render",), groups))
+

@@ -37,6 +37,7 @@ from ojai_setup.formats.lemonade import (
     ConfigError,
     LlamacppBackend,
     _bare_name,
+    merge_config,
     merge_recipe_options,
     merge_user_models,
 )
@@ -128,14 +129,26 @@ def _read_config(root: Root, path: str) -> str | None:
 
 def user_models_action(root: Root, layout: LemonadeLayout, name: str, main_checkpoint: str,
                        draft_checkpoint: str | None, size_gb: float,
-                       labels: list[str]) -> WriteFile | None:
+                       labels: list[str], source: str | None = None) -> WriteFile | None:
     """The change to ``user_models.json`` in Lemonade's config directory, or None if none."""
     path = f"{layout.config_dir}/user_models.json"
     before = _read_config(root, path)
     merged = merge_user_models(before, name, main_checkpoint, draft_checkpoint, size_gb, labels,
-                               path=path)
+                               path=path, source=source)
+    what = "ojai's files" if source == "local_path" else "hub checkpoints Lemonade downloads"
     return _config_action(layout, "user_models.json", merged, before,
-                          f"register user.{_bare_name(name)} with Lemonade")
+                          f"register user.{_bare_name(name)} with Lemonade ({what})")
+
+
+def config_action(root: Root, layout: LemonadeLayout, values: dict[str, str]) -> WriteFile | None:
+    """The change to Lemonade's ``config.json`` setting ``values``, or None if none."""
+    if not values:
+        return None
+    path = f"{layout.config_dir}/config.json"
+    before = _read_config(root, path)
+    merged = merge_config(before, values, path=path)
+    return _config_action(layout, "config.json", merged, before,
+                          "point Lemonade at " + ", ".join(f"{k}={v}" for k, v in values.items()))
 
 
 def recipe_options_action(root: Root, layout: LemonadeLayout, model_id: str, ctx_size: int,
@@ -149,7 +162,7 @@ def recipe_options_action(root: Root, layout: LemonadeLayout, model_id: str, ctx
                           f"set how Lemonade loads {model_id}")
 
 
-# -- lemonade CLI ------------------------------------------------------------------------------
+# -- lemonade CLI and config.json ---------------------------------------------------------------
 class LemonadeRoute(BaseModel):
     """What :func:`lemonade_commands` needs of a route."""
 
@@ -159,29 +172,40 @@ class LemonadeRoute(BaseModel):
     engine: Literal["llamacpp", "flm"]
 
 
+class OwnLlamaServer(BaseModel):
+    """ojai's own ``llama-server``: its executable's machine path, how it was installed, and the
+    Lemonade backend it serves as (``rocm`` for a nightly zip or a HIP build, ``cpu`` for a CPU
+    build)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    executable: str
+    install: Literal["nightly", "source"]
+    backend: Literal["rocm", "cpu"] = "rocm"
+
+
 class LemonadeSettings(BaseModel):
     """How Lemonade should get its engines.
 
-    ``llama_server``: the machine path of ojai's own ``llama-server``; when set, Lemonade is
-    pointed at its folder (``llamacpp.rocm_bin``) instead of downloading the nightly ROCm build.
-    ``system_flm``: an ``flm`` is installed system-wide (the fastflowlm deb).
+    ``llama_server``: ojai's own build, which Lemonade is pointed at instead of downloading its
+    own; ``system_flm``: an ``flm`` is installed system-wide (the fastflowlm deb).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     layout: LemonadeLayout
-    llama_server: str | None = None
+    llama_server: OwnLlamaServer | None = None
     system_flm: bool = False
 
 
 def lemonade_commands(route: LemonadeRoute, settings: LemonadeSettings) -> list[list[str]]:
-    """The ``lemonade`` CLI calls that make Lemonade able to serve ``route``.
+    """The ``lemonade`` CLI calls that make Lemonade able to serve ``route`` besides the
+    ``config.json`` values of :func:`lemonade_config`.
 
     * llama.cpp, Lemonade's own build: ``config set rocm_channel=nightly`` then
       ``backends install llamacpp:rocm``.
-    * llama.cpp, ojai's build: ``config set llamacpp.rocm_bin=<folder>``. Lemonade never
-      downloads for a path value, so nothing is installed (``docs/guide/configuration/README.md``,
-      "Backend binary selection").
+    * llama.cpp, ojai's build: none (:func:`lemonade_config` points Lemonade at it, and
+      Lemonade never downloads for a path value).
     * FastFlowLM: ``config set flm.prefer_system=true`` when the system has ``flm``, else
       ``backends install flm:npu``.
     """
@@ -192,17 +216,161 @@ def lemonade_commands(route: LemonadeRoute, settings: LemonadeSettings) -> list[
     if settings.llama_server is None:
         return [["lemonade", "config", "set", "rocm_channel=nightly"],
                 ["lemonade", "backends", "install", "llamacpp:rocm"]]
-    binary = PurePosixPath(settings.llama_server)
-    if not binary.is_absolute() or any(c.isspace() for c in str(binary)):
-        raise ConfigError(f"llamacpp.rocm_bin needs an absolute folder without spaces, "
-                          f"got {str(binary.parent)!r}")
-    folder = str(binary.parent)
-    hidden = ("/home", "/root", "/run/user")
-    if settings.layout.protects_home and any(folder == h or folder.startswith(h + "/") for h in hidden):
+    return []
+
+
+_HIDDEN_FROM_SERVICE = ("/home", "/root", "/run/user")
+
+
+def hidden_from_service(layout: LemonadeLayout, path: str) -> bool:
+    """Whether the system service cannot see ``path`` (``ProtectHome=yes`` hides /home, /root
+    and /run/user from it)."""
+    return layout.protects_home and any(path == h or path.startswith(h + "/")
+                                        for h in _HIDDEN_FROM_SERVICE)
+
+
+def lemonade_config(settings: LemonadeSettings) -> dict[str, str]:
+    """The ``config.json`` values (dotted keys) that make Lemonade run ojai's ``llama-server``.
+
+    ``llamacpp.<backend>_bin`` is the EXECUTABLE: Lemonade runs the value as it is
+    (``BackendUtils::find_external_backend_binary`` returns it unchanged as the binary to
+    start, ``src/cpp/server/backends/backend_utils.cpp``), so a folder fails every load with
+    "Failed to execute: <folder>" although ``config set`` accepted it (it only checks that the
+    path exists). Lemonade's configuration guide says "a directory"; its code wins.
+
+    For the ROCm backend ``rocm_channel`` is set to ``nightly``, for both install kinds, because
+    of the library path Lemonade gives the server (:func:`llama_server_library_path`): on
+    ``stable`` it puts its own TheRock ROCm runtime folders AHEAD of the binary's folder (and
+    installs that runtime first), so a nightly zip would load TheRock's libraries instead of
+    the ROCm runtime it bundles (RPATH ``$ORIGIN``), and a source build would load a ROCm other
+    than the system ROCm it was compiled against. On ``nightly`` only the binary's folder is
+    added: the nightly zip's bundled libraries come first, and a source build's own
+    ``libllama``/``libggml`` beside it, with the system ROCm found the usual way.
+    """
+    own = settings.llama_server
+    if own is None:
+        return {}
+    binary = PurePosixPath(own.executable)
+    if not binary.is_absolute() or any(c.isspace() for c in own.executable):
+        raise ConfigError(f"llamacpp.{own.backend}_bin needs the absolute path of the "
+                          f"llama-server executable, without spaces; got {own.executable!r}")
+    if hidden_from_service(settings.layout, own.executable):
         raise ConfigError(
-            f"Lemonade runs as the system service lemond with ProtectHome=yes and cannot use "
-            f"{folder}; install ojai's llama-server outside /home (ojai's default is under /opt)")
-    return [["lemonade", "config", "set", f"llamacpp.rocm_bin={folder}"]]
+            f"Lemonade runs as the system service lemond with ProtectHome=yes and cannot run "
+            f"{own.executable}; install ojai's llama-server outside /home (ojai's default is "
+            "under /opt)")
+    values = {f"llamacpp.{own.backend}_bin": own.executable}
+    if own.backend == "rocm":
+        values["rocm_channel"] = "nightly"
+    return values
+
+
+def llama_server_library_path(config: dict, *, backend: str, therock_dirs: list[str],
+                              inherited: str | None = None) -> str | None:
+    """The ``LD_LIBRARY_PATH`` Lemonade gives the ``llama-server`` it starts for a model of
+    llama.cpp ``backend``, from its merged ``config.json`` (None: Lemonade sets none).
+
+    As ``LlamaCppServer::load`` in ``src/cpp/server/backends/llamacpp/llamacpp_server.cpp``
+    (lemonade-sdk/lemonade v11.7.0, unchanged at commit e385039) builds it on Linux:
+
+    * the backend ``rocm`` resolves to ``rocm-<rocm_channel>`` (``resolve_llamacpp_backend``;
+      ``rocm_channel`` is ``stable`` by default, ``resources/defaults.json``);
+    * the executable is ``llamacpp.rocm_bin`` for both channels (``build_bin_config_key``
+      collapses ``rocm-stable``/``rocm-nightly`` to ``rocm_bin``), taken as-is when it is a path;
+    * for ``rocm-stable`` and ``rocm-nightly`` the library path starts with the executable's
+      folder (``fs::path(executable).parent_path()``); on ``rocm-stable`` only, the TheRock
+      runtime folders for the GPU (``BackendUtils::get_therock_lib_paths``, e.g.
+      ``<bin dir>/therock/gfx1150-<version>/lib`` and its ``lib/llvm/lib``) go in front of it;
+    * an ``LD_LIBRARY_PATH`` lemond itself has is appended;
+    * the ``cpu`` and ``vulkan`` backends get no ``LD_LIBRARY_PATH`` (their builds are static
+      or find their libraries by RPATH).
+
+    ``therock_dirs``: the runtime folders Lemonade would find (empty when none is installed).
+    """
+    from ojai_setup.formats.lemonade import config_value
+
+    if backend not in ("rocm", "cuda"):
+        return None
+    key = "rocm_bin" if backend == "rocm" else "cuda_bin"
+    executable = config_value(config, f"llamacpp.{key}")
+    if not isinstance(executable, str) or not executable.startswith("/"):
+        return None  # Lemonade's own download; its folder is Lemonade's business
+    path = str(PurePosixPath(executable).parent)
+    if backend == "rocm" and (config_value(config, "rocm_channel") or "stable") == "stable" \
+            and therock_dirs:
+        path = ":".join(therock_dirs) + ":" + path
+    if inherited:
+        path += ":" + inherited
+    return path
+
+
+#: the ``*_bin`` keys of Lemonade's llama.cpp section (``src/cpp/resources/defaults.json``)
+LLAMACPP_BIN_KEYS = ("llamacpp.cpu_bin", "llamacpp.rocm_bin", "llamacpp.vulkan_bin",
+                     "llamacpp.cuda_bin")
+
+
+def looks_like_path(value: str) -> bool:
+    """Lemonade's ``utils::looks_like_path`` (``src/cpp/server/utils/path_utils.cpp``): an
+    absolute path is a path; ``builtin``, ``latest`` and tags such as ``b8664`` are not."""
+    return value.startswith("/")
+
+
+def bin_problem(key: str, value: str, kind: Literal["file", "executable", "folder", "missing"]
+                ) -> str | None:
+    """Why the ``*_bin`` ``value`` (a path) makes Lemonade fail to load a model, or None.
+
+    ``kind``: what is at the path (an executable file, a non-executable file, a folder,
+    nothing)."""
+    if kind == "executable":
+        return None
+    if kind == "folder":
+        return (f"{key} = {value} is a folder, but Lemonade executes the value as-is, so every "
+                f"model load fails with \"Failed to execute: {value}\"; set it to the "
+                f"llama-server executable: lemonade config set "
+                f"{key}={value.rstrip('/')}/llama-server (or `ojai setup --apply`)")
+    if kind == "missing":
+        return (f"{key} = {value} does not exist; set it to a llama-server executable, or to "
+                f"builtin: lemonade config set {key}=builtin")
+    return (f"{key} = {value} is not executable; chmod +x it, or set {key} to the llama-server "
+            "executable")
+
+
+# -- Lemonade's own catalog ----------------------------------------------------------------------
+#: where the packages put Lemonade's built-in model list (``resources/server_models.json``):
+#: Debian's lemonade-server, the PPA/.deb from GitHub releases, a build installed under /usr/local
+SERVER_MODELS = ("/usr/share/lemonade-server/resources/server_models.json",
+                 "/opt/lemonade/resources/server_models.json",
+                 "/usr/local/share/lemonade-server/resources/server_models.json")
+
+
+def catalog_match(server_models: dict, main: str, draft: str | None) -> str | None:
+    """The name of the entry of Lemonade's built-in catalog (``server_models.json``) serving the
+    same main checkpoint (and the same draft, for a sidecar pair), or None."""
+    for name, entry in server_models.items():
+        if not isinstance(entry, dict):
+            continue
+        checkpoints = entry.get("checkpoints")
+        if isinstance(checkpoints, dict):
+            their_main, their_draft = checkpoints.get("main"), checkpoints.get("draft")
+        else:
+            their_main, their_draft = entry.get("checkpoint"), None
+        if their_main == main and (draft is None or their_draft == draft):
+            return str(name)
+    return None
+
+
+def builtin_catalog_entry(root: Root, main: str, draft: str | None) -> str | None:
+    """:func:`catalog_match` on the ``server_models.json`` installed on ``root``, if any."""
+    import json
+
+    for path in SERVER_MODELS:
+        if root.exists(path):
+            try:
+                data = json.loads(root.read_text(path))
+            except ValueError:
+                return None
+            return catalog_match(data, main, draft) if isinstance(data, dict) else None
+    return None
 
 
 #: ``state.json`` keys under which the steps record the Lemonade settings they made
@@ -249,3 +417,35 @@ def config_commands(layout: LemonadeLayout, commands: list[list[str]], handler: 
         handlers[handler] = RunCommand(argv=argv, needs_root=layout.mode == "system-service",
                                        reason="install the engine Lemonade will use")
     return actions, handlers, settings
+
+
+# -- installing Lemonade ---------------------------------------------------------------------------
+#: Lemonade's own .deb on its GitHub releases (``docs/guide/install/debian.md``)
+RELEASES_URL = "https://github.com/lemonade-sdk/lemonade/releases"
+
+
+def distro_install_commands(distro_id: str, like: list[str], version: str
+                            ) -> tuple[list[list[str]] | None, str]:
+    """The commands that install the distribution's ``lemonade-server`` package and start its
+    service, with a sentence saying where the package comes from; None (and why, with what to do
+    instead) where the distribution has none.
+
+    * Ubuntu (and derivatives): Lemonade's PPA, ``ppa:lemonade-team/stable``.
+    * Debian: the ``lemonade-server`` package of Debian unstable (2026.39.1-2); a numbered
+      stable release (12, 13) has none.
+    """
+    family = [distro_id, *like]
+    enable = ["systemctl", "enable", "--now", "lemond"]
+    if "ubuntu" in family:
+        return ([["add-apt-repository", "-y", "ppa:lemonade-team/stable"],
+                 ["apt-get", "update"], ["apt-get", "install", "-y", "lemonade-server"], enable],
+                "from Lemonade's PPA (ppa:lemonade-team/stable)")
+    if distro_id == "debian":
+        if version and version.split(".")[0].isdigit():
+            return None, (f"Debian {version} has no lemonade-server package (Debian unstable "
+                          f"has it); install Lemonade's .deb for Debian 13 from {RELEASES_URL} "
+                          "(sudo apt install ./lemonade-server_<version>-debian13_amd64.deb)")
+        return ([["apt-get", "install", "-y", "lemonade-server"], enable],
+                "from Debian's own lemonade-server package (unstable)")
+    return None, (f"ojai knows no lemonade-server package for {distro_id or 'this distribution'}; "
+                  f"see {RELEASES_URL} or https://lemonade-server.ai/docs/ to install it")

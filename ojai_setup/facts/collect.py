@@ -20,6 +20,8 @@ from ojai_setup.core.paths import (
     STATE_FILE,
 )
 from ojai_setup.core.root import Root
+from ojai_setup.domain.checks import igpu
+from ojai_setup.facts.state import read_apply_status
 from ojai_setup.formats import machine as parsers
 from ojai_setup.model.facts import (
     Bios,
@@ -28,6 +30,7 @@ from ojai_setup.model.facts import (
     DrmCard,
     Facts,
     Gpu,
+    GrubConfig,
     Kernel,
     Memory,
     ModelPair,
@@ -65,6 +68,13 @@ def environment(root: Root) -> dict[str, str]:
         return dict(os.environ)
     text = _read(root, ENVIRON_CAPTURE)
     return parsers.parse_environ(text) if text else {}
+
+
+def environment_unknown(root: Root) -> str | None:
+    """Why the environment cannot be known (a capture without a record of it), or None."""
+    if root.is_host or root.exists(ENVIRON_CAPTURE):
+        return None
+    return f"this capture has no record of the environment ({ENVIRON_CAPTURE})"
 
 
 def read_cpu(root: Root) -> Cpu:
@@ -127,7 +137,12 @@ def read_gpu(root: Root) -> Gpu:
     result = root.run(["rocminfo"])
     if result.ok:
         try:
-            agents = parsers.parse_rocminfo(result.stdout)
+            report = parsers.read_rocminfo(result.stdout)
+            agents = report.agents
+            gpu.rocminfo_notes = report.notes
+            for agent in agents:  # what the silicon is, whatever an override renamed it to
+                row = igpu(agent.chip_id)
+                agent.native_target = row.target if row else None
             gpu.agents = [a for a in agents if a.device_type == "GPU"]
             gpu.npu_agents = [a for a in agents if a.device_type == "DSP" or a.name.startswith("aie")]
         except parsers.ParseError as exc:
@@ -144,11 +159,15 @@ def read_gpu(root: Root) -> Gpu:
         vendor = (_read(root, dev + "/vendor") or "").strip() or None
         if vendor != AMD_PCI_VENDOR:
             continue
+        device = (_read(root, dev + "/device") or "").strip().lower() or None
+        row = igpu(device)
         gpu.cards.append(DrmCard(
-            card=card, pci_vendor=vendor, pci_device=(_read(root, dev + "/device") or "").strip() or None,
+            card=card, pci_vendor=vendor, pci_device=device,
             vram_total=_int(_read(root, dev + "/mem_info_vram_total")),
-            gtt_total=_int(_read(root, dev + "/mem_info_gtt_total"))))
+            gtt_total=_int(_read(root, dev + "/mem_info_gtt_total")),
+            native_target=row.target if row else None))
     gpu.hsa_override = environment(root).get("HSA_OVERRIDE_GFX_VERSION")
+    gpu.environment_unknown = environment_unknown(root)
     gpu.amdgpu_loaded = root.exists("/sys/module/amdgpu")
     return gpu
 
@@ -179,7 +198,31 @@ def read_npu(root: Root) -> Npu:
     return npu
 
 
-def read_ttm(root: Root, cmdline: list[str] | None) -> Ttm:
+def token_origin(root: Root, grub: GrubConfig, key: str) -> str | None:
+    """The file whose assignment puts the configured ``key`` parameter on the command line:
+    the last file assigning the variable that holds it and naming the key in its own text."""
+    from ojai_setup.formats.grub import (
+        DEFAULT_VAR,
+        LINUX_VAR,
+        GrubEditError,
+        cmdline_param,
+        get_kernel_param,
+        parse_cmdline,
+    )
+
+    var = DEFAULT_VAR if cmdline_param(parse_cmdline(grub.default or ""), key) is not None else LINUX_VAR
+    for src in reversed(grub.files):
+        if var not in src.assigns:
+            continue
+        try:
+            if get_kernel_param(root.read_text(src.path), key, var=var, source=src.path) is not None:
+                return src.path
+        except (GrubEditError, OSError):
+            continue
+    return grub.winners.get(var)
+
+
+def read_ttm(root: Root, cmdline: list[str] | None, grub: GrubConfig | None = None) -> Ttm:
     from ojai_setup.formats.grub import GrubEditError, cmdline_param, get_kernel_param
     from ojai_setup.formats.modprobe import (
         ModprobeEditError,
@@ -203,7 +246,16 @@ def read_ttm(root: Root, cmdline: list[str] | None) -> Ttm:
         ttm.deprecated_gttsize = [t for t in cmdline
                                   if re.match(r"amdgpu\.gtt_?size=", t)]
     grub_text = _read(root, GRUB_DEFAULT)
-    if grub_text is not None:
+    if grub is not None and grub.error is None:
+        for key in ("amdttm.pages_limit", "ttm.pages_limit"):
+            value = cmdline_param(grub.tokens, key)
+            if value is not None:
+                ttm.grub_pages, ttm.grub_key = _int(value), key
+                ttm.grub_file = token_origin(root, grub, key)
+                break
+    elif grub is not None:
+        ttm.grub_error = grub.error
+    elif grub_text is not None:
         try:
             for key in ("amdttm.pages_limit", "ttm.pages_limit"):
                 for var in ("GRUB_CMDLINE_LINUX_DEFAULT", "GRUB_CMDLINE_LINUX"):
@@ -264,6 +316,12 @@ def read_tools(root: Root) -> dict[str, Tool]:
         if not result.found:
             continue
         tools[name] = Tool(name=name, path=root.which(argv[0]), version=_version_of(result))
+    lemonade = tools.get("lemonade") or tools.get("lemond")
+    if lemonade is not None:
+        from ojai_setup.facts.lemonade import lemonade_detail
+
+        server = tools.get("lemond")
+        lemonade.detail = lemonade_detail(root, (server or lemonade).version)
     return tools
 
 
@@ -311,14 +369,25 @@ SECTIONS: dict[str, Callable[[Root], object]] = {
     "tools": read_tools,
     "amdgpu_dkms": read_amdgpu_dkms,
     "models": read_models,
+    "apply": lambda root: read_apply_status(root),
 }
 
 
-def _reason(exc: BaseException) -> str:
+def _machine_path(root: Root, filename) -> str:
+    """A path as the machine names it (``/proc/meminfo``), not where a capture keeps it."""
+    name = str(filename)
+    prefix = str(root.path).rstrip("/")
+    if not root.is_host and (name == prefix or name.startswith(prefix + "/")):
+        return name[len(prefix):] or "/"
+    return name
+
+
+def _reason(exc: BaseException, root: Root) -> str:
     if isinstance(exc, FileNotFoundError) and exc.filename:
-        return f"cannot read {exc.filename}: not found"
+        return f"cannot read {_machine_path(root, exc.filename)}: not found"
     if isinstance(exc, PermissionError) and exc.filename:
-        return f"cannot read {exc.filename}: permission denied (run as root for this fact)"
+        return (f"cannot read {_machine_path(root, exc.filename)}: permission denied "
+                "(run as root for this fact)")
     if isinstance(exc, (FileNotFoundError, ValueError)):
         return str(exc)
     return f"{type(exc).__name__}: {exc}"
@@ -331,9 +400,31 @@ def collect(root: Root) -> Facts:
         try:
             setattr(facts, name, reader(root))
         except Exception as exc:  # noqa: BLE001 - a fact must never crash doctor
-            facts.unknown[name] = _reason(exc)
+            facts.unknown[name] = _reason(exc, root)
     try:
-        facts.ttm = read_ttm(root, facts.cmdline)
+        from ojai_setup.facts.grub_env import read_grub_config
+
+        facts.grub = read_grub_config(root)
     except Exception as exc:  # noqa: BLE001
-        facts.unknown["ttm"] = _reason(exc)
+        facts.unknown["grub"] = _reason(exc, root)
+    try:
+        facts.ttm = read_ttm(root, facts.cmdline, facts.grub)
+    except Exception as exc:  # noqa: BLE001
+        facts.unknown["ttm"] = _reason(exc, root)
+    try:
+        from ojai_setup.facts.boot import read_boot
+        from ojai_setup.formats.grub import bls_enabled
+
+        main = _read(root, GRUB_DEFAULT)
+        bls = bool(main) and _safe(lambda: bls_enabled(main))
+        facts.boot = read_boot(root, bls, facts.ttm.modprobe if facts.ttm else [])
+    except Exception as exc:  # noqa: BLE001
+        facts.unknown["boot"] = _reason(exc, root)
     return facts
+
+
+def _safe(fn: Callable[[], bool]) -> bool:
+    try:
+        return fn()
+    except ValueError:
+        return False

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -10,7 +11,7 @@ from pydantic import ValidationError
 from ojai_setup.core.errors import StateError
 from ojai_setup.core.paths import BOOT_ID, STATE_DIR
 from ojai_setup.core.root import Root
-from ojai_setup.model.state import State
+from ojai_setup.model.state import ApplyStatus, JournalEntry, State
 
 #: where ojai keeps its state on a machine
 
@@ -67,4 +68,57 @@ def read_state(root: Root, *, euid: int | None = None) -> State:
     mine = _load_state(own)
     return State(last_apply=mine.last_apply or merged.last_apply,
                  records={**merged.records, **mine.records},
-                 pending_handlers=mine.pending_handlers)
+                 pending_handlers=mine.pending_handlers, running=mine.running)
+
+
+def lock_is_held(directory: Path) -> bool:
+    """Whether a process holds ojai's lock in ``directory`` now (read access is enough)."""
+    import fcntl
+
+    try:
+        fd = os.open(directory / "lock", os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+    return False
+
+
+def read_apply_status(root: Root, *, euid: int | None = None) -> ApplyStatus:
+    """Whether an apply is under way, was interrupted, or left follow-up commands owed (the
+    machine's own state first, so that a user sees what an apply as root left)."""
+    directory = root.resolve(STATE_DIR)
+    state = _load_state(directory)
+    own = state_dir(root, euid=euid)
+    if own != directory and state.running is None and not state.pending_handlers:
+        directory, state = own, _load_state(own)
+    status = ApplyStatus(last_apply=state.last_apply,
+                         owed=[shlex.join(h.argv) for h in state.pending_handlers])
+    if state.running is None:
+        return status
+    status.running = lock_is_held(directory)
+    status.interrupted = None if status.running else state.running
+    try:
+        entry = JournalEntry.model_validate_json(
+            (directory / "journal" / f"{state.running}.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError, ValidationError):
+        return status
+    status.kind = entry.kind
+    status.total = len(entry.planned)
+    status.done = sum(1 for p in entry.planned if p.status == "done")
+    owed = {h.name: h for h in state.pending_handlers}
+    for h in entry.owed:
+        owed.setdefault(h.name, h)
+    for p in entry.planned:
+        if p.status in ("running", "failed") or p.changed:
+            for h in p.notify:
+                owed.setdefault(h.name, h)
+    if entry.kind == "apply":
+        status.owed = [shlex.join(h.argv) for h in owed.values()]
+    return status

@@ -87,6 +87,8 @@ class FlmStatus(_Model):
     memlock: Requirement
     devices: list[FlmDevice] = Field(default_factory=list)
     errors: list[str] = Field(default_factory=list)  # the "[ERROR]" sentences, text form only
+    #: "[Linux]" / "[ERROR]" lines of the text form that none of the patterns above could read
+    unread: list[str] = Field(default_factory=list)
     ready: bool
 
     def requirements(self) -> dict[str, Requirement]:
@@ -227,6 +229,7 @@ def _parse_text(text: str, exit_code: int) -> FlmStatus:
     memlock: str | None = None
     memlock_bad = False
     errors: list[str] = []
+    unread: list[str] = []
     for raw in text.splitlines():
         m = _LINE.match(raw.strip())
         if not m:
@@ -246,6 +249,8 @@ def _parse_text(text: str, exit_code: int) -> FlmStatus:
                 memlock, memlock_bad = str(int(mm.group("mb")) * 1024 * 1024), True
             elif mm := _COLS_LOW.match(line):
                 devices.setdefault(mm.group("device"), {})["columns"] = int(mm.group("cols"))
+            else:
+                unread.append(f"[{header}] {line}")
             continue
         if line.startswith("Kernel:"):
             kernel = line.split(":", 1)[1].strip()
@@ -261,6 +266,8 @@ def _parse_text(text: str, exit_code: int) -> FlmStatus:
         elif mm := _MEMLOCK.match(line):
             value = mm.group("v")
             memlock = str(int(value) * 1024 * 1024) if mm.group("mb") else value
+        else:
+            unread.append(f"[{header}] {line}")
 
     parsed = [FlmDevice(device=name, **info) for name, info in devices.items()]
     firmware = ", ".join(d.firmware for d in parsed if d.firmware) or None
@@ -288,4 +295,4 @@ def _parse_text(text: str, exit_code: int) -> FlmStatus:
     )
     ready = exit_code == 0 and all(r.ok is True for r in requirements.values())
     return FlmStatus(source="text", exit_code=exit_code, devices=parsed, errors=errors,
-                     ready=ready, **requirements)
+                     unread=unread, ready=ready, **requirements)

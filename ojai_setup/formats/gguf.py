@@ -143,6 +143,7 @@ def read_model_info(path: str | os.PathLike[str]) -> ModelInfo:
     try:
         tmp = cache.with_name(cache.name + ".tmp")
         tmp.write_text(json.dumps({"key": key, "info": info.model_dump()}), encoding="utf-8")
+        tmp.chmod(0o644)
         os.replace(tmp, cache)
     except OSError:
         pass

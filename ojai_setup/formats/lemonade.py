@@ -7,6 +7,8 @@ import json
 import re
 from typing import Any, Literal
 
+from pydantic import BaseModel, ConfigDict
+
 from ojai_setup.core.errors import InputError
 
 
@@ -71,6 +73,11 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 _CHECKPOINT = re.compile(r"^[^\s/:]+/[^\s/:]+:\S+$")
 
+#: ``source`` of a user model whose checkpoints are absolute file paths on this machine
+#: (``ModelManager::resolve_model_path`` in ``src/cpp/server/model_manager.cpp``: "Local-path
+#: models use the checkpoint as-is (absolute path to a file)")
+LOCAL_PATH = "local_path"
+
 
 def _bare_name(name: str) -> str:
     bare = name.removeprefix("user.")
@@ -80,22 +87,35 @@ def _bare_name(name: str) -> str:
     return bare
 
 
+def _check_checkpoint(what: str, checkpoint: str, source: str | None, path: str) -> None:
+    if source == LOCAL_PATH:
+        if not checkpoint.startswith("/") or any(c.isspace() for c in checkpoint) or \
+                "/../" in checkpoint + "/":
+            raise ConfigError(f"{what} checkpoint {checkpoint!r} of a local_path model must be an "
+                              "absolute file path without spaces", path)
+    elif not _CHECKPOINT.match(checkpoint):
+        raise ConfigError(f"{what} checkpoint {checkpoint!r} is not of the form "
+                          "'org/repo:FILE.gguf' or 'org/repo:QUANT'", path)
+
+
 def merge_user_models(existing_text: str | None, name: str, main_checkpoint: str,
                       draft_checkpoint: str | None, size_gb: float, labels: list[str],
-                      *, path: str = "user_models.json") -> str:
+                      *, path: str = "user_models.json", source: str | None = None) -> str:
     """Add or update the model ``name`` in ``user_models.json``.
 
     The entry gets ``checkpoints`` (``main``, and ``draft`` for a sidecar MTP head; a stale
     ``draft`` is removed when the heads are inside the main file), ``recipe: "llamacpp"``,
     ``size`` and ``labels`` (those given, those already there, plus ``custom`` and ``mtp``).
     A single ``checkpoint`` field is dropped, since Lemonade accepts one form or the other.
+    ``source``: ``"local_path"`` for files already on disk (absolute paths), which Lemonade
+    loads as they are; None for hub checkpoints (``org/repo:FILE``), which Lemonade downloads
+    into its own Hugging Face cache (a ``local_path`` source left from before is removed).
     Everything else in the entry and in the file is kept in place; a new entry goes last.
     """
     bare = _bare_name(name)
     for what, checkpoint in (("main", main_checkpoint), ("draft", draft_checkpoint)):
-        if checkpoint is not None and not _CHECKPOINT.match(checkpoint):
-            raise ConfigError(f"{what} checkpoint {checkpoint!r} is not of the form "
-                              "'org/repo:FILE.gguf' or 'org/repo:QUANT'", path)
+        if checkpoint is not None:
+            _check_checkpoint(what, checkpoint, source, path)
     if not size_gb > 0:
         raise ConfigError(f"model size must be positive, got {size_gb}", path)
 
@@ -120,9 +140,96 @@ def merge_user_models(existing_text: str | None, name: str, main_checkpoint: str
     entry["labels"] = sorted({*map(str, old_labels), *labels, "custom", "mtp"})
     entry["recipe"] = "llamacpp"
     entry["size"] = size_gb
+    if source is not None:
+        entry["source"] = source
+    elif entry.get("source") == LOCAL_PATH:
+        del entry["source"]
     entry.setdefault("suggested", True)
     after[bare] = entry if bare in before else dict(sorted(entry.items()))
     return _finish(existing_text, before, after)
+
+
+# -- config.json -------------------------------------------------------------------------------
+def config_value(data: dict[str, Any], key: str) -> Any:
+    """The value of a dotted key (``llamacpp.rocm_bin``) in a parsed ``config.json``; None when
+    absent. Lemonade stores backend options nested (``{"llamacpp": {"rocm_bin": ...}}``) and
+    deep-merges the file over its defaults (``ConfigFile::load`` in
+    ``src/cpp/server/config_file.cpp``)."""
+    if key in data:
+        return data[key]
+    node: Any = data
+    for part in key.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+def load_config(text: str | None, path: str = "config.json") -> dict[str, Any]:
+    """A ``config.json`` as data (``{}`` for none); a malformed file raises :class:`ConfigError`."""
+    return _load_object(text, path)
+
+
+def merge_config(existing_text: str | None, values: dict[str, Any], *,
+                 path: str = "config.json") -> str:
+    """Set dotted ``values`` (``{"llamacpp.rocm_bin": "/opt/.../llama-server"}``) in Lemonade's
+    ``config.json``, nested the way Lemonade writes them. A file holding only the keys set is
+    enough: Lemonade fills every other key from its defaults. Other keys are kept; an unchanged
+    file comes back byte for byte."""
+    before = _load_object(existing_text, path)
+    after = json.loads(json.dumps(before))
+    for key, value in values.items():
+        if key in after and "." in key:  # a flat key would shadow the nested one: move it
+            del after[key]
+        parts = key.split(".")
+        node = after
+        for part in parts[:-1]:
+            child = node.get(part)
+            if child is None:
+                child = node[part] = {}
+            if not isinstance(child, dict):
+                raise ConfigError(f"{part!r} in {path} is not an object, cannot set {key}", path)
+            node = child
+        node[parts[-1]] = value
+    return _finish(existing_text, before, after)
+
+
+# -- lemond --version -----------------------------------------------------------------------------
+class LemonadeVersion(BaseModel):
+    """What ``lemond --version`` / ``lemonade --version`` printed, parsed.
+
+    Lemonade moved from semantic versions (``lemonade version 11.7.0``; 11.8.1 was the last) to
+    calendar versions (``lemond version 2026.39.1-2`` in Debian, a Debian revision after the
+    dash)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    text: str
+    numbers: tuple[int, ...]
+    calendar: bool
+
+    @property
+    def label(self) -> str:
+        return ".".join(map(str, self.numbers))
+
+    @property
+    def user_model_prefix(self) -> str:
+        """How ``/api/v1/models`` lists a user model: ``user.NAME`` through 11.x, the bare
+        ``NAME`` in calendar versions (seen live with 2026.39.1)."""
+        return "" if self.calendar else "user."
+
+
+_VERSION = re.compile(r"(?:^|\s|v)(\d+)\.(\d+)(?:\.(\d+))?(?:-[0-9A-Za-z.~+]+)?(?=\s|$)")
+
+
+def parse_lemonade_version(text: str) -> LemonadeVersion | None:
+    """:class:`LemonadeVersion` from a version line, None when there is no version in it."""
+    for line in text.splitlines():
+        match = _VERSION.search(line.strip())
+        if match:
+            numbers = tuple(int(g) for g in match.groups() if g is not None)
+            return LemonadeVersion(text=line.strip(), numbers=numbers, calendar=numbers[0] >= 2000)
+    return None
 
 
 # -- recipe_options.json -----------------------------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, field
 
 from ojai_setup.core.errors import InputError
 from ojai_setup.model.facts import Cpu, Kernel, Memory, RocmAgent
@@ -65,37 +66,177 @@ def parse_kernel_release(release: str) -> Kernel:
     return Kernel(release=release, version=version, flavour=flavour)
 
 
-def parse_rocminfo(text: str) -> list[RocmAgent]:
-    """Agents from ``rocminfo`` (CPU, GPU and the NPU, which ROCm lists as a DSP)."""
-    if "HSA Agents" not in text:
-        raise ParseError("no 'HSA Agents' section in rocminfo output")
-    agents: list[RocmAgent] = []
-    body = text.split("HSA Agents", 1)[1]
-    for chunk in re.split(r"\n\*+\s*\nAgent \d+\s*\n\*+\s*\n", "\n" + body)[1:]:
-        fields: dict[str, str] = {}
-        isas: list[str] = []
-        in_isa = False
-        for line in chunk.splitlines():
-            if line.strip().startswith("ISA Info"):
-                in_isa = True
-                continue
-            key, sep, value = line.partition(":")
-            if not sep:
-                continue
-            key_s, value_s = key.strip(), value.strip()
-            if in_isa and key_s == "Name":
-                isas.append(value_s)
-            elif line.startswith("  ") and not line.startswith("   "):
-                fields.setdefault(key_s, value_s)
-        if "Name" not in fields or "Device Type" not in fields:
+# -- rocminfo ----------------------------------------------------------------------------------
+#
+# People paste rocminfo in every shape: the whole output, one `Agent 2` block, a few agents
+# without the `HSA Agents` header, the lines `rocminfo | grep` kept, with their shell prompt, a
+# pager's status line or the terminal's colour codes around it. Every agent block that can be
+# read is read; what cannot be read is said in ``notes``.
+
+#: colour and cursor codes: real (ESC), as ``cat -v`` shows them (``^[``), as ``less`` shows them
+#: (``ESC``), and an SGR whose ESC byte a copy and paste lost (``[0m``, ``[01;32m``)
+_CSI = re.compile(r"(?:\x1b|\^\[|ESC)\[[0-9;?]*[ -/]*[@-~]")
+_OSC = re.compile(r"(?:\x1b|\^\[)\][^\x07\x1b]*(?:\x07|\x1b\\|\^\[\\)?")
+_BARE_SGR = re.compile(r"\[(?:\d{1,3}(?:;\d{1,3})*)?m")
+_OVERSTRIKE = re.compile(r".\x08")
+#: a shell prompt (the command typed after it is not output), as pasted from bash, zsh two-line
+#: themes, starship, fish and PowerShell
+_PROMPT = re.compile(
+    r"^\s*(?:\([^)]*\)\s*)?(?:"
+    r"[\w.-]+@[\w.-]+(?::\S*)?\s*[$#%>]"  # user@host:~$
+    r"|\[[^\]]*@[^\]]*\]\s*[$#%]"  # [user@host ~]$
+    r"|[╭┌]─.*"  # first line of a two-line prompt
+    r"|[╰└]─+\s*[$#%>❯»]"  # its second line
+    r"|[$#%❯»➜λ](?=\s)"  # $ cmd, ❯ cmd
+    r"|PS [A-Za-z]:\\[^>]*>"  # PowerShell
+    r")(?:\s.*)?$")
+#: what a pager prints between pages or at the end
+_PAGER = re.compile(r"^\s*(?:--\s?More\s?--.*|\(END\)|:|~+|lines \d+-\d+(?:/\d+)?(?: \d+%)?(?: \(END\))?"
+                    r"|Standard input|Press RETURN.*)\s*$", re.I)
+_AGENT = re.compile(r"^\s*Agent\s+(\d+)\s*$")
+_RULE = re.compile(r"^\s*[*=]{3,}\s*$")
+_GFX = re.compile(r"^gfx[0-9a-f]{3,4}(?::\S+)?$")
+
+
+def clean_terminal_text(text: str) -> str:
+    """Text as a person saw it: colour codes, overstrikes and carriage returns removed."""
+    text = _OSC.sub("", text)
+    text = _CSI.sub("", text)
+    text = _BARE_SGR.sub("", text)
+    text = _OVERSTRIKE.sub("", text)
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+@dataclass(frozen=True)
+class RocminfoReport:
+    """The agents read from a rocminfo text, and what could not be read or was left out."""
+
+    agents: list[RocmAgent]
+    notes: list[str] = field(default_factory=list)
+
+
+def _chip_id(value: str | None) -> str | None:
+    """``5390(0x150e)`` or ``5390`` -> ``0x150e``; no id (CPU agents print 0) -> None."""
+    if not value:
+        return None
+    m = re.match(r"^\s*(\d+)\s*(?:\(\s*0x([0-9a-fA-F]+)\s*\))?", value)
+    if not m:
+        m2 = re.match(r"^\s*0x([0-9a-fA-F]+)", value)
+        number = int(m2.group(1), 16) if m2 else None
+    else:
+        number = int(m.group(2), 16) if m.group(2) else int(m.group(1))
+    return f"0x{number:04x}" if number else None
+
+
+def _blocks(lines: list[str]) -> tuple[list[tuple[int | None, list[str]]], list[str]]:
+    """Split lines into agent blocks at ``Agent N`` headers (numbered), or, when the text has no
+    header at all, at each agent-level ``Name:`` line (unnumbered)."""
+    headers = [i for i, line in enumerate(lines) if _AGENT.match(line)]
+    if headers:
+        blocks = []
+        for k, start in enumerate(headers):
+            end = headers[k + 1] if k + 1 < len(headers) else len(lines)
+            blocks.append((int(_AGENT.match(lines[start]).group(1)), lines[start + 1:end]))
+        return blocks, lines[:headers[0]]
+    starts = [i for i, line in enumerate(lines)
+              if re.match(r"^\s*Name\s*:", line) and not line.split(":", 1)[1].strip().startswith("amdgcn-")]
+    blocks = [(None, lines[s:(starts[k + 1] if k + 1 < len(starts) else len(lines))])
+              for k, s in enumerate(starts)]
+    return blocks, lines[:starts[0]] if starts else lines
+
+
+def _read_block(number: int | None, lines: list[str], notes: list[str]) -> RocmAgent | None:
+    fields: dict[str, str] = {}
+    isas: list[str] = []
+    section = None
+    last_key = None
+    for line in lines:
+        s = line.strip()
+        if not s or _RULE.match(s):
             continue
-        cu = re.match(r"\d+", fields.get("Compute Unit", ""))
-        agents.append(RocmAgent(
-            name=fields["Name"], marketing_name=fields.get("Marketing Name") or None,
-            vendor_name=fields.get("Vendor Name") or None, device_type=fields["Device Type"],
-            compute_units=int(cu.group()) if cu else None,
-            isas=[i.removeprefix("amdgcn-amd-amdhsa--") for i in isas]))
-    return agents
+        head = s.split(":", 1)[0].strip()
+        if head in ("ISA Info", "Pool Info", "Cache Info"):
+            section = head
+            continue
+        key, sep, value = s.partition(":")
+        if not sep:
+            continue
+        key, value = key.strip(), value.lstrip(":").strip()
+        if key == "Name" and value.startswith("amdgcn-"):
+            isas.append(value.removeprefix("amdgcn-amd-amdhsa--"))
+            continue
+        if section in ("ISA Info", "Pool Info"):
+            continue  # the memory pools and ISA details: not needed here
+        fields.setdefault(key, value)
+        last_key = key
+    label = f"agent {number}" if number is not None else "an agent"
+    name = fields.get("Name")
+    if not name:
+        if fields:
+            notes.append(f"{label}: no Name line, so it cannot be told what it is")
+        return None
+    label += f" ({name})"
+    device_type = fields.get("Device Type")
+    if not device_type:
+        if _GFX.match(name):
+            device_type = "GPU"
+            notes.append(f"{label}: no Device Type line; read as a GPU by its gfx name")
+        elif re.match(r"^aie\d", name):
+            device_type = "DSP"
+            notes.append(f"{label}: no Device Type line; read as the NPU by its name")
+        else:
+            notes.append(f"{label}: no Device Type line, so it cannot be told what it is")
+            return None
+    if number is not None and section != "ISA Info" and last_key:
+        notes.append(f"{label}: the block ends after '{last_key}'; the rest of it is not in the text")
+    cu = re.match(r"\d+", fields.get("Compute Unit", ""))
+    return RocmAgent(
+        name=name, number=number, marketing_name=fields.get("Marketing Name") or None,
+        vendor_name=fields.get("Vendor Name") or None, device_type=device_type,
+        compute_units=int(cu.group()) if cu else None, chip_id=_chip_id(fields.get("Chip ID")),
+        isas=isas)
+
+
+def read_rocminfo(text: str) -> RocminfoReport:
+    """Agents from ``rocminfo`` output or any excerpt of it (CPU, GPU and the NPU, which ROCm
+    lists as a DSP). Raises :class:`ParseError`, saying why, when no agent can be read."""
+    notes: list[str] = []
+    kept: list[str] = []
+    dropped = 0
+    for raw in clean_terminal_text(text).split("\n"):
+        line = re.sub(r"^\s*>(?: |$)", "", raw)  # a Markdown quote
+        if _PROMPT.match(line) or _PAGER.match(line):
+            dropped += 1
+            continue
+        kept.append(line.rstrip())
+    if dropped:
+        notes.append(f"left out {dropped} line{'s that are' if dropped > 1 else ' that is'} not "
+                     "rocminfo output (shell prompts, pager lines)")
+    blocks, preamble = _blocks(kept)
+    agents = [a for a in (_read_block(n, lines, notes) for n, lines in blocks) if a is not None]
+    problems = [line.strip() for line in kept
+                if re.search(r"ROCk module is NOT loaded|HSA_STATUS_ERROR|hsa api call failure", line, re.I)]
+    if not agents:
+        why = "; ".join(problems[:2]) or "no 'Agent N' block and no agent 'Name:' line"
+        raise ParseError(f"no agent could be read from the rocminfo output ({why})")
+    if not any("HSA Agents" in line for line in preamble) and blocks and blocks[0][0] is not None:
+        notes.insert(0, "no 'HSA Agents' header: read as an excerpt")
+    if blocks and blocks[0][0] is None:
+        notes.insert(0, "no 'Agent N' headers: agents told apart by their Name lines")
+    numbers = [n for n, _ in blocks if n is not None]
+    if numbers:
+        missing = sorted(set(range(1, max(numbers) + 1)) - set(numbers))
+        if missing:
+            shown = ", ".join(map(str, missing))
+            notes.append(f"agent{'s' if len(missing) > 1 else ''} {shown} "
+                         f"{'are' if len(missing) > 1 else 'is'} not in the text")
+    notes.extend(problems[:2])
+    return RocminfoReport(agents=agents, notes=notes)
+
+
+def parse_rocminfo(text: str) -> list[RocmAgent]:
+    """The agents of :func:`read_rocminfo`, without its notes."""
+    return read_rocminfo(text).agents
 
 
 def parse_environ(text: str) -> dict[str, str]:

@@ -34,6 +34,18 @@ class _Action(BaseModel):
         raise NotImplementedError
 
 
+class CmdlineCheck(BaseModel):
+    """The kernel command line bash must compute (``GRUB_CMDLINE_LINUX`` then
+    ``GRUB_CMDLINE_LINUX_DEFAULT``, sourcing /etc/default/grub and grub.d/*.cfg as
+    grub-mkconfig does) once a file is written: ``param`` exactly once, and ``others`` (every
+    other parameter) unchanged, in order."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    param: str
+    others: tuple[str, ...]
+
+
 class WriteFile(_Action):
     """Replace a text file's content. ``before`` is the content the plan saw (None: absent)."""
 
@@ -43,6 +55,8 @@ class WriteFile(_Action):
     after: str
     mode: int | None = None
     validate_with: str | None = None  # name of a validator registered in executor.VALIDATORS
+    #: with ``validate_with="grub"``: the whole command line bash must read afterwards
+    cmdline: CmdlineCheck | None = None
 
     def targets(self) -> list[str]:
         return [self.path]
@@ -131,7 +145,39 @@ class HubDownload(_Action):
         return f"download {self.repo_id}:{self.filename} to {self.dest}{size}"
 
 
+class CreateSystemUser(_Action):
+    """Create an unprivileged system user (and its group) with no home and no login shell,
+    with ``systemd-sysusers`` (``useradd --system`` where that is missing). The user is left in
+    place by a rollback."""
+
+    kind: Literal["create_system_user"] = "create_system_user"
+    name: str
+    description: str = ""
+
+    def describe(self) -> str:
+        return f"create the system user {self.name} (no home, no login shell)"
+
+
+class WriteSecret(_Action):
+    """Write ``VARIABLE=<secret>`` into a root-only (0600) environment file, the secret read
+    from ``source`` when applying, so that it is never part of a plan. ``sha256`` is the digest
+    of the file's planned content: a source that changed since the plan is refused."""
+
+    kind: Literal["write_secret"] = "write_secret"
+    path: str
+    variable: str
+    source: str
+    sha256: str
+
+    def targets(self) -> list[str]:
+        return [self.path]
+
+    def describe(self) -> str:
+        return f"write {self.variable} from {self.source} into {self.path} (0600, root only)"
+
+
 Action = Annotated[
-    Union[WriteFile, Symlink, RunCommand, InstallArchive, BuildFromSource, HubDownload],
+    Union[WriteFile, Symlink, RunCommand, InstallArchive, BuildFromSource, HubDownload,
+          CreateSystemUser, WriteSecret],
     Field(discriminator="kind"),
 ]

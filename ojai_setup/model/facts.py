@@ -13,6 +13,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from ojai_setup.core.paths import GIB
+from ojai_setup.model.state import ApplyStatus
 
 FACTS_SCHEMA = 1
 
@@ -37,6 +38,11 @@ class RocmAgent(_Model):
     device_type: str  # CPU, GPU, DSP (the XDNA NPU shows as DSP)
     compute_units: int | None = None
     isas: list[str] = Field(default_factory=list)
+    number: int | None = None  # the N of "Agent N"; None when the text had no agent headers
+    chip_id: str | None = None  # "0x150e": the PCI device id of the silicon, whatever Name says
+    #: the gfx target that Chip ID natively is (ojai's table of Ryzen AI iGPUs); differs from
+    #: ``name`` when HSA_OVERRIDE_GFX_VERSION was set where rocminfo ran
+    native_target: str | None = None
 
 
 class DrmCard(_Model):
@@ -45,18 +51,29 @@ class DrmCard(_Model):
     pci_device: str | None = None
     vram_total: int | None = None  # bytes (mem_info_vram_total, the BIOS carve-out on an APU)
     gtt_total: int | None = None  # bytes (mem_info_gtt_total)
+    native_target: str | None = None  # the gfx target of this PCI device id, when ojai knows it
 
 
 class Gpu(_Model):
     agents: list[RocmAgent] = Field(default_factory=list)  # GPU agents from rocminfo
     npu_agents: list[RocmAgent] = Field(default_factory=list)
     rocminfo_error: str | None = None
+    rocminfo_notes: list[str] = Field(default_factory=list)  # what an excerpt lacked or hid
     cards: list[DrmCard] = Field(default_factory=list)  # AMD cards from sysfs
     hsa_override: str | None = None  # HSA_OVERRIDE_GFX_VERSION seen in the environment
+    #: why the environment is not known (a capture without .ojai/environ); None when it was read
+    environment_unknown: str | None = None
     amdgpu_loaded: bool = False
 
     @property
     def targets(self) -> list[str]:
+        """The GPUs' own gfx targets: rocminfo's names, except where an agent's Chip ID says the
+        silicon is something else (an override renamed it)."""
+        return [a.native_target or a.name for a in self.agents]
+
+    @property
+    def reported_targets(self) -> list[str]:
+        """The gfx targets as rocminfo printed them."""
         return [a.name for a in self.agents]
 
 
@@ -124,6 +141,7 @@ class Ttm(_Model):
     cmdline_key: str | None = None
     grub_pages: int | None = None  # from /etc/default/grub
     grub_key: str | None = None
+    grub_file: str | None = None  # the file that puts the configured value on the command line
     grub_error: str | None = None
     modprobe: list[ModprobeSetting] = Field(default_factory=list)
     deprecated_gttsize: list[str] = Field(default_factory=list)  # amdgpu.gttsize / gtt_size tokens
@@ -137,6 +155,59 @@ class Ttm(_Model):
         if self.modprobe:
             return self.modprobe[-1].pages
         return self.cmdline_pages  # set some other way (systemd-boot, NixOS, by hand)
+
+
+class GrubSource(_Model):
+    """One file grub-mkconfig sources, and the command line variables after sourcing it."""
+
+    path: str
+    assigns: list[str] = Field(default_factory=list)  # the cmdline variables it assigns
+    linux: str | None = None  # GRUB_CMDLINE_LINUX after this file (None: unset)
+    default: str | None = None  # GRUB_CMDLINE_LINUX_DEFAULT after this file
+
+
+class GrubConfig(_Model):
+    """The *configured* kernel command line: what grub-mkconfig computes from
+    /etc/default/grub and /etc/default/grub.d/*.cfg (sourced by bash, in order)."""
+
+    files: list[GrubSource] = Field(default_factory=list)
+    linux: str | None = None
+    default: str | None = None
+    #: GRUB_CMDLINE_LINUX + GRUB_CMDLINE_LINUX_DEFAULT as kernel parameters
+    tokens: list[str] = Field(default_factory=list)
+    #: variable -> the file that decides it (the last one assigning it)
+    winners: dict[str, str] = Field(default_factory=dict)
+    error: str | None = None  # bash could not source the files
+
+
+class BootEntry(_Model):
+    """The *generated* state: the entry GRUB boots by default."""
+
+    config: str  # /boot/grub/grub.cfg, or the BLS entry file
+    title: str = ""
+    kernel: str | None = None
+    release: str | None = None  # the kernel release it boots (from the kernel's file name)
+    initrd: str | None = None
+    tokens: list[str] = Field(default_factory=list)  # the parameters on its kernel line
+
+
+class Initramfs(_Model):
+    """The initramfs of the kernel that will boot, as lsinitramfs / lsinitrd list it."""
+
+    image: str
+    tool: str | None = None
+    carries_ttm: bool | None = None  # the TTM module loads from the initramfs
+    modprobe_files: list[str] = Field(default_factory=list)  # modprobe.d files inside it
+    pages: int | None = None  # the pages_limit inside it (lsinitrd -f only)
+    missing: list[str] = Field(default_factory=list)  # modprobe.d settings not inside it
+    older_than: list[str] = Field(default_factory=list)  # changed after the image was built
+    error: str | None = None
+
+
+class Boot(_Model):
+    generated: BootEntry | None = None
+    generated_error: str | None = None
+    initramfs: Initramfs | None = None
 
 
 class Tool(_Model):
@@ -169,6 +240,11 @@ class Facts(_Model):
     bios: Bios | None = None
     distro: Distro | None = None
     ttm: Ttm | None = None
+    grub: GrubConfig | None = None
+    #: the generated boot configuration and initramfs the next boot uses
+    boot: Boot | None = None
+    #: ojai's own applies on this machine: running, interrupted, follow-ups owed
+    apply: ApplyStatus | None = None
     tools: dict[str, Tool] = Field(default_factory=dict)
     amdgpu_dkms: bool | None = None
     models: list[ModelPair] = Field(default_factory=list)

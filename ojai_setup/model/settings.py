@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from ojai_setup.core.address import check_host
 from ojai_setup.core.paths import DEFAULT_MODELS_DIR, FLM_PORT
 
 
@@ -19,6 +21,8 @@ class Settings(BaseModel):
     llamacpp_src: str = "https://github.com/ggml-org/llama.cpp"
     llamacpp_ref: str | None = None
     llamacpp_backend: Literal["hip", "cpu"] | None = None  # None: hip where ROCm is, else cpu
+    #: GPU target(s) of a HIP source build (gfx1150, or gfx1150,gfx1151); None: the GPU's own
+    gpu_target: str | None = None
     model: str | None = None
     models_dir: str = DEFAULT_MODELS_DIR
     user_catalog: str | None = None
@@ -26,6 +30,18 @@ class Settings(BaseModel):
     port: int = Field(default=8080, ge=1, le=65535)
     systemd: bool = False
     npu: bool = True
+    #: Lemonade downloads the route's model into its own Hugging Face cache (hub checkpoints)
+    #: instead of loading the files ojai downloaded (local_path)
+    lemonade_downloads: bool = False
+    #: install Lemonade itself when it is missing: ``distro`` = the distribution's package
+    lemonade: Literal["none", "distro"] = "none"
+    #: a file holding the API key llama-server asks for (read at apply, never put in a plan)
+    api_key_file: str | None = None
+
+    @field_validator("host")
+    @classmethod
+    def _host(cls, value: str) -> str:
+        return check_host(value)
 
     @field_validator("port")
     @classmethod
@@ -42,3 +58,11 @@ class Settings(BaseModel):
                              f"{self.port + 1}, and {FLM_PORT} is FastFlowLM's port on the NPU "
                              "route; choose another --port (or --no-npu)")
         return self
+
+    @field_validator("gpu_target")
+    @classmethod
+    def _gpu_targets(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"gfx[0-9a-f]+(,gfx[0-9a-f]+)*", value):
+            raise ValueError(f"{value!r} is not a GPU target: give one such as gfx1150, or "
+                             "several separated by commas (gfx1150,gfx1151)")
+        return value

@@ -48,6 +48,21 @@ class HandlerRecord(BaseModel):
     exit_code: int | None = None
 
 
+class PlannedRecord(BaseModel):
+    """One action of an apply, written before the first change and updated as it runs."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    step: str
+    kind: str
+    description: str
+    targets: list[str] = Field(default_factory=list)
+    #: the follow-up commands this action owes once it changed something
+    notify: list[HandlerRecord] = Field(default_factory=list)
+    status: Literal["pending", "running", "done", "failed"] = "pending"
+    changed: bool | None = None
+
+
 class JournalEntry(BaseModel):
     """``journal/<apply-id>.json``."""
 
@@ -60,12 +75,17 @@ class JournalEntry(BaseModel):
     ojai_version: str
     started: datetime
     finished: datetime | None = None
-    status: Literal["running", "complete", "failed"] = "running"
+    #: ``interrupted``: the process died (kill -9, power loss); see apply.journal.recover
+    status: Literal["running", "complete", "failed", "interrupted"] = "running"
     error: str | None = None
     boot_id: str | None = None
     plan_fingerprint: str | None = None
     previous_apply: str | None = None  # the last apply when this one started
     rolls_back: str | None = None  # for a rollback: the apply it undid
+    #: every action of the plan, on disk before the first change
+    planned: list[PlannedRecord] = Field(default_factory=list)
+    #: follow-up commands owed by what changed so far and not yet run
+    owed: list[HandlerRecord] = Field(default_factory=list)
     actions: list[ActionRecord] = Field(default_factory=list)
     files: list[FileRecord] = Field(default_factory=list)
     handlers: list[HandlerRecord] = Field(default_factory=list)
@@ -87,3 +107,23 @@ class State(BaseModel):
     records: dict[str, Any] = Field(default_factory=dict)
     #: handlers that were due when an apply failed; the next apply runs them
     pending_handlers: list[HandlerRecord] = Field(default_factory=list)
+    #: the apply or rollback under way (set before its first change, cleared when it ends);
+    #: still set while nobody holds the lock means it was interrupted
+    running: str | None = None
+
+
+class ApplyStatus(BaseModel):
+    """What doctor and setup say about ojai's own applies on a machine."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    last_apply: str | None = None
+    #: an apply or rollback is running now (another process holds the lock)
+    running: bool = False
+    #: the id of an apply or rollback whose process died before the end
+    interrupted: str | None = None
+    kind: Literal["apply", "rollback"] | None = None
+    done: int = 0
+    total: int = 0
+    #: follow-up commands owed (update-grub, update-initramfs) and not yet run
+    owed: list[str] = Field(default_factory=list)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from ojai_setup.core.paths import SERVICE_USER
 from ojai_setup.core.root import Root
 from ojai_setup.domain.catalog import Catalog, Route
 from ojai_setup.domain.checks import Profile
@@ -100,6 +101,17 @@ class Context:
     models_free_error: str | None
     #: :data:`KNOWN_PROGRAMS` found on the machine, with their paths
     programs: Mapping[str, str | None]
+    #: the unprivileged system user the services run as (never the invoking user)
+    service_user: str = SERVICE_USER
+    #: the digest of the API-key environment file ``--api-key-file`` makes (the key itself is
+    #: read again only when applying), or why the key file cannot be used
+    api_key_sha256: str | None = None
+    api_key_error: str | None = None
+    #: the group names of the machine's ``/etc/group`` (None: it has none to read)
+    groups: frozenset[str] | None = None
+    #: where ``route.draft_n_max`` comes from: "catalog default", or "tuned <date>, measured
+    #: +N%" when ``ojai tune`` laid a measured value over the catalog (``/etc/ojai/tuned.toml``)
+    draft_length_source: str | None = None
 
     def which(self, program: str) -> str | None:
         """Where ``program`` is on the machine (None: not there); only :data:`KNOWN_PROGRAMS`."""

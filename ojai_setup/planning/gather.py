@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Callable
 
 from ojai_setup.core.errors import OjaiError, RemoteError, UsageError
-from ojai_setup.core.paths import LLAMA_SERVER, LLAMACPP_CURRENT, LLAMACPP_DIR
+from ojai_setup.core.paths import API_KEY_VARIABLE, LLAMA_SERVER, LLAMACPP_CURRENT, LLAMACPP_DIR
 from ojai_setup.core.root import Root
 from ojai_setup.domain.catalog import Catalog, CatalogError, load_catalog
 from ojai_setup.domain.checks import Profile, detect_profile, load_profile
@@ -33,6 +33,7 @@ from ojai_setup.facts.collect import collect, environment
 from ojai_setup.facts.disk import free_bytes
 from ojai_setup.facts.probe import ProbeError, probe
 from ojai_setup.facts.state import read_state
+from ojai_setup.facts.tuning import load_tuning
 from ojai_setup.formats.llama_help import parse_help, parse_version
 from ojai_setup.model.facts import Facts
 from ojai_setup.model.settings import Settings
@@ -199,10 +200,22 @@ def gather(root: Root, settings: Settings, *, facts: Facts | None = None,
         catalog_error = str(exc)
     if settings.model:
         try:
-            route = catalog.get(settings.model) if catalog else None
-            route_error = catalog_error
+            if catalog is None:
+                route_error = catalog_error
+            else:
+                route = catalog.get(settings.model)
         except OjaiError as exc:
             route_error = str(exc)
+    draft_source = None
+    if route is not None:
+        try:
+            tuned = load_tuning(root).routes.get(route.name)
+        except OjaiError as exc:
+            route, route_error = None, str(exc)
+        else:
+            if tuned is not None:
+                route = route.model_copy(update={"draft_n_max": tuned.draft_n_max})
+            draft_source = tuned.source() if tuned is not None else "catalog default"
 
     release = release_error = None
     if settings.llamacpp == "nightly":
@@ -231,6 +244,12 @@ def gather(root: Root, settings: Settings, *, facts: Facts | None = None,
         except (OjaiError, OSError) as exc:
             free_error = str(exc)
 
+    api_key_sha256 = api_key_error = None
+    if settings.api_key_file is not None:
+        api_key_sha256, api_key_error = api_key_digest(settings.api_key_file)
+        if api_key_error is not None:
+            raise UsageError(api_key_error)
+
     return Context(
         root=root, facts=facts, settings=settings, profile=profile,
         budget_gib=budget_gib(facts, settings, profile), gpu_target=target, user=user,
@@ -238,4 +257,28 @@ def gather(root: Root, settings: Settings, *, facts: Facts | None = None,
         route_error=route_error, release=release, release_error=release_error,
         llama=llama_binary(root, settings, programs), lemonade=lemonade_view(root, facts, home),
         state=state, state_error=state_error, models_free_bytes=free,
-        models_free_error=free_error, programs=programs)
+        models_free_error=free_error, programs=programs, api_key_sha256=api_key_sha256,
+        api_key_error=api_key_error, groups=machine_groups(root),
+        draft_length_source=draft_source)
+
+
+def machine_groups(root: Root) -> frozenset[str] | None:
+    """The group names in the machine's ``/etc/group``; None when it has none, or one without
+    ``root`` (no system's group database: a test machine's, holding only what ojai added)."""
+    try:
+        text = root.read_text("/etc/group")
+    except OSError:
+        return None
+    names = frozenset(line.split(":", 1)[0] for line in text.splitlines() if ":" in line)
+    return names if "root" in names else None
+
+
+def api_key_digest(path: str) -> tuple[str | None, str | None]:
+    """The digest of the environment file holding the key in ``path``, or why it is unusable."""
+    from ojai_setup.domain.launch import LaunchError, read_secret, secret_env
+    from ojai_setup.planning.plan import text_digest
+
+    try:
+        return text_digest(secret_env(API_KEY_VARIABLE, read_secret(path))), None
+    except LaunchError as exc:
+        return None, str(exc)

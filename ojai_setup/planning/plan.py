@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from ojai_setup.core.atomic import write_text
 from ojai_setup.core.digest import sha256_file
+from ojai_setup.core.paths import PRIVATE_FILE_MODE
 from ojai_setup.core.root import Root
 from ojai_setup.core.status import ExitStatus
 from ojai_setup.domain.checks import Finding
@@ -207,7 +208,7 @@ class Plan(BaseModel):
     # -- files ----------------------------------------------------------------------------
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write the plan as JSON, atomically (temp file in the same folder, then rename)."""
-        write_text(Path(path), self.model_dump_json(indent=2) + "\n")
+        write_text(Path(path), self.model_dump_json(indent=2) + "\n", mode=PRIVATE_FILE_MODE)
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> Plan:

@@ -44,6 +44,9 @@ class StepResult(BaseModel):
     #: records saved in ``/var/lib/ojai/state.json`` under their key when applying the step's
     #: actions changed something; dict values get the apply's ``boot_id`` and ``apply_id`` added
     records: dict[str, Any] = Field(default_factory=dict)
+    #: what a person should know before applying (a server open to the network), whatever
+    #: the status; shown with the plan
+    warnings: tuple[str, ...] = ()
 
     @model_validator(mode="after")
     def _consistent(self) -> StepResult:
@@ -59,9 +62,11 @@ class StepResult(BaseModel):
         return self
 
     @classmethod
-    def satisfied(cls, step: str, sentence: str, *, reads: tuple[str, ...] = ()) -> StepResult:
+    def satisfied(cls, step: str, sentence: str, *, reads: tuple[str, ...] = (),
+                  warnings: tuple[str, ...] = ()) -> StepResult:
         """Nothing to do, and why."""
-        return cls(step=step, status="satisfied", sentence=sentence, reads=reads)
+        return cls(step=step, status="satisfied", sentence=sentence, reads=reads,
+                   warnings=warnings)
 
     @classmethod
     def blocked(cls, step: str, sentence: str, *, reads: tuple[str, ...] = ()) -> StepResult:

@@ -15,6 +15,8 @@ def build_steps() -> list[Step]:
     from ojai_setup.steps.models import ModelStep
     from ojai_setup.steps.npu import NpuStep
     from ojai_setup.steps.routes import RoutesStep
+    from ojai_setup.steps.service_user import ServiceUserStep
     from ojai_setup.steps.ttm import TtmStep
 
-    return [TtmStep(), LlamacppStep(), ModelStep(), RoutesStep(), LemonadeStep(), NpuStep()]
+    return [TtmStep(), LlamacppStep(), ModelStep(), ServiceUserStep(),
+            RoutesStep(), LemonadeStep(), NpuStep()]

@@ -1,17 +1,83 @@
 """Lemonade in front of the routes: its model registry, load options and engine settings.
 
 Writes the route into ``user_models.json`` and ``recipe_options.json`` in the config directory
-Lemonade really reads (system service or standalone), keeping every entry the user has, and
-plans the ``lemonade config set`` / ``lemonade backends install`` calls the route needs.
+Lemonade really reads (system service or standalone), keeping every entry the user has: the
+entry names the files ojai downloaded (``local_path``), so Lemonade loads them instead of
+downloading its own copy. Points Lemonade at ojai's own llama-server in ``config.json`` (the
+executable, on the channel that keeps the build's own libraries first), or plans the
+``lemonade config set`` / ``lemonade backends install`` calls that get Lemonade's build.
 """
 
 from __future__ import annotations
 
-from ojai_setup.core.paths import GIB, LLAMA_SERVER
-from ojai_setup.domain.lemonade import STATE_KEY, config_commands, settings_done_before
+from ojai_setup.core.paths import GIB, LLAMA_SERVER, LLAMACPP_CURRENT
+from ojai_setup.domain.lemonade import STATE_KEY, OwnLlamaServer, config_commands, settings_done_before
 from ojai_setup.model.actions import RunCommand
 from ojai_setup.planning.context import Context
 from ojai_setup.planning.result import StepResult
+
+
+def own_llama_server(ctx: Context) -> OwnLlamaServer | None:
+    """ojai's own ``llama-server`` that Lemonade should run (None: let Lemonade get its own).
+
+    What ``--llamacpp`` installs in this apply, or with ``--llamacpp none`` what an earlier
+    apply installed behind ``current`` (its install record says nightly or a source build,
+    and a source build's backend)."""
+    from ojai_setup.domain import build, nightly
+
+    settings = ctx.settings
+    if settings.llamacpp == "nightly":
+        return OwnLlamaServer(executable=LLAMA_SERVER, install="nightly", backend="rocm")
+    if settings.llamacpp == "source":
+        backend = settings.llamacpp_backend or ("hip" if ctx.facts.rocm_version else "cpu")
+        return OwnLlamaServer(executable=LLAMA_SERVER, install="source",
+                              backend="rocm" if backend == "hip" else "cpu")
+    if not ctx.root.exists(LLAMA_SERVER):
+        return None
+    record = build.read_install_record(ctx.root, LLAMACPP_CURRENT)
+    if record is not None:
+        return OwnLlamaServer(executable=LLAMA_SERVER, install="source",
+                              backend="rocm" if record.backend == "hip" else "cpu")
+    if nightly.read_record(ctx.root, LLAMACPP_CURRENT) is not None:
+        return OwnLlamaServer(executable=LLAMA_SERVER, install="nightly", backend="rocm")
+    return None
+
+
+def unreadable_by_service(ctx: Context, path: str) -> str | None:
+    """Why the ``lemonade`` service user cannot read ``path`` (an existing file), or None:
+    every folder above it must be searchable and the file readable by others (ojai's files
+    belong to root)."""
+    real = ctx.root.resolve(path)
+    if not real.exists():
+        return None
+    if not real.stat().st_mode & 0o004:
+        return f"{path} is not readable by other users (chmod o+r)"
+    parts = path.strip("/").split("/")[:-1]
+    for i in range(len(parts)):
+        folder = "/" + "/".join(parts[:i + 1])
+        if not ctx.root.resolve(folder).stat().st_mode & 0o001:
+            return f"{folder} is not searchable by other users (chmod o+x)"
+    return None
+
+
+def folder_bins(ctx: Context, setting: dict[str, str]) -> dict[str, str]:
+    """``llamacpp.*_bin`` values in Lemonade's config that name a folder holding an executable
+    ``llama-server`` (as Lemonade's docs suggest; its code runs the value, so every load fails),
+    set to that executable; the keys ojai sets anyway are left out."""
+    from ojai_setup.domain.lemonade import LLAMACPP_BIN_KEYS
+
+    fixed: dict[str, str] = {}
+    if ctx.lemonade is None:
+        return fixed
+    for key in LLAMACPP_BIN_KEYS:
+        value = ctx.lemonade.config_value(key)
+        if key in setting or not isinstance(value, str) or not value.startswith("/"):
+            continue
+        binary = value.rstrip("/") + "/llama-server"
+        real = ctx.root.resolve(binary)
+        if ctx.root.resolve(value).is_dir() and real.is_file() and real.stat().st_mode & 0o111:
+            fixed[key] = binary
+    return fixed
 
 
 class LemonadeStep:
@@ -21,52 +87,134 @@ class LemonadeStep:
         from ojai_setup.domain.lemonade import (
             LemonadeRoute,
             LemonadeSettings,
+            builtin_catalog_entry,
+            config_action,
+            distro_install_commands,
+            hidden_from_service,
             lemonade_commands,
+            lemonade_config,
+            lemonade_layout,
             recipe_options_action,
             user_models_action,
         )
-        from ojai_setup.formats.lemonade import ConfigError
+        from ojai_setup.formats.lemonade import LOCAL_PATH, ConfigError
 
         settings = ctx.settings
-        if not settings.model:
-            return StepResult.satisfied(self.name, "no model route asked for")
-        if ctx.lemonade is None:
+        installs: list[RunCommand] = []
+        install_note = ""
+        if ctx.lemonade is not None:
+            layout = ctx.lemonade.layout
+        elif settings.lemonade == "none":
+            if not settings.model:
+                return StepResult.satisfied(self.name, "no model route asked for")
             return StepResult.satisfied(
                 self.name, "Lemonade is not installed, so only the launch scripts serve the "
-                "routes (to add it: sudo add-apt-repository ppa:lemonade-team/stable && sudo apt "
-                "install lemonade-server)")
+                "routes (to add it: ojai setup --lemonade distro, or sudo add-apt-repository "
+                "ppa:lemonade-team/stable && sudo apt install lemonade-server)")
+        else:
+            distro = ctx.facts.distro
+            commands, where = distro_install_commands(
+                distro.id if distro else "", list(distro.like) if distro else [],
+                distro.version if distro else "")
+            if commands is None:
+                return StepResult.blocked(self.name, where)
+            installs = [RunCommand(argv=tuple(c), needs_root=True,
+                                   reason=f"install and start Lemonade {where}") for c in commands]
+            # the package installs the system service lemond and enables it
+            layout = lemonade_layout(system_unit=True, system_enabled=True, user_enabled=False,
+                                     home=ctx.home)
+            install_note = (f"install Lemonade {where} and enable lemond ("
+                            + "; ".join(" ".join(c) for c in commands) + ")")
+            if not settings.model:
+                return StepResult.change(self.name, install_note, installs)
+        if not settings.model:
+            return StepResult.satisfied(self.name, "no model route asked for")
         model = ctx.route
         if model is None:
             return StepResult.blocked(self.name, ctx.route_error or "no such route")
-        layout = ctx.lemonade.layout
+        reads = tuple(f"{layout.config_dir}/{f}" for f in
+                      ("config.json", "user_models.json", "recipe_options.json"))
+        notes: list[str] = []
+        if settings.lemonade_downloads:
+            main, draft, source = model.lemonade_checkpoint, model.lemonade_draft_checkpoint, None
+            notes.append("Lemonade downloads the pair itself into its Hugging Face cache "
+                         "(HF_HOME) on first load, as asked (--lemonade-downloads)")
+        else:
+            main = model.main_path(settings.models_dir)
+            draft = model.draft_path(settings.models_dir)
+            source = LOCAL_PATH
+            if hidden_from_service(layout, settings.models_dir):
+                return StepResult.blocked(
+                    self.name, f"Lemonade runs as the system service lemond with ProtectHome=yes "
+                    f"and cannot read the models in {settings.models_dir}; choose a models folder "
+                    f"outside /home (--models-dir /var/lib/ojai/models, the default) or let "
+                    f"Lemonade download its own copy (--lemonade-downloads)", reads=reads)
+            if layout.protects_home:
+                for path in (main, draft):
+                    why = unreadable_by_service(ctx, path) if path else None
+                    if why:
+                        return StepResult.blocked(
+                            self.name, f"the lemond service user cannot read {path}: {why}",
+                            reads=reads)
+            notes.append(f"Lemonade loads ojai's files in {settings.models_dir} (local_path), "
+                         "no second download")
+        builtin = builtin_catalog_entry(ctx.root, model.lemonade_checkpoint,
+                                        model.lemonade_draft_checkpoint)
+        if builtin:
+            notes.append(f"Lemonade's own catalog already has this pair as {builtin}, which "
+                         "would download its own copy")
+        own = own_llama_server(ctx)
+        lemonade_settings = LemonadeSettings(layout=layout, llama_server=own)
         args = ["--spec-draft-n-max", str(model.draft_n_max)]
         try:
+            values = lemonade_config(lemonade_settings)
             writes = [a for a in (
-                user_models_action(ctx.root, layout, model.name, model.lemonade_checkpoint,
-                                   model.lemonade_draft_checkpoint,
-                                   max(round(model.weights_bytes / GIB, 2), 0.01), ["mtp"]),
+                user_models_action(ctx.root, layout, model.name, main, draft,
+                                   max(round(model.weights_bytes / GIB, 2), 0.01), ["mtp"],
+                                   source=source),
                 recipe_options_action(ctx.root, layout, f"user.{model.name}", model.context_size,
-                                      "rocm", args),
+                                      own.backend if own else "rocm", args),
+                config_action(ctx.root, layout, values),
             ) if a is not None]
-            own = LLAMA_SERVER if settings.llamacpp != "none" else None
-            commands = lemonade_commands(
-                LemonadeRoute(name=model.name, engine="llamacpp"),
-                LemonadeSettings(layout=layout, llama_server=own))
+            commands = lemonade_commands(LemonadeRoute(name=model.name, engine="llamacpp"),
+                                         lemonade_settings)
         except ConfigError as exc:
-            return StepResult.blocked(self.name, f"{exc} (nothing was overwritten)")
+            return StepResult.blocked(self.name, f"{exc} (nothing was overwritten)", reads=reads)
+        if own is not None:
+            notes.append(f"Lemonade runs ojai's {own.install} llama-server: "
+                         + ", ".join(f"{k}={v}" for k, v in values.items()))
+        repaired = folder_bins(ctx, values)
+        if repaired:
+            values = {**values, **repaired}
+            try:
+                writes = [w for w in writes if not w.path.endswith("/config.json")]
+                action = config_action(ctx.root, layout, values)
+                if action is not None:
+                    writes.append(action)
+            except ConfigError as exc:
+                return StepResult.blocked(self.name, f"{exc} (nothing was overwritten)",
+                                          reads=reads)
+            notes.append("a llama.cpp binary setting named a folder, which Lemonade cannot run: "
+                         + ", ".join(f"{k}={v}" for k, v in repaired.items()))
         runs, handlers, done = config_commands(
-            layout, commands, "lemonade-backends", current=ctx.lemonade.config_value,
+            layout, commands, "lemonade-backends",
+            current=ctx.lemonade.config_value if ctx.lemonade else (lambda key: None),
             done=settings_done_before(ctx.state.records))
         actions = [*writes, *runs]
         if writes and layout.mode == "system-service":
             handlers["lemond-restart"] = RunCommand(argv=("systemctl", "restart", "lemond"),
                                                     needs_root=True, reason="lemond rereads its models")
             actions = [w.model_copy(update={"notify": ("lemond-restart",)}) for w in writes] + runs
-        reads = (f"{layout.config_dir}/config.json",)
+        actions = [*installs, *actions]
+        if install_note:
+            notes.insert(0, install_note)
+        detail = "; ".join(notes)
         if not actions:
             return StepResult.satisfied(self.name, f"Lemonade ({layout.mode}, {layout.config_dir}) "
-                                        f"already serves user.{model.name}", reads=reads)
+                                        f"already serves user.{model.name}; {detail}", reads=reads)
         return StepResult.change(
             self.name, f"register user.{model.name} (label mtp) with Lemonade in "
-            f"{layout.config_dir} ({layout.reason})", actions, handlers=handlers, reads=reads,
-            records={STATE_KEY: {"config": done}})
+            f"{layout.config_dir} ({layout.reason}); {detail}", actions, handlers=handlers,
+            reads=reads, records={STATE_KEY: {"config": {**done, **values}, "model": model.name,
+                                              "config_dir": layout.config_dir,
+                                              "draft_n_max": model.draft_n_max}})

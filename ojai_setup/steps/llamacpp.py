@@ -29,15 +29,20 @@ def _label(text: str) -> str:
 def source_action(ctx: Context) -> BuildFromSource:
     settings = ctx.settings
     backend = settings.llamacpp_backend or ("hip" if ctx.facts.rocm_version else "cpu")
-    target = ctx.gpu_target if backend == "hip" else None
+    if backend == "cpu" and settings.gpu_target:
+        raise ValueError(f"--gpu-target {settings.gpu_target} is for a HIP build, not "
+                         "--backend cpu")
+    target = (settings.gpu_target or ctx.gpu_target) if backend == "hip" else None
     if backend == "hip" and target is None:
         raise ValueError("a HIP build needs the GPU's target and none was detected; "
-                         "use --profile or --backend cpu")
+                         "use --gpu-target, --profile or --backend cpu")
     src = settings.llamacpp_src
     name = settings.llamacpp_ref or PurePosixPath(src.rstrip("/")).name.removesuffix(".git")
     for suffix in (".tar.gz", ".tgz"):
         name = name.removesuffix(suffix)
-    dest = f"{INSTALL_BASE}/src-{_label(name)}-{backend}" + (f"-{target}" if target else "")
+    # several targets (gfx1150,gfx1151) name the folder with dashes
+    dest = f"{INSTALL_BASE}/src-{_label(name)}-{backend}" + (
+        f"-{target.replace(',', '-')}" if target else "")
     return BuildFromSource(
         source=src, ref=settings.llamacpp_ref, backend=backend, gpu_target=target, dest=dest,
         link=CURRENT, needs_root=True,
@@ -85,8 +90,11 @@ class LlamacppStep:
         built = built_sentence(ctx.root, action)
         if built is not None and self._current_target(ctx) in (folder, action.dest):
             return StepResult.satisfied(self.name, built, reads=(action.dest, CURRENT))
-        return StepResult.change(self.name, action.reason + " (takes minutes; progress is shown)",
-                                 [action])
+        from ..domain.costs import estimate
+
+        return StepResult.change(
+            self.name, f"{action.reason} ({estimate(action.backend, action.gpu_target)}"
+            "; progress is shown)", [action])
 
 
 def _newest_mtime_ns(folder: Path) -> int:

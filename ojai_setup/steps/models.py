@@ -26,6 +26,12 @@ class ModelStep:
         route, catalog = ctx.route, ctx.catalog
         if route is None or catalog is None:
             return StepResult.blocked(self.name, ctx.route_error or "no catalog")
+        if settings.lemonade_downloads:
+            return StepResult.satisfied(
+                self.name, f"{route.name}: not downloaded by ojai (--lemonade-downloads): Lemonade "
+                f"downloads {route.lemonade_checkpoint}"
+                + (f" and {route.lemonade_draft_checkpoint}" if route.lemonade_draft_checkpoint else "")
+                + " into its own Hugging Face cache on first load")
         budget = ctx.budget_gib * GIB
         verdict = fit(route, route.context_size, budget, alternatives=catalog.routes.values())
         if not verdict.fits:

@@ -3,6 +3,7 @@ model, when the NPU is ready."""
 
 from __future__ import annotations
 
+from ojai_setup.core.address import is_loopback
 from ojai_setup.core.paths import FLM_PORT, GIB, ROUTES_DIR, UNITS_DIR
 from ojai_setup.domain.lemonade import (
     NPU_STATE_KEY,
@@ -58,13 +59,18 @@ class NpuStep:
         name = flm_route_name(tag)
         script = f"{ROUTES_DIR}/{name}.sh"
         actions: list = []
+        warnings: tuple[str, ...] = ()
+        if not is_loopback(settings.host):
+            warnings = (f"FastFlowLM {tag} will listen on {settings.host} (not loopback): anyone "
+                        f"who can reach this machine on port 52625 can use it; FastFlowLM has "
+                        f"no API key",)
         a = ctx.file_action(script, render_flm_script(tag, ctx_len=ctx_len, host=settings.host, flm=FLM),
                    0o755, f"launch script of FastFlowLM route {tag} on the NPU")
         if a:
             actions.append(a)
         handlers: dict = {}
         if settings.systemd:
-            unit = render_flm_unit(script, tag, ctx.user)
+            unit = render_flm_unit(script, tag, ctx.service_user, groups=ctx.groups)
             a = ctx.file_action(f"{UNITS_DIR}/ojai-{name}.service", unit, 0o644,
                        f"systemd unit for FastFlowLM route {tag}", notify=("systemd",))
             if a:
@@ -89,8 +95,9 @@ class NpuStep:
             actions.extend(runs)
             handlers.update(more)
         if not actions:
-            return StepResult.satisfied(self.name, f"FastFlowLM route {tag} (port {FLM_PORT}) is in place: {script}")
+            return StepResult.satisfied(self.name, f"FastFlowLM route {tag} (port {FLM_PORT}) is in place: {script}",
+                                        warnings=warnings)
         return StepResult.change(self.name, f"write the FastFlowLM launch script for {tag} "
-                                 f"(port {FLM_PORT})", actions, handlers=handlers,
+                                 f"(port {FLM_PORT})", actions, handlers=handlers, warnings=warnings,
                                  records={"npu": {"tag": tag, "script": script, "port": FLM_PORT},
                                           NPU_STATE_KEY: {"config": done}})

@@ -16,9 +16,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ojai_setup.core.paths import ROUTES_DIR, UNITS_DIR
+from ojai_setup.core.address import is_loopback
+from ojai_setup.core.paths import API_KEY_VARIABLE, ROUTES_DIR, SECRETS_DIR, TUNED_FILE, UNITS_DIR
 from ojai_setup.domain.routes import route_names, script_path
-from ojai_setup.model.actions import RunCommand
+from ojai_setup.model.actions import RunCommand, WriteSecret
 from ojai_setup.planning.context import Context
 from ojai_setup.planning.result import StepResult
 
@@ -26,6 +27,18 @@ PLAIN_SLOTS = 4
 REFERENCE_HELP = Path(__file__).resolve().parent.parent / "formats" / "reference-help-b11434.txt"
 #: HSA_OVERRIDE_GFX_VERSION for a GPU whose own target the binary lacks
 OVERRIDES = {"gfx1150": "11.5.0", "gfx1151": "11.5.1"}
+
+
+#: the root-only environment file giving every llama-server route its API key
+API_KEY_ENV = f"{SECRETS_DIR}/llama-server.env"
+
+
+def network_warning(what: str, host: str, ports: str, *, api_key: bool) -> str:
+    """The warning a plan shows for a server listening beyond this machine."""
+    guard = ("only with the API key from --api-key-file" if api_key else
+             "with no API key (set one with --api-key-file FILE --systemd)")
+    return (f"{what} listen on {host} (not loopback): anyone who can reach this machine on "
+            f"port {ports} can use them, {guard}")
 
 
 def _binary_targets(ctx: Context, binary: str) -> set[str] | None:
@@ -75,6 +88,7 @@ class RoutesStep:
         model = ctx.route
         if model is None:
             return StepResult.blocked(self.name, ctx.route_error or "no such route")
+        length = f"draft length {model.draft_n_max}: {ctx.draft_length_source or 'catalog default'}"
         binary, installed = ctx.llama.path, ctx.llama.installed
         if binary is None:
             return StepResult.blocked(self.name, "no llama-server to launch: let ojai install "
@@ -103,6 +117,31 @@ class RoutesStep:
         actions: list = []
         records: dict[str, dict] = {}
         handlers: dict[str, RunCommand] = {}
+        warnings: tuple[str, ...] = ()
+        if not is_loopback(settings.host):
+            warnings = (network_warning(f"the llama-server routes {mtp_name} and {plain_name}",
+                                        settings.host, f"{settings.port} and {settings.port + 1}",
+                                        api_key=settings.api_key_file is not None),)
+        env_file = None
+        if settings.api_key_file is not None:
+            if not settings.systemd:
+                return StepResult.blocked(self.name, "--api-key-file needs --systemd: the key "
+                                          "reaches llama-server through the unit's root-only "
+                                          "environment file, never through a script")
+            from ojai_setup.planning.plan import path_digest
+
+            digest = ctx.api_key_sha256
+            if digest is None:
+                return StepResult.blocked(self.name, ctx.api_key_error or "no API key")
+            env_file = API_KEY_ENV
+            real = ctx.root.resolve(API_KEY_ENV)
+            if path_digest(ctx.root, API_KEY_ENV) != digest or (real.stat().st_mode & 0o777) != 0o600:
+                actions.append(WriteSecret(path=API_KEY_ENV, variable=API_KEY_VARIABLE,
+                                           source=settings.api_key_file, sha256=digest,
+                                           needs_root=True, notify=("systemd",),
+                                           reason="the API key the routes ask for"))
+                handlers["systemd"] = RunCommand(argv=("systemctl", "daemon-reload"),
+                                                 needs_root=True, reason="load the new units")
         for r in routes:
             try:
                 args = render_args(r, dialect)
@@ -116,9 +155,15 @@ class RoutesStep:
             records[r.name] = {"script": path, "host": r.host, "port": r.port,
                                "spec_type": r.spec_type, "draft_n_max": r.draft_n_max,
                                "slots": r.parallel, "model": model.name,
-                               "main": main, "draft": draft, "mtp": model.mtp}
+                               "main": main, "draft": draft, "mtp": model.mtp,
+                               "api_key_env": env_file}
             if settings.systemd:
-                unit = render_llama_unit(path, r.name, ctx.user)
+                try:
+                    unit = render_llama_unit(path, r.name, ctx.service_user,
+                                             models_dir=settings.models_dir, host=r.host,
+                                             env_file=env_file, groups=ctx.groups)
+                except LaunchError as exc:
+                    return StepResult.blocked(self.name, f"route {r.name}: {exc}")
                 a = ctx.file_action(f"{UNITS_DIR}/ojai-{r.name}.service", unit, 0o644,
                            f"systemd unit for route {r.name}", notify=("systemd",))
                 if a:
@@ -128,8 +173,10 @@ class RoutesStep:
         if not actions:
             return StepResult.satisfied(self.name, f"launch scripts for {mtp_name} (port "
                                         f"{settings.port}) and {plain_name} (port "
-                                        f"{settings.port + 1}) are in place in {ROUTES_DIR}")
+                                        f"{settings.port + 1}) are in place in {ROUTES_DIR} "
+                                        f"({length})", reads=(TUNED_FILE,), warnings=warnings)
         return StepResult.change(
-            self.name, f"write launch scripts for {mtp_name} (MTP, 1 slot, port {settings.port}) "
+            self.name, f"write launch scripts for {mtp_name} (MTP, 1 slot, port {settings.port}; "
+            f"{length}) "
             f"and {plain_name} ({PLAIN_SLOTS} slots, port {settings.port + 1}){note}", actions,
-            handlers=handlers, records={"routes": records})
+            handlers=handlers, records={"routes": records}, reads=(TUNED_FILE,), warnings=warnings)

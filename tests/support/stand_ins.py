@@ -39,10 +39,28 @@ def give_llama_server(root: Path, family: str | None = None) -> Path:
     return server
 
 
+#: what Lemonade 11.7.0 prints for ``--version`` (the default stand-in)
+LEMONADE_11_7 = {"lemonade --version": "lemonade version 11.7.0\n"}
+
+
+def give_built_llama_server(root: Path, built: Path) -> Path:
+    """ojai's install layout (``current`` -> ``b11434-cpu``) holding the real CPU llama-server
+    the tests build (``built``, with its libraries and its install record: a source build,
+    backend cpu). Returns the executable's path in ``root``."""
+    import shutil
+
+    folder = root / "opt/ojai/llama.cpp/b11434-cpu"
+    shutil.copytree(built.parent, folder, symlinks=True)
+    (root / "opt/ojai/llama.cpp/current").symlink_to(folder.name)
+    return folder / "llama-server"
+
+
 def give_lemonade(root: Path, commands: tuple[str, ...], *, user_models: str | None = None,
-                  recipe_options: str | None = None) -> Path:
+                  recipe_options: str | None = None,
+                  versions: dict[str, str] | None = None) -> Path:
     """Lemonade as the enabled system service, its ``commands`` answering, and the user's own
-    registry files when given. Returns its config folder."""
+    registry files when given. ``versions``: the output of each version command (default:
+    11.7.0's ``lemonade --version``). Returns its config folder."""
     unit = root / "usr/lib/systemd/system/lemond.service"
     unit.parent.mkdir(parents=True, exist_ok=True)
     unit.write_text("[Unit]\nDescription=Lemonade Server\n\n[Service]\nUser=lemonade\n"
@@ -51,8 +69,7 @@ def give_lemonade(root: Path, commands: tuple[str, ...], *, user_models: str | N
     wants = root / "etc/systemd/system/multi-user.target.wants"
     wants.mkdir(parents=True, exist_ok=True)
     (wants / "lemond.service").symlink_to("/usr/lib/systemd/system/lemond.service")
-    for argv, stdout in (("lemonade --version", "lemonade version 11.7.0\n"),
-                         *((c, "") for c in commands)):
+    for argv, stdout in (*(versions or LEMONADE_11_7).items(), *((c, "") for c in commands)):
         folder = root / COMMANDS_DIR / command_key(argv.split())
         folder.mkdir(parents=True)
         (folder / "stdout").write_text(stdout)

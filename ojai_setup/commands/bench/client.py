@@ -1,0 +1,209 @@
+"""A client for llama-server's own completion API (``POST /completion``), streaming.
+
+Every streamed event is timestamped on arrival. With ``timings_per_token`` each event also
+carries the server's running counters (``draft_n``, ``draft_n_accepted``), so the tokens of
+one verification step can be grouped: a step's draft is counted when it is made, before the
+step's tokens are sent, so every rise of ``draft_n`` opens a new step. That gives the tokens
+drafted and accepted per step, which ``timings`` alone (totals only) cannot.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import time
+import urllib.parse
+from dataclasses import dataclass, field
+from typing import Any
+
+from ojai_setup.core.errors import RemoteError
+
+__all__ = ["ClientError", "Endpoint", "Generation"]
+
+
+class ClientError(RemoteError):
+    """The server did not answer, or answered with an error."""
+
+
+@dataclass
+class Generation:
+    """One completion as the harness saw it."""
+
+    text: str = ""
+    tokens: list[int] = field(default_factory=list)
+    #: arrival time (seconds after the request was sent) of every generated token
+    token_times: list[float] = field(default_factory=list)
+    #: (tokens drafted, tokens accepted) per verification step, from the streamed counters
+    steps: list[tuple[int, int]] = field(default_factory=list)
+    timings: dict[str, Any] = field(default_factory=dict)
+    stop_type: str | None = None
+    wall_s: float = 0.0
+    started: float = 0.0  # time.monotonic() when the request was sent
+
+    @property
+    def n(self) -> int:
+        return int(self.timings.get("predicted_n") or len(self.token_times))
+
+    @property
+    def server_tps(self) -> float | None:
+        """Decode tokens/s as the server measured it (``timings.predicted_per_second``)."""
+        v = self.timings.get("predicted_per_second")
+        return float(v) if v else None
+
+    @property
+    def harness_tps(self) -> float | None:
+        """Decode tokens/s from arrival times: the tokens after the first over the time from
+        the first token's arrival to the last's."""
+        if len(self.token_times) < 2:
+            return None
+        dt = self.token_times[-1] - self.token_times[0]
+        return (len(self.token_times) - 1) / dt if dt > 0 else None
+
+    @property
+    def draft_n(self) -> int | None:
+        return self.timings.get("draft_n")
+
+    @property
+    def draft_n_accepted(self) -> int | None:
+        return self.timings.get("draft_n_accepted")
+
+
+class Endpoint:
+    """One llama-server, by its base URL (``http://127.0.0.1:8080``)."""
+
+    def __init__(self, url: str, *, timeout: float = 600.0) -> None:
+        parsed = urllib.parse.urlsplit(url if "://" in url else f"http://{url}")
+        if parsed.scheme != "http" or not parsed.hostname:
+            raise ClientError(f"{url}: expected an http://HOST:PORT address")
+        self.url = f"http://{parsed.hostname}:{parsed.port or 80}"
+        self.host = parsed.hostname
+        self.port = parsed.port or 80
+        self.timeout = timeout
+
+    def __repr__(self) -> str:
+        return f"Endpoint({self.url})"
+
+    def _conn(self, timeout: float | None = None) -> http.client.HTTPConnection:
+        return http.client.HTTPConnection(self.host, self.port, timeout=timeout or self.timeout)
+
+    def _json(self, method: str, path: str, payload: dict | None = None,
+              timeout: float | None = None) -> tuple[int, Any]:
+        conn = self._conn(timeout)
+        try:
+            body = json.dumps(payload).encode() if payload is not None else None
+            conn.request(method, path, body=body, headers={"Content-Type": "application/json"})
+            resp = conn.getresponse()
+            raw = resp.read()
+        except OSError as exc:
+            raise ClientError(f"{self.url}{path}: {exc}") from None
+        finally:
+            conn.close()
+        try:
+            return resp.status, json.loads(raw) if raw else None
+        except ValueError:
+            return resp.status, raw.decode("utf-8", "replace")
+
+    def health(self, timeout: float = 5.0) -> tuple[int, str]:
+        """``GET /health``: the status (0 when nothing answers) and the body."""
+        try:
+            status, body = self._json("GET", "/health", timeout=timeout)
+        except ClientError as exc:
+            return 0, str(exc)
+        return status, json.dumps(body) if not isinstance(body, str) else body
+
+    def wait_healthy(self, timeout: float, *, alive=lambda: True) -> None:
+        deadline = time.monotonic() + timeout
+        last = ""
+        while True:
+            status, last = self.health()
+            if status == 200:
+                return
+            if not alive():
+                raise ClientError(f"{self.url}: the server exited before it was healthy ({last})")
+            if time.monotonic() > deadline:
+                raise ClientError(f"{self.url}: /health not 200 after {timeout:.0f} s (last: {status or 'no answer'} {last})")
+            time.sleep(0.25)
+
+    def props(self) -> dict[str, Any]:
+        """``GET /props`` (build, model path, slots); empty when the server has none."""
+        try:
+            status, body = self._json("GET", "/props", timeout=10)
+        except ClientError:
+            return {}
+        return body if status == 200 and isinstance(body, dict) else {}
+
+    def apply_template(self, prompt: str) -> str | None:
+        """The prompt as one user turn in the model's chat template (``POST /apply-template``);
+        None when the server cannot do it."""
+        try:
+            status, body = self._json("POST", "/apply-template",
+                                      {"messages": [{"role": "user", "content": prompt}]}, timeout=30)
+        except ClientError:
+            return None
+        if status == 200 and isinstance(body, dict) and isinstance(body.get("prompt"), str):
+            return body["prompt"]
+        return None
+
+    def complete(self, prompt: str, *, n_predict: int, seed: int, temperature: float,
+                 ignore_eos: bool, extra: dict | None = None, on_token=None) -> Generation:
+        """Stream one completion; ``on_token(generation)`` is called after every event."""
+        payload = {"prompt": prompt, "n_predict": n_predict, "seed": seed,
+                   "temperature": temperature, "ignore_eos": ignore_eos, "stream": True,
+                   "timings_per_token": True, "return_tokens": True, "cache_prompt": False,
+                   **(extra or {})}
+        gen = Generation()
+        conn = self._conn()
+        prev_dn = prev_acc = 0
+        try:
+            gen.started = t0 = time.monotonic()
+            conn.request("POST", "/completion", body=json.dumps(payload).encode(),
+                         headers={"Content-Type": "application/json", "Accept": "text/event-stream"})
+            resp = conn.getresponse()
+            if resp.status != 200:
+                raise ClientError(f"{self.url}/completion answered {resp.status}: "
+                                  f"{resp.read().decode('utf-8', 'replace')[:300]}")
+            parts: list[str] = []
+            while True:
+                line = resp.readline()
+                if not line:
+                    break
+                now = time.monotonic() - t0
+                line = line.strip()
+                if not line.startswith(b"data:"):
+                    continue
+                data = line[5:].strip()
+                if data == b"[DONE]":
+                    break
+                event = json.loads(data)
+                if "error" in event:
+                    raise ClientError(f"{self.url}/completion: {event['error']}")
+                parts.append(event.get("content") or "")
+                toks = event.get("tokens") or []
+                gen.tokens.extend(toks)
+                if not event.get("stop"):
+                    # one partial is one token (several when a token's text was held back)
+                    gen.token_times.extend([now] * max(1, len(toks)))
+                timings = event.get("timings") or {}
+                dn, acc = timings.get("draft_n") or 0, timings.get("draft_n_accepted") or 0
+                if dn > prev_dn and not event.get("stop"):
+                    gen.steps.append((dn - prev_dn, acc - prev_acc))
+                    prev_dn, prev_acc = dn, acc
+                elif acc > prev_acc and gen.steps and not event.get("stop"):
+                    d, k = gen.steps[-1]
+                    gen.steps[-1] = (d, k + acc - prev_acc)
+                    prev_acc = acc
+                if event.get("stop"):
+                    gen.timings = timings
+                    gen.stop_type = event.get("stop_type")
+                    break
+                if on_token is not None:
+                    on_token(gen)
+            gen.text = "".join(parts)
+            gen.wall_s = time.monotonic() - t0
+        except (OSError, http.client.HTTPException, ValueError) as exc:
+            raise ClientError(f"{self.url}/completion: {exc}") from None
+        finally:
+            conn.close()
+        if not gen.timings:
+            raise ClientError(f"{self.url}/completion: the stream ended without a final event")
+        return gen

@@ -1,0 +1,216 @@
+"""``ojai bench``: find the two arms, start what is not running, run, save, clean up.
+
+The arms are the routes ojai wrote for one model (``<model>-mtp``, one slot with MTP
+drafting, and ``<model>``, the plain multi-slot route of the same binary and model file), or
+two servers given by URL. A route whose draft head and main model are not a proven pair
+(:func:`ojai_setup.pairing.check_pair`) is refused. Results go to the machine's state folder:
+``/var/lib/ojai/bench/<run id>/results.json`` and ``plot.png`` beside it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+from ojai_setup.core.atomic import write_text
+from ojai_setup.core.root import Root
+from ojai_setup.commands.bench.campaign import BenchConfig, Observer, Runner
+from ojai_setup.commands.bench.client import Endpoint
+from ojai_setup.commands.bench.results import BenchResult
+from ojai_setup.commands.bench.servers import BenchError, LaunchScript, ServerInfo, ServerPool, describe_server
+
+BENCH_DIR = "bench"
+
+
+@dataclass
+class RouteArm:
+    name: str
+    record: dict
+    endpoint: Endpoint
+    script: LaunchScript | None = None
+
+
+@dataclass
+class Arms:
+    mtp: RouteArm
+    plain: RouteArm
+    model: str | None
+    pairing: str = ""
+    extra: dict = field(default_factory=dict)
+
+
+def bench_dir(root: Root) -> Path:
+    from ojai_setup.facts.state import state_dir
+
+    return state_dir(root) / BENCH_DIR
+
+
+def _url(record: dict) -> str:
+    host = record.get("host") or "127.0.0.1"
+    if host in ("0.0.0.0", "::", ""):
+        host = "127.0.0.1"
+    return f"http://{host}:{record['port']}"
+
+
+def find_routes(root: Root, route: str | None) -> Arms:
+    """The MTP route and the plain route of one model from ojai's records."""
+    from ojai_setup.commands.verify import routes_of
+
+    routes = {k: v for k, v in routes_of(root).items() if "flm_tag" not in v}
+    models = sorted({v.get("model") for v in routes.values() if v.get("model")})
+    if not routes:
+        raise BenchError("no routes to benchmark: `ojai setup --model NAME --apply` writes them, "
+                         "or give two servers with --mtp-url and --plain-url")
+    if route is None:
+        if len(models) != 1:
+            raise BenchError(f"several models have routes ({', '.join(models)}); choose one with --route")
+        model = models[0]
+    else:
+        model = routes.get(route, {}).get("model") or (route if route in models else None)
+        if model is None:
+            raise BenchError(f"no route or model named {route!r}; known routes: {', '.join(sorted(routes))}")
+    mine = {k: v for k, v in routes.items() if v.get("model") == model}
+    mtp = [k for k, v in mine.items() if v.get("spec_type") not in (None, "none")]
+    plain = [k for k, v in mine.items() if v.get("spec_type") in (None, "none")]
+    if len(mtp) != 1 or len(plain) != 1:
+        raise BenchError(f"model {model}: expected one MTP route and one plain route, found "
+                         f"{', '.join(sorted(mine)) or 'none'}")
+
+    def arm(name: str) -> RouteArm:
+        rec = mine[name]
+        script = None
+        if rec.get("script") and root.exists(rec["script"]):
+            script = LaunchScript.parse(root.read_text(rec["script"]), rec["script"])
+        return RouteArm(name=name, record=rec, endpoint=Endpoint(_url(rec)), script=script)
+
+    return Arms(mtp=arm(mtp[0]), plain=arm(plain[0]), model=model)
+
+
+def check_route_pair(root: Root, record: dict) -> str:
+    """Refuse a route whose draft and main model are not a proven pair; the sentence that
+    says why it is one."""
+    from ojai_setup.formats.gguf import GGUFError, check_pair, read_model_info
+
+    main, draft, kind = record.get("main"), record.get("draft"), record.get("mtp")
+    if not main or kind not in ("sidecar", "in_file"):
+        raise BenchError("the MTP route's record names no main model and MTP kind; run "
+                         "`ojai setup --model NAME --apply` again so that its pair can be checked")
+    try:
+        main_info = read_model_info(root.resolve(main))
+        draft_info = read_model_info(root.resolve(draft)) if draft else None
+    except GGUFError as exc:
+        raise BenchError(f"cannot check the route's pair: {exc}") from None
+    verdict = check_pair(main_info, draft_info, kind)
+    if not verdict.ok:
+        raise BenchError("refusing to benchmark a route whose draft and main model are not a "
+                         "proven pair: " + "; ".join(verdict.reasons))
+    what = f"{Path(draft).name} drafts for {Path(main).name}" if draft else \
+        f"{Path(main).name} carries its own MTP heads"
+    return f"proven pair: {what} (architecture, hidden size and token list checked)"
+
+
+def _bring_up(pool: ServerPool, arm: RouteArm, label: str, ready_timeout: float) -> tuple[ServerInfo, Endpoint]:
+    status, _ = arm.endpoint.health()
+    argv = arm.script.argv if arm.script else None
+    if status == 200:
+        return describe_server(label, arm.endpoint, route=arm.name, argv=argv,
+                               script=arm.record.get("script"),
+                               draft_n_max=arm.record.get("draft_n_max")), arm.endpoint
+    if arm.script is None:
+        raise BenchError(f"route {arm.name} does not answer at {arm.endpoint.url} and has no "
+                         "launch script to start it")
+    pool.ready_timeout = ready_timeout
+    endpoint, pid = pool.start(arm.script, arm.endpoint.url, arm.name)
+    return describe_server(label, endpoint, route=arm.name, argv=argv, script=arm.record.get("script"),
+                           started_by_bench=True, pid=pid,
+                           draft_n_max=arm.record.get("draft_n_max")), endpoint
+
+
+def new_result(route: str | None, config: BenchConfig) -> BenchResult:
+    from ojai_setup.planning.plan import ojai_version
+
+    return BenchResult(ojai_version=ojai_version(), route=route,
+                       started=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                       settings=config.as_dict())
+
+
+def save_result(root: Root, result: BenchResult, *, plot: bool = True) -> Path:
+    """Write ``results.json`` (and ``plot.png``) into a new run folder; returns the folder."""
+    base = bench_dir(root)
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    name = f"{stamp}-{result.route or 'urls'}"
+    folder = base / name
+    n = 1
+    while folder.exists():
+        n += 1
+        folder = base / f"{name}-{n}"
+    folder.mkdir(parents=True)
+    if plot:
+        from ojai_setup.commands.bench.plot import render_plot
+
+        try:
+            render_plot(result, folder / "plot.png")
+            result.plot = str(folder / "plot.png")
+        except Exception as exc:  # a plot is a convenience; never lose the measurements to it
+            result.plot = None
+            result.stopped = (result.stopped or "") + f" (no plot: {exc})"
+    write_text(folder / "results.json", json.dumps(result.dump(), indent=2) + "\n", mode=0o644)
+    return folder
+
+
+def run_bench(root: Root, config: BenchConfig, *, route: str | None = None,
+              mtp_url: str | None = None, plain_url: str | None = None,
+              observer: Observer | None = None, ready_timeout: float = 600.0,
+              save: bool = True) -> tuple[BenchResult, Path | None]:
+    """Run a campaign; returns the result and the folder it was saved in."""
+    if (mtp_url is None) != (plain_url is None):
+        raise BenchError("give both --mtp-url and --plain-url, or neither (then ojai's routes are used)")
+    with ServerPool(log_dir=bench_dir(root) / "logs") as pool:
+        if mtp_url and plain_url:
+            mtp_ep, plain_ep = Endpoint(mtp_url), Endpoint(plain_url)
+            for ep in (mtp_ep, plain_ep):
+                status, body = ep.health()
+                if status != 200:
+                    raise BenchError(f"{ep.url} does not answer /health with 200 ({status or 'no answer'} {body[:100]})")
+            mtp_info = describe_server("mtp", mtp_ep)
+            plain_info = describe_server("plain", plain_ep)
+            result = new_result(None, config)
+            result.pairing = ("not checked: servers given by URL (ojai cannot see which draft file "
+                              "the MTP server loaded)")
+        else:
+            arms = find_routes(root, route)
+            pairing = check_route_pair(root, arms.mtp.record)
+            mtp_info, mtp_ep = _bring_up(pool, arms.mtp, "mtp", ready_timeout)
+            plain_info, plain_ep = _bring_up(pool, arms.plain, "plain", ready_timeout)
+            result = new_result(arms.model, config)
+            result.pairing = pairing
+        result.servers = [mtp_info, plain_info]
+        runner = Runner(mtp_ep, plain_ep, config, observer=observer, mtp_info=mtp_info,
+                        plain_info=plain_info)
+        runner.run(result)
+    folder = save_result(root, result) if save else None
+    return result, folder
+
+
+def load_result(path: Path) -> BenchResult:
+    """A saved result: a ``results.json`` file or the run folder holding one."""
+    file = path / "results.json" if path.is_dir() else path
+    try:
+        return BenchResult.model_validate_json(file.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise BenchError(f"{file}: cannot read: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise BenchError(f"{file}: not an ojai bench result: {str(exc).splitlines()[0]}") from None
+
+
+def resolve_run(root: Root, ref: str) -> Path:
+    """A run given as a path, or as a run folder name under the state folder."""
+    p = Path(ref)
+    if p.exists():
+        return p
+    q = bench_dir(root) / ref
+    if q.exists():
+        return q
+    raise BenchError(f"{ref}: no such file or run (runs are under {bench_dir(root)})")

@@ -1,0 +1,76 @@
+"""One PNG per run: speedup per prompt with its interval, and tokens/s over position for
+both arms of the long generation (matplotlib, drawn off-screen)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+
+from ojai_setup.commands.bench.results import BenchResult
+from ojai_setup.commands.bench.stats import bootstrap_ci
+
+
+def render_plot(result: BenchResult, path: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5), dpi=100)
+    title = f"ojai bench: {result.route or 'servers by URL'}  ({result.started})"
+    fig.suptitle(title, fontsize=11)
+
+    by_prompt: dict[str, list[float]] = defaultdict(list)
+    for p in result.pairs:
+        if p.speedup is not None:
+            by_prompt[p.prompt_id].append(p.speedup)
+    if by_prompt:
+        names = list(by_prompt)
+        means = [sum(v) / len(v) for v in by_prompt.values()]
+        lows, highs = [], []
+        for v, m in zip(by_prompt.values(), means):
+            ci = bootstrap_ci(v) or (min(v), max(v))
+            lows.append(m - ci[0])
+            highs.append(ci[1] - m)
+        x = range(len(names))
+        left.errorbar(x, means, yerr=[lows, highs], fmt="o", capsize=4, color="tab:blue",
+                      label="mean over seeds (95% bootstrap interval)")
+        for i, v in enumerate(by_prompt.values()):
+            left.scatter([i] * len(v), v, s=12, color="tab:gray", alpha=0.6, zorder=1)
+        left.axhline(1.0, color="black", linewidth=0.8)
+        threshold = 1.0 + float(result.settings.get("threshold", 0.0))
+        left.axhline(threshold, color="tab:red", linestyle="--", linewidth=0.8,
+                     label=f"threshold {threshold:.2f}x")
+        if result.summary:
+            left.axhline(result.summary.mean, color="tab:green", linewidth=0.8,
+                         label=f"campaign mean {result.summary.mean:.2f}x")
+        left.set_xticks(list(x), names, rotation=30, ha="right", fontsize=8)
+        left.legend(fontsize=7, loc="best")
+    else:
+        left.text(0.5, 0.5, "no finished pairs", ha="center", va="center", transform=left.transAxes)
+    left.set_ylabel("speedup (MTP tokens/s / plain tokens/s)")
+    left.set_title("paired runs", fontsize=10)
+
+    long = result.long
+    if long and (long.mtp or long.plain):
+        for arm, color in (("mtp", "tab:orange"), ("plain", "tab:blue")):
+            data = getattr(long, arm)
+            if data is None or not data.rates:
+                continue
+            xs = [(i + 0.5) * data.window for i in range(len(data.rates))]
+            right.plot(xs, data.rates, marker="o", markersize=3, color=color,
+                       label=f"{arm} ({data.tokens} tokens)")
+            if data.collapse.detected and data.collapse.window is not None:
+                right.axvline(data.collapse.window * data.window, color="tab:red", linestyle=":",
+                              label=f"{arm} collapse begins")
+        right.set_xlabel("generated tokens (window centre)")
+        right.legend(fontsize=7, loc="best")
+        right.set_ylim(bottom=0)
+    else:
+        right.text(0.5, 0.5, "no long generation", ha="center", va="center", transform=right.transAxes)
+    right.set_ylabel("tokens/s")
+    right.set_title("long generation: tokens/s over position", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path

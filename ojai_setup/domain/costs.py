@@ -1,0 +1,68 @@
+"""What a source build costs in time and disk space (``build-costs.toml`` says how each figure
+was obtained).
+
+Pure: :func:`estimate` turns the measured figures, the backend and the GPU target(s) into one
+phrase for the plan, per target (a build for two targets compiles the GPU code twice). Time
+is measured as processor time (user + system of every compiler, from the install record's
+``cpu_seconds``), which does not depend on the load the build ran under; the wall time on
+``n`` free cores is about that divided by ``n``.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+
+#: the cores the plan states the time for (the OJAI box has 24 threads; CI has 2)
+REFERENCE_CORES = 2
+
+
+@dataclass(frozen=True)
+class Measured:
+    key: str  # "cpu" or "hip gfx1150"
+    cpu_seconds: float
+    build_bytes: int
+    install_bytes: int
+
+    def minutes_on(self, cores: int) -> int:
+        return max(1, round(self.cpu_seconds / cores / 60))
+
+
+@cache
+def measured() -> dict[str, Measured]:
+    data = tomllib.loads(resources.files(__package__).joinpath("build-costs.toml")
+                         .read_text(encoding="utf-8"))
+    found: dict[str, Measured] = {}
+    if "cpu" in data:
+        found["cpu"] = Measured("cpu", **data["cpu"])
+    for target, fields in data.get("hip", {}).items():
+        found[f"hip {target}"] = Measured(f"hip {target}", **fields)
+    return found
+
+
+def _size(n: int) -> str:
+    return f"{n / 1e9:.1f} GB" if n >= 1e9 else f"{max(1, round(n / 1e6))} MB"
+
+
+def estimate(backend: str, gpu_target: str | None) -> str:
+    """The expected build time and disk space, per target, as one phrase for the plan."""
+    table = measured()
+    targets = [t for t in (gpu_target or "").replace(";", ",").split(",") if t]
+    keys = [f"hip {t}" for t in targets] if backend == "hip" else ["cpu"]
+    parts = []
+    for key in keys:
+        label = key.removeprefix("hip ")
+        m = table.get(key)
+        if m is None:
+            ref = table.get("hip gfx1150")
+            parts.append(f"{label} not measured" + (
+                f" (gfx1150: about {ref.minutes_on(REFERENCE_CORES)} min on {REFERENCE_CORES} "
+                f"cores, {_size(ref.build_bytes)})" if ref and backend == "hip" else ""))
+            continue
+        parts.append(f"{label}: about {m.minutes_on(REFERENCE_CORES)} min on "
+                     f"{REFERENCE_CORES} cores ({round(m.cpu_seconds / 60)} min of compiler time, "
+                     f"less with more cores), {_size(m.build_bytes)} free while building, "
+                     f"{_size(m.install_bytes)} installed")
+    return "; ".join(parts)

@@ -1,0 +1,106 @@
+"""The tuned settings file (``/etc/ojai/tuned.toml``): measured overrides of the catalog.
+
+``ojai tune`` writes ``/etc/ojai/tuned.toml`` (under the machine root); ``ojai setup`` lays it
+over the catalog when it plans the routes and Lemonade's recipe options, and says where each
+value came from. One table per route (the catalog's model name)::
+
+    [routes.gemma-4-26b-a4b]
+    draft_n_max = 3
+    date = "2026-11-30T21:40:00+00:00"
+    speedup = 1.42            # confirmed mean speedup at that length (MTP over plain)
+    binary = "/opt/ojai/llama.cpp/current/llama-server"
+    results = "/var/lib/ojai/tune/gemma-4-26b-a4b.json"
+
+    [routes.gemma-4-26b-a4b.backends."/opt/ojai/llama.cpp/b1311-vulkan/llama-server"]
+    safe = false
+    reason = "the MTP arm collapsed in the long generation: ..."
+
+A damaged file is an error naming the file and the field, never silently ignored.
+"""
+
+from __future__ import annotations
+
+import tomllib
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from ojai_setup.core.errors import InputError
+
+
+class TuningError(InputError):
+    """The tuned settings file is unreadable or invalid; the text says where."""
+
+
+class BackendTuning(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    safe: bool
+    reason: str = ""
+    draft_n_max: int | None = Field(default=None, ge=1)
+    speedup: float | None = None
+
+
+class RouteTuning(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    draft_n_max: int = Field(ge=1)
+    date: str
+    speedup: float | None = None
+    binary: str | None = None
+    results: str | None = None
+    backends: dict[str, BackendTuning] = {}
+
+    def source(self) -> str:
+        measured = f", measured {(self.speedup - 1) * 100:+.0f}%" if self.speedup is not None else ""
+        return f"tuned {self.date[:10]}{measured}"
+
+
+class Tuning(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    routes: dict[str, RouteTuning] = {}
+
+
+def parse_tuning(text: str, source: str) -> Tuning:
+    """The tuned settings in ``text`` (read from ``source``, named in errors)."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise TuningError(f"{source}: not valid TOML: {exc}") from None
+    try:
+        return Tuning.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"])
+        raise TuningError(f"{source}: {where}: {err['msg']}") from None
+
+
+def _q(value: str) -> str:
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def render_tuning(tuning: Tuning) -> str:
+    lines = ["# Measured route settings, written by `ojai tune`; `ojai setup` applies them over the",
+             "# catalog. Delete a route's table to go back to the catalog default.", ""]
+    for name in sorted(tuning.routes):
+        t = tuning.routes[name]
+        lines.append(f"[routes.{_q(name)}]")
+        lines.append(f"draft_n_max = {t.draft_n_max}")
+        lines.append(f"date = {_q(t.date)}")
+        if t.speedup is not None:
+            lines.append(f"speedup = {t.speedup!r}")
+        for key in ("binary", "results"):
+            value = getattr(t, key)
+            if value is not None:
+                lines.append(f"{key} = {_q(value)}")
+        for binary in sorted(t.backends):
+            b = t.backends[binary]
+            lines += ["", f"[routes.{_q(name)}.backends.{_q(binary)}]", f"safe = {str(b.safe).lower()}"]
+            if b.reason:
+                lines.append(f"reason = {_q(b.reason)}")
+            if b.draft_n_max is not None:
+                lines.append(f"draft_n_max = {b.draft_n_max}")
+            if b.speedup is not None:
+                lines.append(f"speedup = {b.speedup!r}")
+        lines.append("")
+    return "\n".join(lines)

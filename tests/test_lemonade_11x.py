@@ -1,0 +1,171 @@
+"""Lemonade 11.x, which no package here provides, through a stand-in that behaves like 11.7 on the
+points where the versions differ: ``lemonade version 11.7.0`` as its version line, user models
+listed as ``user.NAME`` by ``/api/v1/models`` (2026.39.1 lists the bare ``NAME``), and no Gemma 4
+MTP pair in its own catalog. Completions go to the real llama-server (the tests' CPU build)
+serving the pair ojai downloaded, as 11.7's llama.cpp backend would start it.
+
+Also: the plan names the entry of the real 2026.39.1 catalog that has the same pair."""
+
+from __future__ import annotations
+
+import json
+import threading
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+from support import stand_ins
+from support.fake_hub import FakeHub, fake_hub  # noqa: F401 - fake_hub is a fixture
+from support.llama import llama_server_bin  # noqa: F401 - a fixture
+from support.server import llama_server
+from support.stand_ins import route_toml
+from support.tiny_models import write_mtp_pair
+from typer.testing import CliRunner
+
+from ojai_setup.cli import app
+
+REPO = "ojai-test/tiny-gemma4-GGUF"
+ROUTE = "tiny-gemma"
+COMMANDS = ("systemctl restart lemond",)
+
+
+def ojai(*args: object):
+    return CliRunner().invoke(app, [str(a) for a in args])
+
+
+class Lemonade117:
+    """``/api/v1/health``, ``/api/v1/models`` and ``/api/v1/completions`` the way 11.7 answers
+    them, for the user models in ``state``/user_models.json; completions are forwarded to
+    ``backend`` (a llama-server) with the model name swapped, as Lemonade does."""
+
+    def __init__(self, state: Path, backend: str) -> None:
+        self.state, self.backend = state, backend
+        self.requested: list[str] = []
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def _send(self, status: int, payload: object) -> None:
+                body = json.dumps(payload).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_GET(self) -> None:
+                if self.path == "/api/v1/health":
+                    return self._send(200, {"status": "ok", "model_loaded": None})
+                if self.path.startswith("/api/v1/models"):
+                    return self._send(200, {"object": "list", "data": [
+                        {"id": f"user.{name}", "object": "model", "owned_by": "lemonade",
+                         "recipe": entry.get("recipe")} for name, entry in outer.models().items()]})
+                self._send(404, {"error": "not found"})
+
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                outer.requested.append(body.get("model"))
+                if self.path != "/api/v1/completions" or \
+                        body.get("model") not in {f"user.{n}" for n in outer.models()}:
+                    return self._send(404, {"error": {"message": f"model {body.get('model')} "
+                                                      "not found", "type": "not_found"}})
+                body["model"] = "llama"
+                req = urllib.request.Request(outer.backend + "/v1/completions",
+                                             data=json.dumps(body).encode(),
+                                             headers={"Content-Type": "application/json"})
+                with urllib.request.urlopen(req, timeout=120) as resp:
+                    self._send(200, json.loads(resp.read()))
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+
+    def models(self) -> dict:
+        return json.loads((self.state / "user_models.json").read_text())
+
+    @property
+    def port(self) -> int:
+        return int(self.server.server_address[1])
+
+    def __enter__(self) -> Lemonade117:
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def catalog(tmp_path: Path, fake_hub: FakeHub) -> Path:
+    pair = write_mtp_pair(tmp_path / "published")
+    assert pair.draft is not None
+    fake_hub.add_path(REPO, pair.main.name, pair.main)
+    fake_hub.add_path(REPO, pair.draft.name, pair.draft)
+    path = tmp_path / "catalog.toml"
+    path.write_text(route_toml(ROUTE, REPO, pair.main, pair.draft, context_size=2048,
+                               draft_n_max=3))
+    return path
+
+
+@pytest.mark.slow
+def test_verify_calls_the_id_11x_lists(machine, catalog, llama_server_bin, tmp_path):
+    box = machine("ojai-fresh")
+    stand_ins.give_lemonade(box, COMMANDS)  # 11.7.0's version line
+    stand_ins.give_built_llama_server(box, llama_server_bin)
+    result = ojai("setup", "--root", box, "--llamacpp", "none", "--no-npu", "--catalog", catalog,
+                  "--model", ROUTE, "--apply", "--yes")
+    assert result.exit_code == 0, result.output
+    state = box / "var/lib/lemonade"
+    entry = json.loads((state / "user_models.json").read_text())[ROUTE]
+    args = ["-m", box / entry["checkpoints"]["main"].lstrip("/"),
+            "-md", box / entry["checkpoints"]["draft"].lstrip("/"),
+            "--spec-type", "draft-mtp", "--spec-draft-n-max", "3", "-c", "2048"]
+    with llama_server(llama_server_bin, [str(a) for a in args], tmp_path / "logs") as backend, \
+            Lemonade117(state, backend.url) as lemonade:
+        config = json.loads((state / "config.json").read_text())
+        (state / "config.json").write_text(json.dumps({**config, "port": lemonade.port}))
+        verified = ojai("verify", "--root", box, "--json", "--route", f"lemonade {ROUTE}",
+                        "--tokens", "24")
+        assert verified.exit_code == 0, verified.output
+        [check] = json.loads(verified.stdout)["routes"]
+        assert check["model_id"] == f"user.{ROUTE}"
+        assert check["draft_n"] > 0 and check["draft_n_accepted"] > 0
+        assert lemonade.requested == [f"user.{ROUTE}"]
+
+
+def test_doctor_parses_the_11x_version_line(machine):
+    box = machine("ojai-fresh")
+    stand_ins.give_lemonade(box, COMMANDS)
+    doctor = json.loads(ojai("doctor", "--root", box, "--json").stdout)
+    finding = next(f for f in doctor["findings"] if f["id"] == "lemonade.version")
+    assert "lemonade version 11.7.0 (semantic version)" in finding["evidence"]
+    assert "port 13305" in finding["evidence"] and "/var/lib/lemonade" in finding["evidence"]
+
+
+def test_11x_catalog_has_no_gemma_pair_so_the_plan_says_nothing_of_it(machine, catalog):
+    box = machine("ojai-fresh")
+    stand_ins.give_lemonade(box, COMMANDS)
+    plan = json.loads(ojai("setup", "--root", box, "--llamacpp", "none", "--no-npu",
+                           "--model", "gemma-4-26b-a4b", "--json").stdout)
+    step = next(s for s in plan["steps"] if s["step"] == "lemonade")
+    assert "own catalog" not in step["sentence"]
+
+
+@pytest.mark.slow
+def test_plan_says_when_lemonades_own_catalog_has_the_route(machine):
+    """The catalog of the real 2026.39.1 package (from the sid chroot) has Gemma 4 26B-A4B's
+    main + MTP pair."""
+    from support.sid import ensure_sid_chroot
+
+    box = machine("ojai-fresh")
+    stand_ins.give_lemonade(box, COMMANDS)
+    resources = "usr/share/lemonade-server/resources/server_models.json"
+    (box / resources).parent.mkdir(parents=True)
+    (box / resources).write_bytes((ensure_sid_chroot() / resources).read_bytes())
+    plan = json.loads(ojai("setup", "--root", box, "--llamacpp", "none", "--no-npu",
+                           "--model", "gemma-4-26b-a4b", "--json").stdout)
+    step = next(s for s in plan["steps"] if s["step"] == "lemonade")
+    assert "Lemonade's own catalog already has this pair as Gemma-4-26B-A4B-it-MTP-GGUF" \
+        in step["sentence"]

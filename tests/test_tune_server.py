@@ -1,0 +1,104 @@
+"""ojai tune on the real llama-server with tiny models and synthetic per-token acceptance."""
+
+from __future__ import annotations
+
+import json
+import tomllib
+
+import pytest
+from support.bench_machine import MODEL, write_bench_machine
+from support.collapsing_backend import write_collapsing_backend
+from support.llama import llama_server_bin  # noqa: F401 - a fixture
+from typer.testing import CliRunner
+
+from ojai_setup.commands.bench.campaign import BenchConfig
+from ojai_setup.commands.bench.prompts import Prompt
+from ojai_setup.cli import app
+from ojai_setup.core.root import Root
+from ojai_setup.commands.tune import TuneConfig, TuneObserver, replay_sweep, run_tune
+
+pytestmark = pytest.mark.slow
+
+PROMPTS = (Prompt("a", "the tiny model"), Prompt("b", "speculative decoding with a small draft"))
+
+
+def _config(**kw) -> TuneConfig:
+    bench = BenchConfig(prompts=PROMPTS, seeds=(1,), n_predict=64, template=False)
+    defaults = dict(lengths=tuple(range(1, 7)), bench=bench, confirm_seeds=(7, 8), confirm_tokens=96,
+                    long_tokens=0, synthetic_acceptance=0.8)
+    return TuneConfig(**{**defaults, **kw})
+
+
+def test_sweep_fit_choice_and_setup_picks_it_up(tmp_path, llama_server_bin):
+    m = write_bench_machine(tmp_path / "machine", llama_server_bin, draft_n_max=2)
+    result = run_tune(Root(m.root), MODEL, _config(early_stop=False))
+    (backend,) = result.backends
+    assert [lr.g for lr in backend.lengths] == [1, 2, 3, 4, 5, 6]
+    for lr in backend.lengths:
+        assert len(lr.pairs) == 2 and lr.measured is not None and lr.predicted is not None
+        # synthetic acceptance a = 0.8: each length's MLE of a is near it
+        assert lr.acceptance == pytest.approx(0.8, abs=0.12)
+    assert backend.acceptance == pytest.approx(0.8, abs=0.06)
+    assert backend.draft_cost is not None and backend.draft_cost > 0
+    measured = {lr.g: lr.measured.mean for lr in backend.lengths}
+    best = max(measured.values())
+    assert measured[backend.best_g] == best
+    # the early-stopping tuner over the same runs chooses a length within 5 % of the best
+    chosen, seen = replay_sweep(backend.lengths, 0.03)
+    assert measured[chosen] >= 0.95 * best, (chosen, measured)
+    print("sweep:", json.dumps({g: round(v, 3) for g, v in measured.items()}),
+          "predicted:", json.dumps({lr.g: round(lr.predicted, 3) for lr in backend.lengths}),
+          "max prediction error:", backend.max_prediction_error, "replayed choice:", chosen, "after", seen)
+
+    # the choice is written for setup, with its source; the progress file keeps the runs
+    assert result.chosen_g == backend.best_g and backend.confirmed.n == 4
+    tuned = tomllib.loads((m.root / "etc/ojai/tuned.toml").read_text())["routes"][MODEL]
+    assert tuned["draft_n_max"] == result.chosen_g and tuned["speedup"] == pytest.approx(result.chosen_speedup, abs=1e-4)
+    assert (m.root / "var/lib/ojai/tune" / f"{MODEL}.json").is_file()
+
+
+class _InterruptAfter(TuneObserver):
+    def __init__(self, n: int | None) -> None:
+        self.n, self.seen = n, []
+
+    def length(self, binary, lr):
+        self.seen.append(lr.g)
+        if self.n is not None and len(self.seen) >= self.n:
+            raise KeyboardInterrupt
+
+
+def test_ctrl_c_then_resume_measures_each_length_once(tmp_path, llama_server_bin):
+    m = write_bench_machine(tmp_path / "machine", llama_server_bin)
+    config = _config(lengths=(1, 2, 3), early_stop=False, write=False)
+    first = _InterruptAfter(2)
+    cut = run_tune(Root(m.root), MODEL, config, observer=first)
+    assert cut.interrupted and first.seen == [1, 2] and cut.chosen_g is None
+    again = _InterruptAfter(None)
+    done = run_tune(Root(m.root), MODEL, config, observer=again)
+    assert again.seen == [3] and not done.interrupted
+    assert [lr.g for lr in done.backends[0].lengths] == [1, 2, 3] and done.chosen_g in (1, 2, 3)
+    assert not (m.root / "etc/ojai/tuned.toml").exists()  # --no-write
+
+
+def test_a_backend_that_collapses_is_marked_unsafe_and_never_chosen(tmp_path, llama_server_bin):
+    m = write_bench_machine(tmp_path / "machine", llama_server_bin)
+    fake = write_collapsing_backend(tmp_path / "vulkan")
+    result = CliRunner().invoke(app, [
+        "tune", MODEL, "--root", str(m.root), "--lengths", "1,2", "--binary", str(llama_server_bin),
+        "--binary", str(fake), "--seeds", "1", "--tokens", "48", "--confirm-seeds", "1",
+        "--confirm-tokens", "48", "--long-tokens", "600", "--collapse-ratio", "0.3", "--raw", "--synthetic-acceptance", "0.8", "--json"])
+    data = json.loads(result.stdout)
+    real, vulkan = data["backends"]
+    assert vulkan["binary"] == str(fake)
+    assert vulkan["safe"] is False and vulkan["long_collapse"] and vulkan["confirmed"] is None
+    tuned_file = m.root / "etc/ojai/tuned.toml"
+    if real["safe"]:
+        assert result.exit_code == 0, result.output
+        assert data["chosen_binary"] == str(llama_server_bin)
+        tuned = tomllib.loads(tuned_file.read_text())["routes"][MODEL]
+        assert tuned["backends"][str(fake)]["safe"] is False
+        assert tuned["backends"][str(llama_server_bin)]["safe"] is True
+    else:
+        # on a machine loaded enough that the real MTP arm also fell far behind the plain arm
+        # in its long generation, neither backend may be chosen
+        assert result.exit_code == 1 and data["chosen_binary"] is None and not tuned_file.exists()

@@ -1,0 +1,94 @@
+"""Tuned route settings: written by ojai tune, rendered by ojai setup through the normal plan."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from test_routes import CATALOG
+from typer.testing import CliRunner
+
+from ojai_setup.cli import app
+from ojai_setup.core.root import Root
+from ojai_setup.apply.tuning import save_route_tuning
+from ojai_setup.core.paths import TUNED_FILE
+from ojai_setup.facts.tuning import load_tuning
+from ojai_setup.formats.tuning import BackendTuning, RouteTuning, TuningError
+from ojai_setup.commands.tune import LengthResult, BackendResult, refresh_predictions, trend_is_clear
+from ojai_setup.commands.bench.stats import summarize
+from support.stand_ins import give_lemonade, give_llama_server
+
+
+def _plan(root, tmp_path):
+    catalog = tmp_path / "catalog.toml"
+    catalog.write_text(CATALOG)
+    result = CliRunner().invoke(app, ["setup", "--root", str(root), "--llamacpp", "none", "--json",
+                                      "--model", "tiny", "--catalog", str(catalog)])
+    return json.loads(result.stdout)
+
+
+def _step(plan, name):
+    return next(s for s in plan["steps"] if s["step"] == name)
+
+
+def test_setup_renders_the_tuned_length_and_says_where_it_came_from(machine, tmp_path):
+    root = machine("ojai-fresh")
+    give_llama_server(root, "gfx1150")
+    give_lemonade(root, ())
+    before = _step(_plan(root, tmp_path), "routes")
+    assert "draft length 2: catalog default" in before["sentence"]
+    script = next(a["after"] for a in before["actions"] if a["path"].endswith("tiny-mtp.sh"))
+    assert "--spec-draft-n-max 2" in script
+
+    save_route_tuning(Root(root), "tiny", RouteTuning(
+        draft_n_max=5, date="2026-11-30T21:40:00+00:00", speedup=1.42, binary="/opt/x/llama-server",
+        backends={"/opt/vulkan/llama-server": BackendTuning(safe=False, reason="collapsed")}))
+    plan = _plan(root, tmp_path)
+    routes = _step(plan, "routes")
+    assert "draft length 5: tuned 2026-11-30, measured +42%" in routes["sentence"]
+    script = next(a["after"] for a in routes["actions"] if a["path"].endswith("tiny-mtp.sh"))
+    assert "--spec-draft-n-max 5" in script and "--spec-draft-n-max 2" not in script
+    lemonade = _step(plan, "lemonade")
+    options = next(a["after"] for a in lemonade["actions"] if a["path"].endswith("recipe_options.json"))
+    assert "--spec-draft-n-max 5" in json.loads(options)["user.tiny"]["llamacpp_args"]
+    assert TUNED_FILE in routes["reads"]
+
+
+def test_tuned_file_round_trips_and_keeps_other_routes(tmp_path):
+    root = Root(tmp_path)
+    save_route_tuning(root, "a", RouteTuning(draft_n_max=3, date="2026-11-30", speedup=1.2000000000000002))
+    save_route_tuning(root, "b.c", RouteTuning(draft_n_max=1, date="2026-12-01", binary='/opt/"odd" path/x'))
+    t = load_tuning(root)
+    assert t.routes["a"].draft_n_max == 3 and t.routes["b.c"].binary == '/opt/"odd" path/x'
+    assert t.routes["a"].source() == "tuned 2026-11-30, measured +20%"
+
+
+@pytest.mark.parametrize("text, where", [("[routes.x]\ndraft_n_max = 0\ndate = 'd'\n", "routes.x.draft_n_max"),
+                                         ("[routes.x\n", "not valid TOML"),
+                                         ("[routes.x]\ndraft_n_max = 2\ndate = 'd'\nsurprise = 1\n", "surprise")])
+def test_a_damaged_tuned_file_is_an_error_naming_the_field(machine, tmp_path, text, where):
+    root = machine("ojai-fresh")
+    (root / "etc/ojai").mkdir(parents=True, exist_ok=True)
+    (root / "etc/ojai/tuned.toml").write_text(text)
+    with pytest.raises(TuningError, match=where):
+        load_tuning(Root(root))
+    give_llama_server(root, "gfx1150")
+    routes = _step(_plan(root, tmp_path), "routes")
+    assert routes["status"] == "blocked" and "tuned.toml" in routes["sentence"]
+
+
+def _length(g, speedups):
+    return LengthResult(g=g, pairs=[], measured=summarize(speedups))
+
+
+def test_early_stop_needs_two_worse_lengths_and_the_model_agreeing():
+    b = BackendResult(binary="x", fingerprint="f", lengths=[
+        _length(1, [1.5, 1.52]), _length(2, [1.8, 1.82]), _length(3, [1.6, 1.62])])
+    refresh_predictions(b)
+    assert b.best_g == 2
+    b.acceptance, b.draft_cost = 0.6, 0.3
+    assert trend_is_clear(b, 0.03) is None  # only one length past the best
+    b.lengths.append(_length(4, [1.5, 1.52]))
+    assert "lengths 3 and 4" in trend_is_clear(b, 0.03)
+    b.acceptance, b.draft_cost = 0.99, 0.01  # the model says longer drafts still gain
+    assert trend_is_clear(b, 0.03) is None
