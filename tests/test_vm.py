@@ -6,8 +6,12 @@ Each test boots a copy-on-write overlay of the cached image with this checkout's
 driver of ``-vga std``), reboots, and asserts on ``/proc/cmdline`` and
 ``/sys/module/ttm/parameters/pages_limit``. The guest has no AMD GPU, so doctor runs with a
 forced profile; it has 6 GiB of RAM so that a 1 GiB GPU budget leaves the OS its 4 GiB.
-The scenarios that need the grub.d drop-in and crash-safe apply work of issue 10 (points 2
-and 3) are in test_vm_pending_fixes.py.
+
+Scenarios: apply, reboot, active, rollback, reboot, original; a modprobe.d option rebuilt into
+the initramfs and live; a ``grub.d`` drop-in that sets GRUB_CMDLINE_LINUX_DEFAULT (as cloud
+images ship) overriding /etc/default/grub, where the edit must land in what grub-mkconfig
+takes; ``kill -9`` in the middle of an apply (after the GRUB write, before update-grub), then
+``setup`` or ``rollback``, consistent after a reboot.
 """
 
 from __future__ import annotations
@@ -15,13 +19,15 @@ from __future__ import annotations
 import pytest
 
 from support.vm_ojai import (  # noqa: F401  (vm, vm_ojai_disk: fixtures)
+    CLOUD_DROP_IN,
     GIB_PAGES,
     PAGES,
     SETUP,
+    assert_kernel_default,
     cmdline_tokens,
     doctor,
     generated_tokens,
-    assert_kernel_default,
+    kill_apply_after_grub_write,
     live_pages,
     ttm_finding,
     vm,
@@ -76,3 +82,44 @@ def test_modprobe_option_rebuilds_the_initramfs_and_is_live(vm):
     findings = {f["id"]: f for f in report["findings"]}
     assert findings["ttm.active"]["severity"] == "pass", findings["ttm.active"]
     assert findings["ttm.sources-agree"]["severity"] == "pass", findings["ttm.sources-agree"]
+
+
+def test_drop_in_overriding_the_main_file_ends_active(vm):
+    vm.write_file("/etc/default/grub.d/50-cloudimg-settings.cfg", CLOUD_DROP_IN)
+    vm.succeed("update-grub")
+    vm.succeed(f"{SETUP} --apply --yes")
+    vm.reboot()
+    assert cmdline_tokens(vm, "ttm.pages_limit") == [f"ttm.pages_limit={PAGES}"]
+    assert "console=tty1" in vm.succeed("cat /proc/cmdline").split(), \
+        "a token of the drop-in's value was lost"
+    assert live_pages(vm) == PAGES
+    assert ttm_finding(vm)["severity"] == "pass"
+
+
+def test_kill_during_apply_then_setup_ends_active(vm):
+    kill_apply_after_grub_write(vm)
+    report = doctor(vm)
+    interrupted = [f for f in report["findings"] if "interrupt" in (f["evidence"] + f["title"]).lower()]
+    assert interrupted and interrupted[0]["severity"] in ("warn", "fail"), \
+        "doctor does not say an apply was interrupted"
+    vm.succeed(f"{SETUP} --apply --yes")
+    assert generated_tokens(vm, "ttm.pages_limit")[0] == [f"ttm.pages_limit={PAGES}"]
+    vm.reboot()
+    assert cmdline_tokens(vm, "ttm.pages_limit") == [f"ttm.pages_limit={PAGES}"]
+    assert live_pages(vm) == PAGES
+    assert ttm_finding(vm)["severity"] == "pass"
+    vm.succeed(SETUP)
+
+
+def test_kill_during_apply_then_rollback_ends_original(vm):
+    original = live_pages(vm)
+    grub_before = vm.succeed("sha256sum /etc/default/grub")
+    kill_apply_after_grub_write(vm)
+    vm.succeed("ojai rollback --yes")
+    assert vm.succeed("sha256sum /etc/default/grub") == grub_before
+    assert all(t == [] for t in generated_tokens(vm, "ttm.pages_limit"))
+    vm.succeed("test -z \"$(find /etc /boot -name '*.ojai-tmp')\"")
+    vm.reboot()
+    assert cmdline_tokens(vm, "ttm.pages_limit") == []
+    assert_kernel_default(live_pages(vm), original)
+    assert "not configured" in ttm_finding(vm)["evidence"]
