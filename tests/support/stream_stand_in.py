@@ -73,9 +73,13 @@ def _handler(pace: Pace):
                 self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
                 self.wfile.flush()
 
+            # each token is due at a fixed time from the start, so that a late wake-up on a
+            # busy host is caught up by the next tokens rather than slowing the whole stream
+            due = start
             for i in range(n):
                 slow = pace.slow_after is not None and i >= pace.slow_after
-                time.sleep(pace.slow_delay if slow else pace.delay)
+                due += pace.slow_delay if slow else pace.delay
+                time.sleep(max(0.0, due - time.monotonic()))
                 first = first or time.monotonic()
                 elapsed = (time.monotonic() - first) * 1000
                 send({"content": " w", "tokens": [100 + i % 7], "stop": False, "tokens_predicted": i + 1,
