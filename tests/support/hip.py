@@ -334,11 +334,21 @@ def _prepare(chroot: Path, cache: Path) -> HipBuild:
     return HipBuild(chroot, cache, planned_action(_plan(cache)))
 
 
+def _link_source(cache: Path) -> None:
+    """``/src`` of the machine root is the cache's ``src/`` (bound there in the chroot), so that
+    the install record's tarball digest is checked on the host against the same sdist."""
+    link = cache / "machine" / "src"
+    if not link.is_symlink():
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(Path("..") / "src")
+
+
 def ensure_hip_build() -> HipBuild:
     """The cached HIP build of llama-server for gfx1150; builds it (and the chroot) on first use."""
     chroot = sid.ensure_sid_chroot()
     cache = cache_dir()
     cache.mkdir(parents=True, exist_ok=True)
+    _link_source(cache)
     with (cache / ".build.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         build = _prepared(chroot, cache)
