@@ -239,7 +239,7 @@ def test_the_posted_appending_drop_in_is_edited_where_it_sets_the_limit(machine,
 def test_the_append_if_set_form_reads_as_the_previous_value_and_a_blank():
     text = f'GRUB_CMDLINE_LINUX="{APPEND_IF_SET}ttm.pages_limit=5 quiet"\n'
     from ojai_setup.domain.cmdline_edit import effective, simulate
-    from ojai_setup.formats.grub import parse_grub_default, set_kernel_param
+    from ojai_setup.formats.grub import parse_grub_default, remove_kernel_param, set_kernel_param
 
     cv = parse_grub_default(text, POSTED).cmdline("GRUB_CMDLINE_LINUX")
     assert cv.tokens == [APPEND_IF_SET, "ttm.pages_limit=5", "quiet"] and cv.self_reference
@@ -247,6 +247,17 @@ def test_the_append_if_set_form_reads_as_the_previous_value_and_a_blank():
     assert edited == text.replace("=5", "=7")
     main = ("/etc/default/grub", 'GRUB_CMDLINE_LINUX="ro"\nGRUB_CMDLINE_LINUX_DEFAULT=""\n')
     assert [t.text for t in effective(simulate([main, (POSTED, text)]))] == ["ro", "ttm.pages_limit=5", "quiet"]
+    # the bytes around it are kept: a blank after it stays, and none is added or left behind
+    spaced = f'GRUB_CMDLINE_LINUX="{APPEND_IF_SET} a=1  ttm.pages_limit=5 b"\n'
+    assert set_kernel_param(spaced, "ttm.pages_limit", "7", var="GRUB_CMDLINE_LINUX") == \
+        spaced.replace("=5", "=7")
+    assert remove_kernel_param(text, "ttm.pages_limit", var="GRUB_CMDLINE_LINUX") == \
+        f'GRUB_CMDLINE_LINUX="{APPEND_IF_SET}quiet"\n'
+    alone = f'GRUB_CMDLINE_LINUX="{APPEND_IF_SET}ttm.pages_limit=5"\n'
+    assert remove_kernel_param(alone, "ttm.pages_limit", var="GRUB_CMDLINE_LINUX") == \
+        f'GRUB_CMDLINE_LINUX="{APPEND_IF_SET}"\n'
+    assert set_kernel_param(f'GRUB_CMDLINE_LINUX="{APPEND_IF_SET}"\n', "ttm.pages_limit", "7",
+                            var="GRUB_CMDLINE_LINUX") == alone.replace("=5", "=7")
     # another variable's value, or one glued to the next word, stays one opaque parameter
     other = parse_grub_default('GRUB_CMDLINE_LINUX="${X:+$X }a=1"\n').cmdline("GRUB_CMDLINE_LINUX")
     glued = parse_grub_default('GRUB_CMDLINE_LINUX="${GRUB_CMDLINE_LINUX:+$GRUB_CMDLINE_LINUX}a=1"\n')

@@ -26,13 +26,14 @@ What is refused with :class:`GrubEditError` (no text is returned, so nothing get
   styles (``"quiet "'splash'``).
 
 Plain references ``$VAR`` and ``${VAR}`` are kept as they are: each is an opaque parameter
-that is never edited, removed or reordered. So is the one ``${...}`` operator form drop-ins use
-to append, ``${VAR:+$VAR }`` (``VAR``'s value and a blank when it has one, else nothing); the
-blank inside it ends the parameter, as it ends the word the shell hands on. That includes a self-reference such as
+that is never edited, removed or reordered. That includes a self-reference such as
 ``GRUB_CMDLINE_LINUX_DEFAULT="$GRUB_CMDLINE_LINUX_DEFAULT quiet"``: since the file may assign
 the variable only once, the reference can only see the environment ``update-grub`` runs in
 (empty under ``sudo``, and empty in :func:`bash_read_var`'s clean environment), so the edit
-is made to the literal part and the reference stays in place.
+is made to the literal part and the reference stays in place. The one ``${...}`` operator form
+kept the same way is the one drop-ins use to append, ``${VAR:+$VAR }`` (``VAR``'s value and a
+blank when it has one, else nothing): the blank inside it ends the parameter, as it ends the
+word the shell hands on.
 
 Keys are compared the way the kernel compares parameter names: ``-`` and ``_`` are the same
 character, so ``ttm.pages-limit=`` and ``ttm.pages_limit=`` are one key. A leading ``"`` on a
@@ -630,16 +631,20 @@ def _rebuild(text: str, cv: CmdlineValue, replace: dict[int, str], drop: set[int
     out: list[str] = []
     lead_end = params[0].start if params else cv.inner_end
     out.append(text[cv.inner_start:lead_end])
-    last: Param | None = None  # the last parameter kept
+    last = -1  # the index of the last parameter kept
     for idx, p in enumerate(params):
         if idx in drop:
             continue
-        if last is not None:
-            out.append("" if _ends_in_blank(last) else text[params[idx - 1].end:p.start])
+        if last >= 0:
+            # the blanks before this parameter; after a dropped one, a ``${VAR:+$VAR }`` keeps
+            # what followed it (it brings its own blank)
+            gap_from = params[last] if last < idx - 1 and _ends_in_blank(params[last]) else params[idx - 1]
+            gap_to = params[last + 1] if gap_from is params[last] else p
+            out.append(text[gap_from.end:gap_to.start])
         out.append(replace.get(idx, text[p.start:p.end]))
-        last = p
+        last = idx
     if append is not None:
-        if last is not None and not _ends_in_blank(last):
+        if last >= 0 and not _ends_in_blank(params[last]):
             out.append(" ")
         out.append(append)
     tail_start = params[-1].end if params else cv.inner_end
