@@ -14,6 +14,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from ojai_setup.cli import app
@@ -265,3 +267,41 @@ def test_the_append_if_set_form_reads_as_the_previous_value_and_a_blank():
     assert glued.cmdline("GRUB_CMDLINE_LINUX").tokens == ["${GRUB_CMDLINE_LINUX:+$GRUB_CMDLINE_LINUX}a=1"]
     with pytest.raises(GrubEditError, match="operator"):  # any other operator is still refused
         parse_grub_default('GRUB_CMDLINE_LINUX="${GRUB_CMDLINE_LINUX:-x} a=1"\n').cmdline("GRUB_CMDLINE_LINUX")
+
+
+_WORDS = ["quiet", "ro", "console=ttyS0,115200n8", "ttm.pages_limit=100", "amdttm.pages_limit=100",
+          "amdgpu.cwsr_enable=0", "ttm.page_pool_size=100"]
+_APPEND_FORMS = ["${GRUB_CMDLINE_LINUX:+$GRUB_CMDLINE_LINUX }", "${GRUB_CMDLINE_LINUX+$GRUB_CMDLINE_LINUX }",
+                 "${GRUB_CMDLINE_LINUX:+${GRUB_CMDLINE_LINUX} }", "${GRUB_CMDLINE_LINUX:+$GRUB_CMDLINE_LINUX  }"]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(main=st.lists(st.sampled_from(_WORDS), max_size=3), dropin=st.lists(st.sampled_from(_WORDS), max_size=4),
+       form=st.sampled_from(_APPEND_FORMS), gaps=st.lists(st.sampled_from([" ", "  ", "\t"]), min_size=4, max_size=4),
+       value=st.integers(1, 2**26).map(str))
+def test_property_any_append_if_set_drop_in_ends_with_one_limit(tmp_path, main, dropin, form, gaps, value):
+    """Whatever the main file and the appending drop-in hold, the planned edit, sourced by bash
+    as grub-mkconfig does, gives one ttm.pages_limit and every other parameter as before."""
+    import shutil
+
+    etc = tmp_path / "etc"
+    shutil.rmtree(etc, ignore_errors=True)
+    (etc / "default/grub.d").mkdir(parents=True)
+    files = [("/etc/default/grub", f'GRUB_CMDLINE_LINUX_DEFAULT=""\nGRUB_CMDLINE_LINUX="{" ".join(main)}"\n'),
+             (POSTED, f'GRUB_CMDLINE_LINUX="{form}' + "".join(w + g for w, g in zip(dropin, gaps))[:-1]
+              + '"\n' if dropin else f'GRUB_CMDLINE_LINUX="{form}"\n')]
+    for path, text in files:
+        (tmp_path / path.lstrip("/")).write_text(text)
+    before = kernel_line(tmp_path)
+    assert before == main + dropin  # the form adds the main value and one blank, or nothing
+    edit = plan_cmdline_edit(files, "ttm.pages_limit", value, ("amdttm.pages_limit",),
+                             main="/etc/default/grub", own_dropin="/etc/default/grub.d/99-ojai.cfg")
+    for e in edit.edits:
+        (tmp_path / e.path.lstrip("/")).write_text(e.after)
+    after = kernel_line(tmp_path)
+    limit_keys = ("ttm.pages_limit", "amdttm.pages_limit")
+    assert [t for t in after if t.split("=")[0] in limit_keys] == [f"ttm.pages_limit={value}"]
+    assert [t for t in after if t.split("=")[0] not in limit_keys] == \
+        [t for t in before if t.split("=")[0] not in limit_keys]
+    if edit.target == POSTED:  # the drop-in keeps its way of appending
+        assert (tmp_path / POSTED.lstrip("/")).read_text().startswith(f'GRUB_CMDLINE_LINUX="{form}')
