@@ -295,11 +295,44 @@ def test_a_memlock_line_that_cannot_be_read_is_said(machine):
 
 # -- the BIOS carve-out ------------------------------------------------------------------------
 
+DEBIAN_DROPIN = "strix-halo-debian13-grub-dropin"  # ROCm/ROCm#5671, see tests/machines/README.md
+
+
 def test_small_carve_out_passes_with_its_advice():
-    carve = finding(diagnose(Root(MACHINES / "ojai-fresh")), "gpu.carve-out")
-    assert carve.severity == "pass" and carve.evidence.startswith("VRAM carve-out 0.5 GiB")
+    """The real 512 MiB carve-out of ROCm/ROCm#5671 (dmesg "512M of VRAM memory ready")."""
+    carve = finding(diagnose(Root(MACHINES / DEBIAN_DROPIN)), "gpu.carve-out")
+    assert carve.severity == "pass" and carve.evidence.startswith("VRAM carve-out 0.5 GiB of 125.6 GiB")
     assert "After a BIOS update, re-check the carve-out and the TTM limit" in carve.evidence
-    assert carve.link and "rdna3-5" in carve.link
+    assert carve.title == "Small BIOS VRAM carve-out (UMA Frame Buffer Size)"
+    assert carve.link == "https://rocm.docs.amd.com/en/latest/reference/system-optimization/rdna3-5.html"
+    # the poster set the limit to nearly all the RAM on purpose: not a carve-out that grew
+    assert "a BIOS update?" not in carve.evidence
+    assert "leaves the OS 0.1 GiB" in carve.evidence and "the carve-out did not cause it" in carve.evidence
+
+
+def test_the_debian_drop_in_machine_is_read_right():
+    """The rest of that machine: its family, the limit its appending drop-in sets, the DKMS driver."""
+    report = diagnose(Root(MACHINES / DEBIAN_DROPIN))
+    assert report.profile.id == "strix-halo" and report.profile.gpu_target == "gfx1151"
+    ttm = report.facts.ttm
+    assert (ttm.live_module, ttm.active_pages) == ("amdttm", 32768000)
+    assert (ttm.grub_key, ttm.grub_pages, ttm.grub_file) == (
+        "amdttm.pages_limit", 32768000, "/etc/default/grub.d/amdgpu.cfg")
+    assert (ttm.cmdline_key, ttm.cmdline_pages) == ("amdttm.pages_limit", 32768000)
+    assert report.facts.grub.winners["GRUB_CMDLINE_LINUX"] == "/etc/default/grub.d/amdgpu.cfg"
+    assert report.facts.grub.tokens == [  # the main file's value, then the drop-in's appended
+        "ttm.pages_limit=32768000", "ttm.page_pool_size=32768000", "amdttm.pages_limit=32768000",
+        "amdttm.page_pool_size=32768000", "amdgpu.cwsr_enable=0", "quiet"]
+    active = finding(report, "ttm.active")
+    assert active.severity == "pass"
+    assert "configured 32768000 pages (125.0 GiB) in /etc/default/grub.d/amdgpu.cfg" in active.evidence
+    assert "active 32768000 pages (125.0 GiB) (amdttm)" in active.evidence
+    assert finding(report, "ttm.module-key").severity == "pass"
+    assert report.facts.amdgpu_dkms is True
+    dkms = finding(report, "driver.no-dkms")
+    assert dkms.severity == "warn" and "amdgpu-dkms is installed" in dkms.evidence
+    assert finding(report, "memory.size").severity == "pass"
+    assert finding(report, "rocm.min").evidence.startswith("ROCm 7.1.0")
 
 
 @pytest.mark.parametrize("name, gib", [("strix-halo-96g-rocminfo-excerpt", 96), ("hx370-evo-x1", 16)])
@@ -314,8 +347,11 @@ def test_a_ttm_limit_the_os_can_no_longer_back_is_caught(machine):
     root = machine("ojai-rebooted")  # 48 GiB limit, active
     (root / "proc/meminfo").write_text((root / "proc/meminfo").read_text().replace(
         "MemTotal:       66217392 kB", "MemTotal:       32212254 kB"))
+    # the BIOS now sets aside 32 GiB instead of 0.5: that is where the OS's memory went
+    (root / "sys/class/drm/card1/device/mem_info_vram_total").write_text(f"{32 * GIB}\n")
     carve = finding(diagnose(Root(root)), "gpu.carve-out")
     assert carve.severity == "warn" and "a BIOS update?" in carve.evidence
+    assert "VRAM carve-out 32.0 GiB" in carve.evidence
     assert "Re-run `ojai setup`" in carve.fix
 
 

@@ -14,6 +14,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from ojai_setup.cli import app
@@ -167,3 +169,139 @@ def test_the_chain_validator_refuses_a_candidate_bash_reads_otherwise(machine, t
         param=LIMIT, others=("console=tty1", "console=ttyS0", "nvme_core.io_timeout=4294967295"))})
     validate_chain(dropin, ok, Root(root))
     assert not (root / "etc/default/grub.d/99-ojai.cfg").exists()
+
+
+# -- the appending drop-in of ROCm/ROCm#5671 -----------------------------------------------------
+# A real drop-in (tests/machines/strix-halo-debian13-grub-dropin/etc/default/grub.d/amdgpu.cfg,
+# as posted) that appends with ``${GRUB_CMDLINE_LINUX:+$GRUB_CMDLINE_LINUX }``: the main file's
+# value and a blank when it has one, so no leading blank when it is empty. It sets both TTM keys.
+
+DEBIAN_DROPIN = "strix-halo-debian13-grub-dropin"
+POSTED = "/etc/default/grub.d/amdgpu.cfg"
+APPEND_IF_SET = "${GRUB_CMDLINE_LINUX:+$GRUB_CMDLINE_LINUX }"
+TTM_KEYS = ("ttm.pages_limit", "amdttm.pages_limit")
+
+
+def _in_tree(root: Path) -> None:
+    """The same box after amdgpu-dkms is removed: the in-tree amdgpu and its ``ttm`` are live."""
+    import shutil
+
+    for gone in ("sys/module/amdttm", "var/lib/dkms", "lib/modules", "sys/module/amdgpu/version"):
+        p = root / gone
+        shutil.rmtree(p) if p.is_dir() else p.unlink()
+    (root / "sys/module/amdgpu/initstate").write_text("live\n")
+    (root / "sys/module/ttm/parameters").mkdir(parents=True)
+    (root / "sys/module/ttm/parameters/pages_limit").write_text("32768000\n")
+
+
+@pytest.mark.parametrize("driver, main_linux, key", [
+    ("dkms", "", "amdttm.pages_limit"),  # as captured: the DKMS amdgpu reads amdttm's limit
+    ("dkms", "console=tty0 console=ttyS0,115200n8", "amdttm.pages_limit"),
+    ("in-tree", "", "ttm.pages_limit"),
+])
+def test_the_posted_appending_drop_in_is_edited_where_it_sets_the_limit(machine, driver, main_linux, key):
+    root = machine(DEBIAN_DROPIN)
+    if driver == "in-tree":
+        _in_tree(root)
+    main = root / "etc/default/grub"
+    main.write_text(main.read_text().replace('GRUB_CMDLINE_LINUX=""', f'GRUB_CMDLINE_LINUX="{main_linux}"'))
+    main_before = main.read_bytes()
+    posted = (root / POSTED.lstrip("/")).read_text()
+    before = kernel_line(root)
+    assert before == [*main_linux.split(), "ttm.pages_limit=32768000", "ttm.page_pool_size=32768000",
+                      "amdttm.pages_limit=32768000", "amdttm.page_pool_size=32768000",
+                      "amdgpu.cwsr_enable=0", "quiet"]
+    args = ("--gpu-memory", "96", *NO_EXTRAS)
+    plan = ojai("setup", "--root", str(root), *args)
+    assert plan.exit_code == 2, plan.output
+    other = next(k for k in TTM_KEYS if k != key)
+    flat = " ".join(plan.stdout.split())
+    assert f"({key}=25165824) in {POSTED}" in flat
+    assert f"removes {other}=32768000 from {POSTED}" in flat
+    applied = ojai("setup", "--root", str(root), "--apply", "--yes", *args)
+    assert applied.exit_code == 0, applied.output
+    assert ojai("setup", "--root", str(root), *args).exit_code == 0  # nothing left to do
+
+    after = kernel_line(root)  # bash sources the main file, then grub.d/*.cfg, as grub-mkconfig
+    assert [t for t in after if t.split("=")[0] == key] == [f"{key}=25165824"]
+    assert not [t for t in after if t.split("=")[0] == other]
+    assert [t for t in after if t.split("=")[0] not in TTM_KEYS] == \
+        [t for t in before if t.split("=")[0] not in TTM_KEYS]
+    assert main.read_bytes() == main_before
+    assert not (root / "etc/default/grub.d/99-ojai.cfg").exists()
+    # the drop-in keeps its form: only the one value changed and the other key taken out
+    import re
+
+    want = re.sub(rf"(?<![\w.]){re.escape(key)}=32768000", f"{key}=25165824", posted)
+    want = re.sub(rf"(?<![\w.]){re.escape(other)}=32768000 ", "", want)
+    assert (root / POSTED.lstrip("/")).read_text() == want
+    assert f'GRUB_CMDLINE_LINUX="{APPEND_IF_SET}ttm.' in want
+
+
+def test_the_append_if_set_form_reads_as_the_previous_value_and_a_blank():
+    text = f'GRUB_CMDLINE_LINUX="{APPEND_IF_SET}ttm.pages_limit=5 quiet"\n'
+    from ojai_setup.domain.cmdline_edit import effective, simulate
+    from ojai_setup.formats.grub import parse_grub_default, remove_kernel_param, set_kernel_param
+
+    cv = parse_grub_default(text, POSTED).cmdline("GRUB_CMDLINE_LINUX")
+    assert cv.tokens == [APPEND_IF_SET, "ttm.pages_limit=5", "quiet"] and cv.self_reference
+    edited = set_kernel_param(text, "ttm.pages_limit", "7", var="GRUB_CMDLINE_LINUX", source=POSTED)
+    assert edited == text.replace("=5", "=7")
+    main = ("/etc/default/grub", 'GRUB_CMDLINE_LINUX="ro"\nGRUB_CMDLINE_LINUX_DEFAULT=""\n')
+    assert [t.text for t in effective(simulate([main, (POSTED, text)]))] == ["ro", "ttm.pages_limit=5", "quiet"]
+    # the bytes around it are kept: a blank after it stays, and none is added or left behind
+    spaced = f'GRUB_CMDLINE_LINUX="{APPEND_IF_SET} a=1  ttm.pages_limit=5 b"\n'
+    assert set_kernel_param(spaced, "ttm.pages_limit", "7", var="GRUB_CMDLINE_LINUX") == \
+        spaced.replace("=5", "=7")
+    assert remove_kernel_param(text, "ttm.pages_limit", var="GRUB_CMDLINE_LINUX") == \
+        f'GRUB_CMDLINE_LINUX="{APPEND_IF_SET}quiet"\n'
+    alone = f'GRUB_CMDLINE_LINUX="{APPEND_IF_SET}ttm.pages_limit=5"\n'
+    assert remove_kernel_param(alone, "ttm.pages_limit", var="GRUB_CMDLINE_LINUX") == \
+        f'GRUB_CMDLINE_LINUX="{APPEND_IF_SET}"\n'
+    assert set_kernel_param(f'GRUB_CMDLINE_LINUX="{APPEND_IF_SET}"\n', "ttm.pages_limit", "7",
+                            var="GRUB_CMDLINE_LINUX") == alone.replace("=5", "=7")
+    # another variable's value, or one glued to the next word, stays one opaque parameter
+    other = parse_grub_default('GRUB_CMDLINE_LINUX="${X:+$X }a=1"\n').cmdline("GRUB_CMDLINE_LINUX")
+    glued = parse_grub_default('GRUB_CMDLINE_LINUX="${GRUB_CMDLINE_LINUX:+$GRUB_CMDLINE_LINUX}a=1"\n')
+    assert other.tokens == ["${X:+$X }", "a=1"] and not other.self_reference
+    assert glued.cmdline("GRUB_CMDLINE_LINUX").tokens == ["${GRUB_CMDLINE_LINUX:+$GRUB_CMDLINE_LINUX}a=1"]
+    with pytest.raises(GrubEditError, match="operator"):  # any other operator is still refused
+        parse_grub_default('GRUB_CMDLINE_LINUX="${GRUB_CMDLINE_LINUX:-x} a=1"\n').cmdline("GRUB_CMDLINE_LINUX")
+
+
+_WORDS = ["quiet", "ro", "console=ttyS0,115200n8", "ttm.pages_limit=100", "amdttm.pages_limit=100",
+          "amdgpu.cwsr_enable=0", "ttm.page_pool_size=100"]
+_APPEND_FORMS = ["${GRUB_CMDLINE_LINUX:+$GRUB_CMDLINE_LINUX }", "${GRUB_CMDLINE_LINUX+$GRUB_CMDLINE_LINUX }",
+                 "${GRUB_CMDLINE_LINUX:+${GRUB_CMDLINE_LINUX} }", "${GRUB_CMDLINE_LINUX:+$GRUB_CMDLINE_LINUX  }"]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(main=st.lists(st.sampled_from(_WORDS), max_size=3), dropin=st.lists(st.sampled_from(_WORDS), max_size=4),
+       form=st.sampled_from(_APPEND_FORMS), gaps=st.lists(st.sampled_from([" ", "  ", "\t"]), min_size=4, max_size=4),
+       value=st.integers(1, 2**26).map(str))
+def test_property_any_append_if_set_drop_in_ends_with_one_limit(tmp_path, main, dropin, form, gaps, value):
+    """Whatever the main file and the appending drop-in hold, the planned edit, sourced by bash
+    as grub-mkconfig does, gives one ttm.pages_limit and every other parameter as before."""
+    import shutil
+
+    etc = tmp_path / "etc"
+    shutil.rmtree(etc, ignore_errors=True)
+    (etc / "default/grub.d").mkdir(parents=True)
+    files = [("/etc/default/grub", f'GRUB_CMDLINE_LINUX_DEFAULT=""\nGRUB_CMDLINE_LINUX="{" ".join(main)}"\n'),
+             (POSTED, f'GRUB_CMDLINE_LINUX="{form}' + "".join(w + g for w, g in zip(dropin, gaps))[:-1]
+              + '"\n' if dropin else f'GRUB_CMDLINE_LINUX="{form}"\n')]
+    for path, text in files:
+        (tmp_path / path.lstrip("/")).write_text(text)
+    before = kernel_line(tmp_path)
+    assert before == main + dropin  # the form adds the main value and one blank, or nothing
+    edit = plan_cmdline_edit(files, "ttm.pages_limit", value, ("amdttm.pages_limit",),
+                             main="/etc/default/grub", own_dropin="/etc/default/grub.d/99-ojai.cfg")
+    for e in edit.edits:
+        (tmp_path / e.path.lstrip("/")).write_text(e.after)
+    after = kernel_line(tmp_path)
+    limit_keys = ("ttm.pages_limit", "amdttm.pages_limit")
+    assert [t for t in after if t.split("=")[0] in limit_keys] == [f"ttm.pages_limit={value}"]
+    assert [t for t in after if t.split("=")[0] not in limit_keys] == \
+        [t for t in before if t.split("=")[0] not in limit_keys]
+    if edit.target == POSTED:  # the drop-in keeps its way of appending
+        assert (tmp_path / POSTED.lstrip("/")).read_text().startswith(f'GRUB_CMDLINE_LINUX="{form}')

@@ -709,18 +709,25 @@ def _vram_carveout(facts: Facts, profile: Profile, params: dict) -> Outcome:
     ev = f"VRAM carve-out {vram / GIB:.1f} GiB of {total / GIB:.1f} GiB"
     ttm = facts.ttm
     limit = (ttm.active_pages * PAGE) if ttm and ttm.active_pages else None
-    if limit is not None and mem.total_bytes - limit < profile.os_min_gib * GIB and limit > mem.total_bytes / 2:
-        return Outcome(ok=False, evidence=f"{ev}; the active TTM limit ({limit / GIB:.1f} GiB) leaves the "
-                       f"OS {(mem.total_bytes - limit) / GIB:.1f} GiB of the {mem.total_gib:.1f} GiB it "
-                       "sees: the carve-out changed since the limit was set (a BIOS update?)",
-                       fix="Re-run `ojai setup` to size the TTM limit for the memory the OS sees now; "
-                       + advice + ".")
+    # an active limit that leaves the OS less than its minimum
+    tight = (limit is not None and mem.total_bytes - limit < profile.os_min_gib * GIB
+             and limit > mem.total_bytes / 2)
+    left = (f"the active TTM limit ({limit / GIB:.1f} GiB) leaves the OS "
+            f"{(mem.total_bytes - limit) / GIB:.1f} GiB of the {mem.total_gib:.1f} GiB it sees"
+            if limit is not None else "")
     if vram > small:
+        if tight:  # a carve-out that grew (a BIOS update) took the RAM the limit was sized for
+            return Outcome(ok=False, evidence=f"{ev}; {left}: the carve-out changed since the limit "
+                           "was set (a BIOS update?)",
+                           fix="Re-run `ojai setup` to size the TTM limit for the memory the OS sees "
+                           "now; " + advice + ".")
         return Outcome(ok=False, evidence=f"{ev}: RAM the OS and the TTM limit can never use",
                        fix=advice[0].upper() + advice[1:] + "; a BIOS update can reset it, so re-check "
                        "the carve-out and the TTM limit (`ojai doctor`) after one.")
+    # a small carve-out cannot be what squeezes the OS: a limit that does was set that high
+    note = f"; {left}: the limit was set that high, the carve-out did not cause it" if tight else ""
     return Outcome(ok=True, evidence=f"{ev}: small, as it should be; the GPU gets its memory through "
-                   "the TTM limit. After a BIOS update, re-check the carve-out and the TTM limit")
+                   f"the TTM limit{note}. After a BIOS update, re-check the carve-out and the TTM limit")
 
 
 @kind("tool_present")

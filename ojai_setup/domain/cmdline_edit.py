@@ -2,7 +2,8 @@
 
 ``grub-mkconfig`` sources ``/etc/default/grub`` and then ``/etc/default/grub.d/*.cfg`` in
 order; each assignment of ``GRUB_CMDLINE_LINUX`` / ``GRUB_CMDLINE_LINUX_DEFAULT`` replaces the
-value, except where it names the variable itself (``VAR="$VAR x"``), which appends. So the
+value, except where it names the variable itself (``VAR="$VAR x"``, or
+``VAR="${VAR:+$VAR }x"``), which appends. So the
 parameter ``ttm.pages_limit=`` the kernel gets comes from whichever file's assignment survives,
 and editing ``/etc/default/grub`` alone changes nothing when a drop-in replaces the value.
 
@@ -32,6 +33,7 @@ from ojai_setup.formats.grub import (
     DEFAULT_VAR,
     LINUX_VAR,
     GrubEditError,
+    own_value,
     param_key,
     parse_grub_default,
     remove_kernel_param,
@@ -88,7 +90,7 @@ def simulate(files: Sequence[tuple[str, str]]) -> dict[str, list[Token]]:
             cv = grub.cmdline(var)
             new: list[Token] = []
             for p in cv.params:
-                if p.text in (f"${var}", f"${{{var}}}"):
+                if own_value(p.text, var):  # VAR="$VAR ..." appends to the value so far
                     new.extend(state[var])
                 else:
                     new.append(Token(p.text, path, var, opaque=p.has_ref))

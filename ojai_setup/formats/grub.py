@@ -30,7 +30,10 @@ that is never edited, removed or reordered. That includes a self-reference such 
 ``GRUB_CMDLINE_LINUX_DEFAULT="$GRUB_CMDLINE_LINUX_DEFAULT quiet"``: since the file may assign
 the variable only once, the reference can only see the environment ``update-grub`` runs in
 (empty under ``sudo``, and empty in :func:`bash_read_var`'s clean environment), so the edit
-is made to the literal part and the reference stays in place.
+is made to the literal part and the reference stays in place. The one ``${...}`` operator form
+kept the same way is the one drop-ins use to append, ``${VAR:+$VAR }`` (``VAR``'s value and a
+blank when it has one, else nothing): the blank inside it ends the parameter, as it ends the
+word the shell hands on.
 
 Keys are compared the way the kernel compares parameter names: ``-`` and ``_`` are the same
 character, so ``ttm.pages-limit=`` and ``ttm.pages_limit=`` are one key. A leading ``"`` on a
@@ -69,6 +72,12 @@ _ASSIGN = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)(\+?)=")
 
 
 _REF = re.compile(r"\$(?:[A-Za-z_][A-Za-z0-9_]*|\{[A-Za-z_][A-Za-z0-9_]*\})")
+
+
+#: ``${VAR:+$VAR }`` (or ``${VAR+${VAR} }``): the variable's own value and a blank when it has
+#: one, else nothing. Drop-ins use it to append to a value without a leading blank when it is
+#: empty; group 1 is the name, group 2 the blanks after the inner reference
+_COND_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*):?\+\$(?:\1|\{\1\})([ \t]*)\}")
 
 
 _UNQUOTED_VALUE = re.compile(
@@ -291,7 +300,7 @@ class CmdlineValue:
             m.group(0) in (f"${self.var}", f"${{{self.var}}}")
             for p in self.params
             for m in _REF.finditer(p.text)
-        )
+        ) or any(own_value(p.text, self.var) for p in self.params)
 
 
 @dataclass(frozen=True)
@@ -403,6 +412,8 @@ class _Unit:
     start: int
     end: int
     is_ref: bool = False
+    #: a ``${VAR:+$VAR }`` reference: the blank inside it separates it from what follows
+    sep_after: bool = False
 
 
 def _unsafe(source: str, a: Assignment, what: str) -> GrubEditError:
@@ -432,9 +443,14 @@ def _decode_double(text: str, start: int, end: int, a: Assignment, source: str) 
             raise _unsafe(source, a, "uses command substitution (`...`)")
         elif c == "$":
             m = _REF.match(text, i, end)
+            cond = None if m else _COND_REF.match(text, i, end)
             if m:
                 units.append(_Unit(m.group(0), i, m.end(), is_ref=True))
                 i = m.end()
+            elif cond:
+                units.append(_Unit(cond.group(0), i, cond.end(), is_ref=True,
+                                   sep_after=bool(cond.group(2))))
+                i = cond.end()
             elif i + 1 >= end or text[i + 1] in _BLANK:
                 units.append(_Unit("$", i, i + 1))
                 i += 1
@@ -511,6 +527,8 @@ def _split_params(units: list[_Unit], a: Assignment, source: str) -> list[Param]
         if not u.is_ref and u.text == '"':
             in_quote = not in_quote
         current.append(u)
+        if u.sep_after and not in_quote:
+            flush()
     if in_quote:
         raise GrubEditError(
             f"{source}: line {a.line}: a kernel parameter in {a.name} opens a \" quote it "
@@ -519,6 +537,15 @@ def _split_params(units: list[_Unit], a: Assignment, source: str) -> list[Param]
         )
     flush()
     return params
+
+
+def own_value(param: str, var: str) -> bool:
+    """Whether one parameter of ``var``'s value is ``var``'s previous value, whole: ``$VAR``,
+    ``${VAR}`` or ``${VAR:+$VAR }`` (which adds a blank only when that value is not empty)."""
+    if param in (f"${var}", f"${{{var}}}"):
+        return True
+    m = _COND_REF.fullmatch(param)
+    return bool(m) and m.group(1) == var
 
 
 def _norm(key: str) -> str:
@@ -591,6 +618,12 @@ def _check_key_value(key: str, value: str | None) -> None:
         raise ValueError(f"not a kernel parameter value ojai writes: {value!r}")
 
 
+def _ends_in_blank(p: Param) -> bool:
+    """A ``${VAR:+$VAR }`` parameter: it brings its own blank before the next parameter."""
+    m = _COND_REF.fullmatch(p.text)
+    return bool(m and m.group(2))
+
+
 def _rebuild(text: str, cv: CmdlineValue, replace: dict[int, str], drop: set[int],
              append: str | None) -> str:
     """The file text with params replaced/dropped/appended; all other bytes kept."""
@@ -598,16 +631,20 @@ def _rebuild(text: str, cv: CmdlineValue, replace: dict[int, str], drop: set[int
     out: list[str] = []
     lead_end = params[0].start if params else cv.inner_end
     out.append(text[cv.inner_start:lead_end])
-    kept_any = False
+    last = -1  # the index of the last parameter kept
     for idx, p in enumerate(params):
         if idx in drop:
             continue
-        if kept_any:
-            out.append(text[params[idx - 1].end:p.start])
+        if last >= 0:
+            # the blanks before this parameter; after a dropped one, a ``${VAR:+$VAR }`` keeps
+            # what followed it (it brings its own blank)
+            gap_from = params[last] if last < idx - 1 and _ends_in_blank(params[last]) else params[idx - 1]
+            gap_to = params[last + 1] if gap_from is params[last] else p
+            out.append(text[gap_from.end:gap_to.start])
         out.append(replace.get(idx, text[p.start:p.end]))
-        kept_any = True
+        last = idx
     if append is not None:
-        if kept_any:
+        if last >= 0 and not _ends_in_blank(params[last]):
             out.append(" ")
         out.append(append)
     tail_start = params[-1].end if params else cv.inner_end
