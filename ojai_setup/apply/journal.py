@@ -51,7 +51,7 @@ from ojai_setup.model.state import (
     PlannedRecord,
     State,
 )
-from ojai_setup.planning.plan import describe_digest, ojai_version, path_digest
+from ojai_setup.planning.plan import describe_digest, ojai_version, path_digest, unified_diff
 
 ROLLBACK_FORCE_COMMAND = "ojai rollback --force"
 
@@ -459,13 +459,8 @@ class RollbackPreview:
         return (self.settled is not None and self.settled.entry.kind == "apply"
                 and not self.settled.entry.changed)
 
-    def of(self, decision: RollbackDecision) -> list[FileRecord]:
-        return [r for r, d, _ in self.items if d == decision]
-
     def diffs(self, root: Root) -> list[str]:
         """Unified diffs from what is there now to what rollback puts back (text files)."""
-        import difflib
-
         out = []
         for record, decision, _ in self.items:
             if decision != "restore" or record.backup is None:
@@ -480,11 +475,10 @@ class RollbackPreview:
                 now = real.read_text(encoding="utf-8") if real.is_file() else ""
             except (OSError, UnicodeDecodeError):
                 continue
-            diff = "".join(difflib.unified_diff(
-                now.splitlines(keepends=True), old.splitlines(keepends=True),
-                fromfile=f"{record.path} (now)", tofile=f"{record.path} (restored)"))
+            diff = unified_diff(now, old, record.path,
+                                labels=(f"{record.path} (now)", f"{record.path} (restored)"))
             if diff:
-                out.append(diff if diff.endswith("\n") else diff + "\n")
+                out.append(diff)
         return out
 
 
@@ -541,6 +535,17 @@ def _preview(root: Root, directory: Path, *, remove_downloads: bool,
     return preview
 
 
+def _settled_preview(root: Root, directory: Path, settled: Interrupted | None, *,
+                     remove_downloads: bool, euid: int | None) -> RollbackPreview:
+    """The preview once :func:`recover` ran: an interrupted apply that changed nothing is
+    itself what there is to undo (nothing); otherwise the last apply journaled."""
+    if settled is not None and settled.entry.kind == "apply" and not settled.entry.changed:
+        return RollbackPreview(entry=settled.entry, directory=directory, settled=settled)
+    preview = _preview(root, directory, remove_downloads=remove_downloads, euid=euid)
+    preview.settled = settled
+    return preview
+
+
 def preview_rollback(root: Root, *, remove_downloads: bool = False,
                      euid: int | None = None) -> RollbackPreview:
     """What a rollback of the last apply would restore, remove and keep, the follow-up
@@ -555,12 +560,8 @@ def preview_rollback(root: Root, *, remove_downloads: bool = False,
     lock = MachineLock(directory, "ojai rollback")
     lock.acquire()
     try:
-        settled = recover(root, euid=euid)
-        if settled is not None and settled.entry.kind == "apply" and not settled.entry.changed:
-            return RollbackPreview(entry=settled.entry, directory=directory, settled=settled)
-        preview = _preview(root, directory, remove_downloads=remove_downloads, euid=euid)
-        preview.settled = settled
-        return preview
+        return _settled_preview(root, directory, recover(root, euid=euid),
+                                remove_downloads=remove_downloads, euid=euid)
     finally:
         lock.release()
 
@@ -592,20 +593,17 @@ def rollback(root: Root, progress: Progress, *, force: bool = False,
     try:
         settled = recover(root, euid=euid)
         if preview is None:
-            if (settled is not None and settled.entry.kind == "apply"
-                    and not settled.entry.changed):
-                return RollbackResult(rolled_back=settled.entry.apply_id,
-                                      journal_id=settled.entry.apply_id, nothing=True)
-            preview = _preview(root, directory, remove_downloads=remove_downloads, euid=euid)
-        elif preview.nothing:
-            return RollbackResult(rolled_back=preview.entry.apply_id,
-                                  journal_id=preview.entry.apply_id, nothing=True)
-        else:
+            preview = _settled_preview(root, directory, settled,
+                                       remove_downloads=remove_downloads, euid=euid)
+        elif not preview.nothing:
             last_apply = _load_state(directory).last_apply
             if last_apply != preview.entry.apply_id:
                 raise RollbackError(f"the last apply is now {last_apply}, not "
                                     f"{preview.entry.apply_id}; nothing was restored: run "
                                     "`ojai rollback` again and review it")
+        if preview.nothing:
+            return RollbackResult(rolled_back=preview.entry.apply_id,
+                                  journal_id=preview.entry.apply_id, nothing=True)
         return _rollback(root, preview, progress, force=force, euid=euid)
     finally:
         lock.release()

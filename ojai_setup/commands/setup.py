@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ojai_setup.commands.terminal import SYMBOLS, Terminal
 from ojai_setup.core.root import Root
@@ -11,6 +12,9 @@ from ojai_setup.facts.collect import collect
 from ojai_setup.model.settings import Settings
 from ojai_setup.planning.gather import gather
 from ojai_setup.planning.plan import Plan, PlanFileError, check_fresh, make_plan
+
+if TYPE_CHECKING:  # the apply layer is imported only by the commands that change something
+    from ojai_setup.apply.journal import RollbackPreview
 
 
 def build_plan(root: Root, settings: Settings) -> Plan:
@@ -168,15 +172,12 @@ def run_setup(term: Terminal, root_dir: Path, settings: Settings, *, apply: bool
             return ExitStatus.OK
         if not term.json_mode:
             term.print("every step is satisfied, but " + owed_note[0].lower() + owed_note[1:])
-    if plan_file is None and not yes and plan.exit_code == ExitStatus.CHANGES:
-        if not term.interactive:
-            term.error("refusing to apply without review: no terminal to ask on. Review "
-                       "`ojai setup`, then run `ojai setup --apply --yes` (or save with --out and "
-                       "apply with --plan)")
-            return ExitStatus.FAILED
-        if not term.confirm("Apply this plan?"):
-            term.note("nothing was applied")
-            return ExitStatus.FAILED
+    if plan_file is None and not yes and plan.exit_code == ExitStatus.CHANGES and not _reviewed(
+            term, "Apply this plan?", declined="nothing was applied",
+            unattended="refusing to apply without review: no terminal to ask on. Review "
+            "`ojai setup`, then run `ojai setup --apply --yes` (or save with --out and apply "
+            "with --plan)"):
+        return ExitStatus.FAILED
     try:
         result = apply_plan(plan, root, term.progress(),
                             plan_path=str(plan_file) if plan_file else None)
@@ -251,23 +252,34 @@ def _owed_note(status) -> str:
     return ""
 
 
-def show_rollback(term: Terminal, preview, root: Root) -> None:
+def _reviewed(term: Terminal, question: str, *, unattended: str, declined: str) -> bool:
+    """Whether the person at the terminal said yes to ``question``; without a terminal,
+    ``unattended`` is the error, and ``declined`` the note when they say no."""
+    if not term.interactive:
+        term.error(unattended)
+        return False
+    if not term.confirm(question):
+        term.note(declined)
+        return False
+    return True
+
+
+def show_rollback(term: Terminal, preview: RollbackPreview, root: Root) -> None:
     from rich.markup import escape
-    from rich.syntax import Syntax
+
+    from ojai_setup.commands.diffview import diff_lines
 
     entry = preview.entry
     term.print(f"rollback of apply {escape(entry.apply_id)} ({entry.status}, "
                f"{entry.started:%Y-%m-%d %H:%M} UTC):")
-    verbs = {"restore": "restore", "remove": "remove", "keep": "keep", "none": "skip"}
     for record, decision, why in preview.items:
-        term.print(f"  {verbs[decision]:>8} {escape(record.path)}  [dim]({escape(why)})[/]")
+        verb = "skip" if decision == "none" else decision
+        term.print(f"  {verb:>8} {escape(record.path)}  [dim]({escape(why)})[/]")
     for handler in preview.handlers:
         term.print(f"  then run: {escape(' '.join(handler.argv))}  [dim]({handler.name})[/]")
     for diff in preview.diffs(root):
-        if term.color:
-            term.print(Syntax(diff, "diff", theme="ansi_dark", background_color="default"))
-        else:
-            term.print(diff, markup=False, highlight=False, end="")
+        for line in diff_lines(diff):  # as the plan's diffs: one line each, never cropped
+            term.print(line, soft_wrap=True)
     for conflict in preview.conflicts:
         term.print(f"[bold yellow]changed since the apply:[/] {escape(conflict)}")
     if preview.reboot:
@@ -296,14 +308,11 @@ def run_rollback(term: Terminal, root_dir: Path, *, force: bool, yes: bool = Fal
         term.error("files changed since the apply; nothing was restored. Look at the change, "
                    "then run `ojai rollback --force` to restore anyway")
         return ExitStatus.FAILED
-    if not yes:
-        if not term.interactive:
-            term.error("refusing to roll back without review: no terminal to ask on. Review "
-                       "the above, then run `ojai rollback --yes`")
-            return ExitStatus.FAILED
-        if not term.confirm("Roll back?"):
-            term.note("nothing was restored")
-            return ExitStatus.FAILED
+    if not yes and not _reviewed(
+            term, "Roll back?", declined="nothing was restored",
+            unattended="refusing to roll back without review: no terminal to ask on. Review "
+            "the above, then run `ojai rollback --yes`"):
+        return ExitStatus.FAILED
     try:
         result = rollback(root, term.progress(), force=force, remove_downloads=remove_downloads,
                           preview=preview)

@@ -247,12 +247,14 @@ class PlanFileError(ValueError):
     """A plan file that cannot be used: missing, not JSON, foreign or damaged."""
 
 
-def unified_diff(before: str | None, after: str, path: str) -> str:
-    """``diff -u`` of a file's content; a new file is compared with ``/dev/null``."""
+def unified_diff(before: str | None, after: str, path: str, *,
+                 labels: tuple[str, str] | None = None) -> str:
+    """``diff -u`` of a file's content; a new file is compared with ``/dev/null``.
+    ``labels``: the two header names, when they are not the path itself."""
     old = _diff_lines(before or "")
     new = _diff_lines(after)
-    lines = difflib.unified_diff(old, new, fromfile="/dev/null" if before is None else path,
-                                 tofile=path)
+    fromfile, tofile = labels or ("/dev/null" if before is None else path, path)
+    lines = difflib.unified_diff(old, new, fromfile=fromfile, tofile=tofile)
     return "".join(lines)
 
 
