@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ojai_setup.core.errors import UsageError
 from ojai_setup.core.paths import GIB, PAGE
+from ojai_setup.domain.profiles import checks_dir, profile_names
 from ojai_setup.formats.machine import bios_version_tuple, version_tuple
 from ojai_setup.model.facts import Facts
 
@@ -137,12 +138,6 @@ def kind(name: str) -> Callable[[CheckFn], CheckFn]:
 
 # -- profiles --------------------------------------------------------------------------------
 
-def checks_dir() -> Path:
-    from ojai_setup.core.resources import data_dir
-
-    return data_dir("checks")
-
-
 def _read_toml(path: Path) -> dict:
     try:
         return tomllib.loads(path.read_text(encoding="utf-8"))
@@ -187,11 +182,6 @@ def load_profile(name: str, directory: Path | None = None) -> Profile:
         if c.severity not in ("info", "warn", "fail"):
             raise ProfileError(f"{path}: check {c.id}: severity must be info, warn or fail")
     return profile
-
-
-def profile_names(directory: Path | None = None) -> list[str]:
-    directory = directory or checks_dir()
-    return sorted(p.stem for p in directory.glob("*.toml") if p.stem not in ("common", "generic"))
 
 
 @cache
@@ -766,8 +756,6 @@ def _lemonade(facts: Facts) -> dict | None:
 @kind("lemonade_bins")
 def _lemonade_bins(facts: Facts, profile: Profile, params: dict) -> Outcome:
     """Each ``llamacpp.*_bin`` path in Lemonade's config must be an executable, not a folder."""
-    from ojai_setup.domain.lemonade import bin_problem
-
     detail = _lemonade(facts)
     if detail is None:
         return Outcome(ok=None, evidence="Lemonade is not installed")
@@ -775,6 +763,8 @@ def _lemonade_bins(facts: Facts, profile: Profile, params: dict) -> Outcome:
     if not bins:
         return Outcome(ok=True, evidence=f"no llama.cpp binary path set in {detail.get('config_dir')}"
                        "/config.json (Lemonade uses its own builds)")
+    from ojai_setup.domain.lemonade import bin_problem
+
     problems = [p for p in (bin_problem(k, b["value"], b["kind"]) for k, b in bins.items()) if p]
     if problems:
         return Outcome(ok=False, evidence="; ".join(problems),
