@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 from support.context import ToyContext as PlanContext
+from support.machine_state import store_capture
 
 from ojai_setup.apply.executor import (
     EXECUTORS,
@@ -26,7 +27,7 @@ from ojai_setup.apply.executor import (
 )
 from ojai_setup.core.errors import ApplyError
 from ojai_setup.core.progress import NullProgress
-from ojai_setup.core.root import CommandResult, Root, store_capture
+from ojai_setup.core.root import CommandResult, Root
 from ojai_setup.core.status import ExitStatus
 from ojai_setup.model.actions import HubDownload, RunCommand, Symlink, WriteFile
 from ojai_setup.planning.plan import Plan, check_fresh, make_plan

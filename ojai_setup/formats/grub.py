@@ -284,15 +284,6 @@ class CmdlineValue:
     def tokens(self) -> list[str]:
         return [p.text for p in self.params]
 
-    @property
-    def self_reference(self) -> bool:
-        """Whether the value refers to its own variable (see the module docstring)."""
-        return any(
-            m.group(0) in (f"${self.var}", f"${{{self.var}}}")
-            for p in self.params
-            for m in _REF.finditer(p.text)
-        )
-
 
 @dataclass(frozen=True)
 class GrubDefault:
