@@ -88,8 +88,7 @@ class ConfigStep:
             return StepResult.satisfied(self.name, f"{CONFIG} is up to date")
         return StepResult.change(self.name, f"write {CONFIG}",
                                  [WriteFile(path=CONFIG, before=have, after=want,
-                                            validate_with="json", needs_root=True,
-                                            notify=("update-grub",))],
+                                            needs_root=True, notify=("update-grub",))],
                                  handlers={"update-grub": UPDATE_GRUB})
 
 
@@ -356,7 +355,16 @@ def test_blocked_plans_are_not_applied(tmp_path):
     assert root.read_text(GRUB) == ORIGINAL_GRUB
 
 
-def test_invalid_content_fails_validation_and_leaves_the_file(tmp_path):
+def test_invalid_content_fails_validation_and_leaves_the_file(tmp_path, monkeypatch):
+    monkeypatch.setattr("ojai_setup.apply.executor.VALIDATORS", dict(VALIDATORS))
+
+    @register_validator("json")
+    def validate_json(path: Path, action: WriteFile) -> None:
+        try:
+            json.loads(path.read_text(encoding="utf-8"))
+        except ValueError as exc:
+            raise ValueError(f"not valid JSON ({exc})") from None
+
     root = _machine(tmp_path)
     root.resolve(CONFIG).parent.mkdir(parents=True)
     root.resolve(CONFIG).write_text("{}\n")
