@@ -139,10 +139,18 @@ def kind(name: str) -> Callable[[CheckFn], CheckFn]:
 # -- profiles --------------------------------------------------------------------------------
 
 def _read_toml(path: Path) -> dict:
+    """The file's table (read only: it is shared by every reader of the same text)."""
     try:
-        return tomllib.loads(path.read_text(encoding="utf-8"))
+        return _parse_toml(path.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as exc:
         raise ProfileError(f"{path}: {exc}") from exc
+
+
+@cache
+def _parse_toml(text: str) -> dict:
+    # detecting a profile loads each box and family with what it includes: common.toml three
+    # times, a family twice; the same text is parsed once
+    return tomllib.loads(text)
 
 
 def _validated(model, data: dict, path: Path):
