@@ -4,6 +4,7 @@ the :class:`~ojai_setup.commands.terminal.Terminal`; heavy modules are imported 
 from __future__ import annotations
 
 import copy
+import os
 import sys
 from enum import Enum
 from pathlib import Path
@@ -294,6 +295,9 @@ def _only(name: str | None) -> typer.Typer:
 
 
 def main() -> None:
+    # the first model pydantic builds makes it search every installed distribution's entry
+    # points for pydantic plugins (tens of ms); ojai uses none. Set only when the user did not.
+    os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
     _only(sys.argv[1] if len(sys.argv) > 1 else None)()
 
 
