@@ -9,12 +9,18 @@ import floor, `python -c "import typer, rich, pydantic, jinja2, sh, distro"` tim
 run, so the figures compare across machines. Targets: `ojai doctor --json` on the OJAI box
 <= 1.15x the floor; `ojai setup` with nothing to do (every step planned) <= 1.6x.
 (PYTHONDONTWRITEBYTECODE, if set, is dropped for the measured runs.)
+
+The commands run in rounds (floor, doctor, setup, floor, doctor, ...), so a load that comes and
+goes on a shared machine falls on all of them alike. Each line also gives the median CPU time
+(user + system, of the process and its children), which a busy machine disturbs less than the
+wall time.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -35,31 +41,49 @@ def ojai() -> list[str]:
 ENV = dict(os.environ)
 
 
-def timed(argv: list[str], runs: int, ok_codes: tuple[int, ...]) -> list[float]:
-    subprocess.run(argv, capture_output=True, env=ENV)  # warm-up: fills the bytecode cache
-    times = []
+def run_once(argv: list[str], ok_codes: tuple[int, ...]) -> tuple[float, float]:
+    """Wall and CPU seconds of one run of ``argv`` (CPU: the process and the children it waited
+    for)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    proc = subprocess.run(argv, capture_output=True, env=ENV)
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if proc.returncode not in ok_codes:
+        sys.exit(f"{' '.join(argv)} exited {proc.returncode}:\n{proc.stderr.decode(errors='replace')}")
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, cpu
+
+
+def timed(commands: dict[str, tuple[list[str], tuple[int, ...]]], runs: int
+          ) -> dict[str, tuple[list[float], list[float]]]:
+    """``runs`` rounds of every command, one after the other; wall and CPU times per command."""
+    for argv, _ in commands.values():
+        subprocess.run(argv, capture_output=True, env=ENV)  # warm-up: fills the bytecode cache
+    times: dict[str, tuple[list[float], list[float]]] = {name: ([], []) for name in commands}
     for _ in range(runs):
-        start = time.perf_counter()
-        proc = subprocess.run(argv, capture_output=True, text=True, env=ENV)
-        times.append(time.perf_counter() - start)
-        if proc.returncode not in ok_codes:
-            sys.exit(f"{' '.join(argv)} exited {proc.returncode}:\n{proc.stderr}")
+        for name, (argv, ok_codes) in commands.items():
+            wall, cpu = run_once(argv, ok_codes)
+            times[name][0].append(wall)
+            times[name][1].append(cpu)
     return times
 
 
 FLOOR = [sys.executable, "-c", "import typer, rich, pydantic, jinja2, sh, distro"]
 
 
-def report(name: str, times: list[float], floor: float | None = None,
-           target: float | None = None) -> float:
-    med = statistics.median(times)
-    line = f"{name:<58} median {med:.3f} s (min {min(times):.3f}, max {max(times):.3f})"
+def report(name: str, times: tuple[list[float], list[float]], floor: tuple[float, float] | None = None,
+           target: float | None = None) -> tuple[float, float]:
+    wall, cpu = times
+    med, cpu_med = statistics.median(wall), statistics.median(cpu)
+    line = f"{name:<58} median {med:.3f} s (min {min(wall):.3f}, max {max(wall):.3f}), cpu {cpu_med:.3f} s"
     if floor:
-        ratio = med / floor
+        ratio = med / floor[0]
         verdict = "ok" if ratio <= target else "OVER TARGET"
-        line += f"  {ratio:.2f}x floor (target {target:.2f}x: {verdict})"
+        line += (f"  {ratio:.2f}x floor (target {target:.2f}x: {verdict}); "
+                 f"cpu {cpu_med / floor[1]:.2f}x")
     print(line)
-    return med
+    return med, cpu_med
 
 
 def main() -> None:
@@ -68,17 +92,19 @@ def main() -> None:
     args = ap.parse_args()
     ENV.pop("PYTHONDONTWRITEBYTECODE", None)
     base = ojai()
-    floor = report("import floor (typer, rich, pydantic, jinja2, sh, distro)",
-                   timed(FLOOR, args.runs, (0,)))
-    times = timed(base + ["doctor", "--json", "--root", str(MACHINES / "ojai-fresh")], args.runs, (0, 1))
-    report("ojai doctor --json --root <ojai-fresh>", times, floor, 1.15)
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "m"
         shutil.copytree(MACHINES / "ojai-fresh", root, symlinks=True)
         subprocess.run(base + ["setup", "--apply", "--yes", "--root", str(root), "--llamacpp", "none"],
                        check=True, capture_output=True)
-        times = timed(base + ["setup", "--root", str(root), "--llamacpp", "none"], args.runs, (0,))
-        report("ojai setup --root <provisioned ojai box> (nothing to do)", times, floor, 1.6)
+        times = timed({
+            "floor": (FLOOR, (0,)),
+            "doctor": (base + ["doctor", "--json", "--root", str(MACHINES / "ojai-fresh")], (0, 1)),
+            "setup": (base + ["setup", "--root", str(root), "--llamacpp", "none"], (0,)),
+        }, args.runs)
+    floor = report("import floor (typer, rich, pydantic, jinja2, sh, distro)", times["floor"])
+    report("ojai doctor --json --root <ojai-fresh>", times["doctor"], floor, 1.15)
+    report("ojai setup --root <provisioned ojai box> (nothing to do)", times["setup"], floor, 1.6)
 
 
 if __name__ == "__main__":

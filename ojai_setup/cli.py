@@ -3,6 +3,9 @@ the :class:`~ojai_setup.commands.terminal.Terminal`; heavy modules are imported 
 
 from __future__ import annotations
 
+import copy
+import os
+import sys
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Callable, NoReturn, Optional
@@ -54,7 +57,7 @@ RootOpt = Annotated[Path, typer.Option(
     "test machine (no host command runs then).", show_default=True)]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON (schema in README).")]
 def _profiles() -> list[str]:
-    from ojai_setup.domain.checks import profile_names
+    from ojai_setup.domain.profiles import profile_names
 
     try:
         return [*profile_names(), "generic"]
@@ -285,8 +288,25 @@ app.add_typer(bench_app, name="bench")
 app.command("tune")(tune)
 
 
+def _only(name: str | None) -> typer.Typer:
+    """``app`` holding only the command (or group) called ``name``, or all of them when
+    ``name`` is none of them. typer converts the parameters of every command it holds before it
+    runs one; the one being run is all a process needs."""
+    commands = [c for c in app.registered_commands
+                if (c.name or typer.main.get_command_name(c.callback.__name__)) == name]
+    groups = [g for g in app.registered_groups if g.name == name]
+    if not commands and not groups:
+        return app
+    lean = copy.copy(app)
+    lean.registered_commands, lean.registered_groups = commands, groups
+    return lean
+
+
 def main() -> None:
-    app()
+    # the first model pydantic builds makes it search every installed distribution's entry
+    # points for pydantic plugins (tens of ms); ojai uses none. Set only when the user did not.
+    os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
+    _only(sys.argv[1] if len(sys.argv) > 1 else None)()
 
 
 if __name__ == "__main__":  # pragma: no cover

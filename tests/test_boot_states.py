@@ -17,8 +17,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from support.machine_state import store_capture
+
 from ojai_setup.cli import app
-from ojai_setup.core.root import CommandResult, store_capture
+from ojai_setup.core.root import CommandResult
 from ojai_setup.formats.grub_cfg import (
     default_bls_entry,
     default_entry,

@@ -26,6 +26,16 @@ from ojai_setup.commands.doctor import diagnose
 from ojai_setup.core.root import Root
 from ojai_setup.facts.collect import environment
 
+
+def with_stand_ins(scrubber: Scrubber, text: str) -> str:
+    """``text`` with the originals the scrubber met replaced by their stand-ins, and nothing
+    else: what a report of the original machine becomes once captured and replayed."""
+    for original in sorted(scrubber.replaced, key=len, reverse=True):
+        text = re.sub(rf"(?<![\w-]){re.escape(original)}(?![\w-])",
+                      scrubber.replaced[original].replace("\\", "\\\\"), text)
+    return text
+
+
 ROOT_UUID = "3b9e61a2-7c4d-4f1e-9a0b-5d2c8e7f1a64"  # already in ojai-applied's /proc/cmdline
 SWAP_UUID = "f0e1d2c3-b4a5-4697-8879-6a5b4c3d2e1f"
 EFI_UUID = "7A3C-19F2"
@@ -127,7 +137,7 @@ def test_no_identifier_survives_and_the_replay_gives_the_same_report(machine, tm
     replayed["facts"]["root"] = "<root>"
     assert replayed["findings"] == report["findings"]
     assert replayed["result"] == report["result"]
-    assert replayed == json.loads(scrubber.apply_known(json.dumps(report)))
+    assert replayed == json.loads(with_stand_ins(scrubber, json.dumps(report)))
 
 
 def test_the_cli_writes_the_capture_private_under_any_umask(machine, tmp_path):

@@ -207,7 +207,7 @@ def test_bundled_example_runs_without_hardware():
 # -- parsers on the real corpus ----------------------------------------------------------------
 
 def test_rocminfo_strix_point_has_gfx1150_and_npu_agent():
-    agents = parsers.parse_rocminfo((CORPUS / "strix-point-hx370-rocm-issue-6271/rocminfo.txt").read_text())
+    agents = parsers.read_rocminfo((CORPUS / "strix-point-hx370-rocm-issue-6271/rocminfo.txt").read_text()).agents
     gpus = [a for a in agents if a.device_type == "GPU"]
     assert [a.name for a in gpus] == ["gfx1150"]
     assert gpus[0].marketing_name == "AMD Radeon 890M Graphics"
@@ -218,14 +218,14 @@ def test_rocminfo_strix_point_has_gfx1150_and_npu_agent():
 
 
 def test_rocminfo_discrete_gfx1100():
-    agents = parsers.parse_rocminfo((CORPUS / "rdna3-rx7900xtx-rocm-issue-3949/rocminfo.txt").read_text())
+    agents = parsers.read_rocminfo((CORPUS / "rdna3-rx7900xtx-rocm-issue-3949/rocminfo.txt").read_text()).agents
     assert [(a.name, a.device_type) for a in agents] == [
         ("AMD Ryzen 7 7800X3D 8-Core Processor", "CPU"), ("gfx1100", "GPU")]
 
 
 def test_rocminfo_garbage_is_a_parse_error():
     with pytest.raises(parsers.ParseError):
-        parsers.parse_rocminfo("ROCk module is NOT loaded, possibly no GPU devices\n")
+        parsers.read_rocminfo("ROCk module is NOT loaded, possibly no GPU devices\n")
 
 
 def test_cpuinfo_intel_excerpt_and_engineering_sample():

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 from support.context import ToyContext as PlanContext
+from support.machine_state import store_capture
 
 from ojai_setup.apply.executor import (
     EXECUTORS,
@@ -26,7 +27,7 @@ from ojai_setup.apply.executor import (
 )
 from ojai_setup.core.errors import ApplyError
 from ojai_setup.core.progress import NullProgress
-from ojai_setup.core.root import CommandResult, Root, store_capture
+from ojai_setup.core.root import CommandResult, Root
 from ojai_setup.core.status import ExitStatus
 from ojai_setup.model.actions import HubDownload, RunCommand, Symlink, WriteFile
 from ojai_setup.planning.plan import Plan, check_fresh, make_plan
@@ -87,8 +88,7 @@ class ConfigStep:
             return StepResult.satisfied(self.name, f"{CONFIG} is up to date")
         return StepResult.change(self.name, f"write {CONFIG}",
                                  [WriteFile(path=CONFIG, before=have, after=want,
-                                            validate_with="json", needs_root=True,
-                                            notify=("update-grub",))],
+                                            needs_root=True, notify=("update-grub",))],
                                  handlers={"update-grub": UPDATE_GRUB})
 
 
@@ -355,7 +355,16 @@ def test_blocked_plans_are_not_applied(tmp_path):
     assert root.read_text(GRUB) == ORIGINAL_GRUB
 
 
-def test_invalid_content_fails_validation_and_leaves_the_file(tmp_path):
+def test_invalid_content_fails_validation_and_leaves_the_file(tmp_path, monkeypatch):
+    monkeypatch.setattr("ojai_setup.apply.executor.VALIDATORS", dict(VALIDATORS))
+
+    @register_validator("json")
+    def validate_json(path: Path, action: WriteFile) -> None:
+        try:
+            json.loads(path.read_text(encoding="utf-8"))
+        except ValueError as exc:
+            raise ValueError(f"not valid JSON ({exc})") from None
+
     root = _machine(tmp_path)
     root.resolve(CONFIG).parent.mkdir(parents=True)
     root.resolve(CONFIG).write_text("{}\n")

@@ -10,8 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from support.machine_state import store_capture
+
 from ojai_setup.commands.verify_flm import probe_tags
-from ojai_setup.core.root import CommandResult, Root, store_capture
+from ojai_setup.core.root import CommandResult, Root
 from ojai_setup.domain.flm import (
     FLM_MODELS,
     NoModelFits,

@@ -10,11 +10,12 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 from support.context import ToyContext as PlanContext
+from support.machine_state import record_state, store_capture
 
 from ojai_setup.apply.executor import CommandFailed, apply
-from ojai_setup.apply.journal import RollbackError, load_entry, record_state, rollback
+from ojai_setup.apply.journal import RollbackError, load_entry, rollback
 from ojai_setup.core.progress import NullProgress
-from ojai_setup.core.root import CommandResult, Root, store_capture
+from ojai_setup.core.root import CommandResult, Root
 from ojai_setup.core.status import ExitStatus
 from ojai_setup.facts.state import JournalError, read_state, state_dir
 from ojai_setup.model.actions import RunCommand, Symlink, WriteFile

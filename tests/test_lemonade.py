@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import pytest
 from hypothesis import given
@@ -16,7 +16,6 @@ from ojai_setup.domain.lemonade import (
     bin_problem,
     catalog_match,
     lemonade_config,
-    llama_server_library_path,
     detect_layout,
     lemonade_commands,
     lemonade_layout,
@@ -26,13 +25,39 @@ from ojai_setup.domain.lemonade import (
 from ojai_setup.formats.lemonade import (
     RESERVED_LLAMACPP_FLAGS,
     ConfigError,
+    config_value,
     join_llamacpp_args,
     merge_config,
     merge_recipe_options,
     merge_user_models,
     parse_lemonade_version,
-    split_llamacpp_args,
 )
+
+
+# (how Lemonade reads ``llamacpp_args``, src/cpp/include/lemon/utils/custom_args.h: the oracle
+# join_llamacpp_args is checked against)
+def split_llamacpp_args(text: str) -> list[str]:
+    """How Lemonade reads ``llamacpp_args``: split on spaces; ``'`` or ``"`` group until the
+    same quote closes; the quotes themselves are dropped; there are no escapes; empty pieces
+    vanish."""
+    args: list[str] = []
+    current: list[str] = []
+    quote: str | None = None
+    for char in text:
+        if quote is None and char in "'\"":
+            quote = char
+        elif quote is not None and char == quote:
+            quote = None
+        elif quote is None and char == " ":
+            if current:
+                args.append("".join(current))
+                current = []
+        else:
+            current.append(char)
+    if current:
+        args.append("".join(current))
+    return args
+
 
 DATA = Path(__file__).parent / "data" / "lemonade"
 MAIN = "unsloth/gemma-4-26B-A4B-it-GGUF:UD-Q4_K_M"
@@ -329,6 +354,44 @@ def test_commands_refuse_a_home_binary_for_the_system_service():
 
 
 # -- the library path Lemonade gives the llama-server it starts -----------------------------------
+# (a model of Lemonade's own code, to check ojai's config.json against; ojai never computes it)
+def llama_server_library_path(config: dict, *, backend: str, therock_dirs: list[str],
+                              inherited: str | None = None) -> str | None:
+    """The ``LD_LIBRARY_PATH`` Lemonade gives the ``llama-server`` it starts for a model of
+    llama.cpp ``backend``, from its merged ``config.json`` (None: Lemonade sets none).
+
+    As ``LlamaCppServer::load`` in ``src/cpp/server/backends/llamacpp/llamacpp_server.cpp``
+    (lemonade-sdk/lemonade v11.7.0, unchanged at commit e385039) builds it on Linux:
+
+    * the backend ``rocm`` resolves to ``rocm-<rocm_channel>`` (``resolve_llamacpp_backend``;
+      ``rocm_channel`` is ``stable`` by default, ``resources/defaults.json``);
+    * the executable is ``llamacpp.rocm_bin`` for both channels (``build_bin_config_key``
+      collapses ``rocm-stable``/``rocm-nightly`` to ``rocm_bin``), taken as-is when it is a path;
+    * for ``rocm-stable`` and ``rocm-nightly`` the library path starts with the executable's
+      folder (``fs::path(executable).parent_path()``); on ``rocm-stable`` only, the TheRock
+      runtime folders for the GPU (``BackendUtils::get_therock_lib_paths``, e.g.
+      ``<bin dir>/therock/gfx1150-<version>/lib`` and its ``lib/llvm/lib``) go in front of it;
+    * an ``LD_LIBRARY_PATH`` lemond itself has is appended;
+    * the ``cpu`` and ``vulkan`` backends get no ``LD_LIBRARY_PATH`` (their builds are static
+      or find their libraries by RPATH).
+
+    ``therock_dirs``: the runtime folders Lemonade would find (empty when none is installed).
+    """
+    if backend not in ("rocm", "cuda"):
+        return None
+    key = "rocm_bin" if backend == "rocm" else "cuda_bin"
+    executable = config_value(config, f"llamacpp.{key}")
+    if not isinstance(executable, str) or not executable.startswith("/"):
+        return None  # Lemonade's own download; its folder is Lemonade's business
+    path = str(PurePosixPath(executable).parent)
+    if backend == "rocm" and (config_value(config, "rocm_channel") or "stable") == "stable" \
+            and therock_dirs:
+        path = ":".join(therock_dirs) + ":" + path
+    if inherited:
+        path += ":" + inherited
+    return path
+
+
 THEROCK = ["/var/lib/lemonade/.cache/lemonade/bin/therock/gfx1150-7.12/lib",
            "/var/lib/lemonade/.cache/lemonade/bin/therock/gfx1150-7.12/lib/llvm/lib"]
 
@@ -383,16 +446,16 @@ def test_config_merge_nests_keys_and_keeps_the_users():
         merge_config('{"llamacpp": 3}', {"llamacpp.rocm_bin": "/x"})
 
 
-@pytest.mark.parametrize("text, numbers, calendar, prefix", [
-    ("lemond version 2026.39.1-2\n", (2026, 39, 1), True, ""),
-    ("lemonade version 2026.39.1-2", (2026, 39, 1), True, ""),
-    ("lemonade version 11.7.0\n", (11, 7, 0), False, "user."),
-    ("Lemonade Server v11.8.1", (11, 8, 1), False, "user."),
+@pytest.mark.parametrize("text, numbers, calendar", [
+    ("lemond version 2026.39.1-2\n", (2026, 39, 1), True),
+    ("lemonade version 2026.39.1-2", (2026, 39, 1), True),
+    ("lemonade version 11.7.0\n", (11, 7, 0), False),
+    ("Lemonade Server v11.8.1", (11, 8, 1), False),
 ])
-def test_version_forms(text, numbers, calendar, prefix):
+def test_version_forms(text, numbers, calendar):
     version = parse_lemonade_version(text)
     assert version is not None
-    assert (version.numbers, version.calendar, version.user_model_prefix) == (numbers, calendar, prefix)
+    assert (version.numbers, version.calendar) == (numbers, calendar)
     assert parse_lemonade_version("no version here") is None
 
 

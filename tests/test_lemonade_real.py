@@ -87,7 +87,8 @@ def model_id(server: Lemond, version: str) -> str:
     ids = [m["id"] for m in models["data"]]
     parsed = parse_lemonade_version(version)
     assert parsed is not None
-    wanted = parsed.user_model_prefix + ROUTE
+    # 11.x lists a user model as user.NAME, the calendar versions (2026.39.1) as the bare NAME
+    wanted = ("" if parsed.calendar else "user.") + ROUTE
     assert wanted in ids, ids
     return wanted
 

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 from support.gguf_files import gemma4_assistant, gemma4_main
+from support.machine_state import record_state
 from support.stand_ins import give_llama_server
 from typer.testing import CliRunner
 
-from ojai_setup.apply.journal import record_state
 from ojai_setup.cli import app
 from ojai_setup.core.root import Root
 

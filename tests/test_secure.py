@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from support.fake_github import Entry, fake_github, make_zip  # noqa: F401 - a fixture
+from support.machine_state import store_capture
 from support.progress import RecordingProgress
 from typer.testing import CliRunner
 
@@ -23,7 +24,7 @@ from ojai_setup.apply.archive import _unpack, check_archive, execute_install_arc
 from ojai_setup.cli import app
 from ojai_setup.core.address import AddressError, check_host, is_loopback
 from ojai_setup.core.paths import ARCHIVE_EXPANSION, ARCHIVE_MAX_BYTES, GIB
-from ojai_setup.core.root import CommandResult, Root, store_capture
+from ojai_setup.core.root import CommandResult, Root
 from ojai_setup.domain.launch import LaunchError, render_flm_script, render_llama_unit
 from ojai_setup.domain.nightly import NightlyError, asset_name, install_action
 from ojai_setup.facts.github import resolve_release

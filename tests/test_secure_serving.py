@@ -28,13 +28,14 @@ from support.fake_github import (  # noqa: F401
 )
 from support.fake_hub import FakeHub, fake_hub  # noqa: F401
 from support.llama import llama_server_bin  # noqa: F401
+from support.machine_state import store_capture
 from support.server import free_port, serve
 from support.stand_ins import route_toml
 from support.tiny_models import write_mtp_pair
 from typer.testing import CliRunner
 
 from ojai_setup.cli import app
-from ojai_setup.core.root import CommandResult, store_capture
+from ojai_setup.core.root import CommandResult
 from ojai_setup.domain.nightly import asset_name
 
 pytestmark = pytest.mark.slow

@@ -7,10 +7,10 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from support.machine_state import record_state
 from support.server import free_port
 from typer.testing import CliRunner
 
-from ojai_setup.apply.journal import record_state
 from ojai_setup.cli import app
 from ojai_setup.commands.verify import expected_tokens, predict, solve_acceptance
 from ojai_setup.core.root import Root

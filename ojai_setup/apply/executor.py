@@ -28,7 +28,6 @@ and re-reads every target to verify it.
 from __future__ import annotations
 
 import importlib
-import json
 import os
 import secrets
 import shlex
@@ -310,15 +309,6 @@ def execute_run_command(root: Root, action: RunCommand, progress: Progress) -> A
         raise CommandFailed(f"`{command}` failed with exit code {result.exit_code}"
                             + (f": {detail}" if detail else ""))
     return ActionOutcome(True, f"ran {command}")
-
-
-@register_validator("json")
-def validate_json(path: Path, action: WriteFile) -> None:
-    """The new content parses as JSON."""
-    try:
-        json.loads(path.read_text(encoding="utf-8"))
-    except ValueError as exc:
-        raise ValueError(f"not valid JSON ({exc})") from None
 
 
 # -- conflicts and verification --------------------------------------------------------------

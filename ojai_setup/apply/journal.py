@@ -79,17 +79,6 @@ def _save_state(directory: Path, state: State) -> None:
     _write_json(directory / "state.json", state.model_dump_json(indent=2) + "\n", FILE_MODE)
 
 
-def record_state(root: Root, key: str, value: Any, *, euid: int | None = None) -> None:
-    """Set ``records[key]`` in ``state.json`` (``value`` None removes it)."""
-    directory = state_dir(root, euid=euid)
-    state = _load_state(directory)
-    if value is None:
-        state.records.pop(key, None)
-    else:
-        state.records[key] = json.loads(json.dumps(value))
-    _save_state(directory, state)
-
-
 def load_entry(root: Root, apply_id: str, *, euid: int | None = None) -> JournalEntry:
     """The journal entry of one apply or rollback."""
     path = state_dir(root, euid=euid) / "journal" / f"{apply_id}.json"

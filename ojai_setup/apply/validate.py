@@ -64,7 +64,9 @@ def bash_read_var(candidate_path: Path, var: str, *, timeout: float = 10.0) -> s
 
 
 def _compare(path: Path, var: str, planned: CmdlineValue, actual: list[str]) -> None:
-    """Raise unless bash's parameters are what the parser planned (see validate_candidate)."""
+    """Raise unless bash's parameters are what the parser planned: every literal parameter, in
+    order; parameters written with ``$VAR`` references expand to whatever bash makes of them,
+    and the planned literal parameters must then appear in bash's list in the same order."""
     literal = [p.text for p in planned.params if not p.has_ref]
     if len(literal) == len(planned.params):
         ok = literal == actual
@@ -76,29 +78,6 @@ def _compare(path: Path, var: str, planned: CmdlineValue, actual: list[str]) -> 
             f"{path}: bash reads {var} as {actual!r}, but ojai planned {planned.tokens!r}. "
             f"The file was not changed."
         )
-
-
-def validate_candidate(path: Path, var: str, key: str, value: str | None) -> None:
-    """Check an edited file with real bash before it replaces the original.
-
-    Raises :class:`GrubEditError` unless bash reads back exactly one ``key=value`` parameter
-    (none at all when ``value`` is None) and every other parameter as planned, in order.
-    Parameters written with ``$VAR`` references expand to whatever bash makes of them; then
-    the planned literal parameters must appear in bash's list in the same order.
-    """
-    path = Path(path)
-    planned = parse_grub_default(_read(path), str(path)).cmdline(var)
-    actual = parse_cmdline(bash_read_var(path, var))
-    hits = [t for t in actual if same_key(param_key(t), key)]
-    if value is None:
-        if hits:
-            raise GrubEditError(f"{path}: bash still reads {hits!r} in {var}; it should be gone.")
-    elif hits != [f"{key}={value}"]:
-        raise GrubEditError(
-            f"{path}: bash reads {hits or 'no'} {key} parameter(s) in {var}; expected exactly "
-            f"one {key}={value}."
-        )
-    _compare(path, var, planned, actual)
 
 
 def _by_key(params: Sequence[str]) -> dict[str, list[str]]:

@@ -168,14 +168,6 @@ class Scrubber:
         """A machine path with the names in it replaced (``/home/alice`` -> ``/home/user``)."""
         return self.text(machine_path)
 
-    def apply_known(self, text: str) -> str:
-        """``text`` with the originals met so far replaced by their stand-ins, and nothing
-        else: what a report of the original machine becomes (tests compare the replay to it)."""
-        for original in sorted(self.replaced, key=len, reverse=True):
-            text = re.sub(rf"(?<![\w-]){re.escape(original)}(?![\w-])",
-                          self.replaced[original].replace("\\", "\\\\"), text)
-        return text
-
 
 def _usable(name: str) -> bool:
     return len(name) >= 2 and name.lower() not in NOT_IDENTIFIERS and not name.isdigit()

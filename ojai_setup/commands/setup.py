@@ -105,9 +105,6 @@ def apply_report(plan: Plan, result, *, handler_commands: dict[str, list[str]] |
 
 def run_setup(term: Terminal, root_dir: Path, settings: Settings, *, apply: bool, yes: bool,
               plan_file: Path | None, out: Path | None) -> int:
-    from ojai_setup.apply.executor import NeedsRoot
-    from ojai_setup.apply.executor import apply as apply_plan
-    from ojai_setup.core.errors import ApplyError, StateError
     from ojai_setup.facts.state import JournalError, read_apply_status, read_state
 
     root = Root(root_dir)
@@ -178,6 +175,10 @@ def run_setup(term: Terminal, root_dir: Path, settings: Settings, *, apply: bool
             "`ojai setup`, then run `ojai setup --apply --yes` (or save with --out and apply "
             "with --plan)"):
         return ExitStatus.FAILED
+    from ojai_setup.apply.executor import NeedsRoot
+    from ojai_setup.apply.executor import apply as apply_plan
+    from ojai_setup.core.errors import ApplyError, StateError
+
     try:
         result = apply_plan(plan, root, term.progress(),
                             plan_path=str(plan_file) if plan_file else None)

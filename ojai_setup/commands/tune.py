@@ -208,13 +208,6 @@ class TuneObserver(Observer):
     def length(self, binary: str, lr: LengthResult) -> None: ...
 
 
-@dataclass
-class _Backend:
-    binary: str
-    mtp_script: LaunchScript
-    plain_script: LaunchScript | None
-
-
 def _script_for(arm: RouteArm, binary: str | None) -> LaunchScript:
     if arm.script is None:
         raise BenchError(f"route {arm.name} has no launch script to start it from")

@@ -187,14 +187,3 @@ class Root:
         except ValueError:
             code = 1
         return CommandResult(tuple(argv), code, _read("stdout"), _read("stderr"), "capture")
-
-
-def store_capture(dest_root: Path, result: CommandResult) -> Path:
-    """Write ``result`` into ``dest_root`` in the capture layout replayed by :class:`Root`."""
-    d = Path(dest_root) / COMMANDS_DIR / command_key(result.argv)
-    d.mkdir(parents=True, exist_ok=True)
-    (d / "stdout").write_text(result.stdout, encoding="utf-8")
-    if result.stderr:
-        (d / "stderr").write_text(result.stderr, encoding="utf-8")
-    (d / "exit_code").write_text(f"{result.exit_code}\n", encoding="utf-8")
-    return d

@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ojai_setup.core.errors import UsageError
 from ojai_setup.core.paths import GIB, PAGE
+from ojai_setup.domain.profiles import checks_dir, profile_names
 from ojai_setup.formats.machine import bios_version_tuple, version_tuple
 from ojai_setup.model.facts import Facts
 
@@ -140,17 +141,19 @@ def kind(name: str) -> Callable[[CheckFn], CheckFn]:
 
 # -- profiles --------------------------------------------------------------------------------
 
-def checks_dir() -> Path:
-    from ojai_setup.core.resources import data_dir
-
-    return data_dir("checks")
-
-
 def _read_toml(path: Path) -> dict:
+    """The file's table (read only: it is shared by every reader of the same text)."""
     try:
-        return tomllib.loads(path.read_text(encoding="utf-8"))
+        return _parse_toml(path.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as exc:
         raise ProfileError(f"{path}: {exc}") from exc
+
+
+@cache
+def _parse_toml(text: str) -> dict:
+    # detecting a profile loads each box and family with what it includes: common.toml three
+    # times, a family twice; the same text is parsed once
+    return tomllib.loads(text)
 
 
 def _validated(model, data: dict, path: Path):
@@ -190,11 +193,6 @@ def load_profile(name: str, directory: Path | None = None) -> Profile:
         if c.severity not in ("info", "warn", "fail"):
             raise ProfileError(f"{path}: check {c.id}: severity must be info, warn or fail")
     return profile
-
-
-def profile_names(directory: Path | None = None) -> list[str]:
-    directory = directory or checks_dir()
-    return sorted(p.stem for p in directory.glob("*.toml") if p.stem not in ("common", "generic"))
 
 
 @cache
@@ -778,8 +776,6 @@ def _lemonade(facts: Facts) -> dict | None:
 @kind("lemonade_bins")
 def _lemonade_bins(facts: Facts, profile: Profile, params: dict) -> Outcome:
     """Each ``llamacpp.*_bin`` path in Lemonade's config must be an executable, not a folder."""
-    from ojai_setup.domain.lemonade import bin_problem
-
     detail = _lemonade(facts)
     if detail is None:
         return Outcome(ok=None, evidence="Lemonade is not installed")
@@ -787,6 +783,8 @@ def _lemonade_bins(facts: Facts, profile: Profile, params: dict) -> Outcome:
     if not bins:
         return Outcome(ok=True, evidence=f"no llama.cpp binary path set in {detail.get('config_dir')}"
                        "/config.json (Lemonade uses its own builds)")
+    from ojai_setup.domain.lemonade import bin_problem
+
     problems = [p for p in (bin_problem(k, b["value"], b["kind"]) for k, b in bins.items()) if p]
     if problems:
         return Outcome(ok=False, evidence="; ".join(problems),

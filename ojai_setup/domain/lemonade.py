@@ -239,13 +239,14 @@ def lemonade_config(settings: LemonadeSettings) -> dict[str, str]:
     path exists). Lemonade's configuration guide says "a directory"; its code wins.
 
     For the ROCm backend ``rocm_channel`` is set to ``nightly``, for both install kinds, because
-    of the library path Lemonade gives the server (:func:`llama_server_library_path`): on
-    ``stable`` it puts its own TheRock ROCm runtime folders AHEAD of the binary's folder (and
-    installs that runtime first), so a nightly zip would load TheRock's libraries instead of
-    the ROCm runtime it bundles (RPATH ``$ORIGIN``), and a source build would load a ROCm other
-    than the system ROCm it was compiled against. On ``nightly`` only the binary's folder is
-    added: the nightly zip's bundled libraries come first, and a source build's own
-    ``libllama``/``libggml`` beside it, with the system ROCm found the usual way.
+    of the library path Lemonade gives the server (``LlamaCppServer::load`` in its
+    ``llamacpp_server.cpp``; tests/test_lemonade.py models it): on ``stable`` it puts its own
+    TheRock ROCm runtime folders AHEAD of the binary's folder (and installs that runtime
+    first), so a nightly zip would load TheRock's libraries instead of the ROCm runtime it
+    bundles (RPATH ``$ORIGIN``), and a source build would load a ROCm other than the system ROCm
+    it was compiled against. On ``nightly`` only the binary's folder is added: the nightly
+    zip's bundled libraries come first, and a source build's own ``libllama``/``libggml``
+    beside it, with the system ROCm found the usual way.
     """
     own = settings.llama_server
     if own is None:
@@ -263,45 +264,6 @@ def lemonade_config(settings: LemonadeSettings) -> dict[str, str]:
     if own.backend == "rocm":
         values["rocm_channel"] = "nightly"
     return values
-
-
-def llama_server_library_path(config: dict, *, backend: str, therock_dirs: list[str],
-                              inherited: str | None = None) -> str | None:
-    """The ``LD_LIBRARY_PATH`` Lemonade gives the ``llama-server`` it starts for a model of
-    llama.cpp ``backend``, from its merged ``config.json`` (None: Lemonade sets none).
-
-    As ``LlamaCppServer::load`` in ``src/cpp/server/backends/llamacpp/llamacpp_server.cpp``
-    (lemonade-sdk/lemonade v11.7.0, unchanged at commit e385039) builds it on Linux:
-
-    * the backend ``rocm`` resolves to ``rocm-<rocm_channel>`` (``resolve_llamacpp_backend``;
-      ``rocm_channel`` is ``stable`` by default, ``resources/defaults.json``);
-    * the executable is ``llamacpp.rocm_bin`` for both channels (``build_bin_config_key``
-      collapses ``rocm-stable``/``rocm-nightly`` to ``rocm_bin``), taken as-is when it is a path;
-    * for ``rocm-stable`` and ``rocm-nightly`` the library path starts with the executable's
-      folder (``fs::path(executable).parent_path()``); on ``rocm-stable`` only, the TheRock
-      runtime folders for the GPU (``BackendUtils::get_therock_lib_paths``, e.g.
-      ``<bin dir>/therock/gfx1150-<version>/lib`` and its ``lib/llvm/lib``) go in front of it;
-    * an ``LD_LIBRARY_PATH`` lemond itself has is appended;
-    * the ``cpu`` and ``vulkan`` backends get no ``LD_LIBRARY_PATH`` (their builds are static
-      or find their libraries by RPATH).
-
-    ``therock_dirs``: the runtime folders Lemonade would find (empty when none is installed).
-    """
-    from ojai_setup.formats.lemonade import config_value
-
-    if backend not in ("rocm", "cuda"):
-        return None
-    key = "rocm_bin" if backend == "rocm" else "cuda_bin"
-    executable = config_value(config, f"llamacpp.{key}")
-    if not isinstance(executable, str) or not executable.startswith("/"):
-        return None  # Lemonade's own download; its folder is Lemonade's business
-    path = str(PurePosixPath(executable).parent)
-    if backend == "rocm" and (config_value(config, "rocm_channel") or "stable") == "stable" \
-            and therock_dirs:
-        path = ":".join(therock_dirs) + ":" + path
-    if inherited:
-        path += ":" + inherited
-    return path
 
 
 #: the ``*_bin`` keys of Lemonade's llama.cpp section (``src/cpp/resources/defaults.json``)

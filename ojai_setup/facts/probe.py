@@ -3,15 +3,14 @@ binary is run to learn a fact; the parsing is :mod:`ojai_setup.formats.llama_hel
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from pydantic import BaseModel, ConfigDict
 
 from ojai_setup.core.root import Root
-from ojai_setup.formats.llama_help import (
-    Dialect,
-    DialectParseError,
-    parse_help,
-    parse_version,
-)
+
+if TYPE_CHECKING:
+    from ojai_setup.formats.llama_help import Dialect
 
 
 class ProbeError(BaseModel):
@@ -38,6 +37,9 @@ def probe(root: Root, binary: str, *, timeout: float = 60.0) -> Dialect | ProbeE
     if not ver.ok:
         return ProbeError(binary=binary, command=f"{binary} --version", exit_code=ver.exit_code,
                           message=_last_line(ver.stderr or ver.stdout) or "no output")
+    # parsed only when there is a binary to parse (doctor on a machine without one never is)
+    from ojai_setup.formats.llama_help import DialectParseError, parse_help, parse_version
+
     try:
         version = parse_version(ver.stderr + "\n" + ver.stdout)
     except DialectParseError as exc:

@@ -212,12 +212,6 @@ class LemonadeVersion(BaseModel):
     def label(self) -> str:
         return ".".join(map(str, self.numbers))
 
-    @property
-    def user_model_prefix(self) -> str:
-        """How ``/api/v1/models`` lists a user model: ``user.NAME`` through 11.x, the bare
-        ``NAME`` in calendar versions (seen live with 2026.39.1)."""
-        return "" if self.calendar else "user."
-
 
 _VERSION = re.compile(r"(?:^|\s|v)(\d+)\.(\d+)(?:\.(\d+))?(?:-[0-9A-Za-z.~+]+)?(?=\s|$)")
 
@@ -233,31 +227,10 @@ def parse_lemonade_version(text: str) -> LemonadeVersion | None:
 
 
 # -- recipe_options.json -----------------------------------------------------------------------
-def split_llamacpp_args(text: str) -> list[str]:
-    """How Lemonade reads ``llamacpp_args``: split on spaces; ``'`` or ``"`` group until the
-    same quote closes; the quotes themselves are dropped; there are no escapes; empty pieces
-    vanish."""
-    args: list[str] = []
-    current: list[str] = []
-    quote: str | None = None
-    for char in text:
-        if quote is None and char in "'\"":
-            quote = char
-        elif quote is not None and char == quote:
-            quote = None
-        elif quote is None and char == " ":
-            if current:
-                args.append("".join(current))
-                current = []
-        else:
-            current.append(char)
-    if current:
-        args.append("".join(current))
-    return args
-
-
 def join_llamacpp_args(args: list[str]) -> str:
-    """The ``llamacpp_args`` string that :func:`split_llamacpp_args` reads back as ``args``."""
+    """The ``llamacpp_args`` string that Lemonade reads back as ``args`` (it splits on spaces;
+    ``'`` or ``"`` group until the same quote closes and are dropped; no escapes; empty pieces
+    vanish)."""
     pieces = []
     for arg in args:
         if arg == "":

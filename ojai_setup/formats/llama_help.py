@@ -112,11 +112,6 @@ class HelpOption(BaseModel):
     def removed(self) -> bool:
         return self.help.lstrip().lower().startswith(REMOVED_MARKER)
 
-    @property
-    def canonical(self) -> str:
-        """The first long name (``--cache-type-k`` for ``-ctk, --cache-type-k``)."""
-        return next((n for n in self.names if n.startswith("--")), self.names[0])
-
 
 class Dialect(BaseModel):
     """The command-line dialect of one ``llama-server`` binary."""

@@ -234,11 +234,6 @@ def read_rocminfo(text: str) -> RocminfoReport:
     return RocminfoReport(agents=agents, notes=notes)
 
 
-def parse_rocminfo(text: str) -> list[RocmAgent]:
-    """The agents of :func:`read_rocminfo`, without its notes."""
-    return read_rocminfo(text).agents
-
-
 def parse_environ(text: str) -> dict[str, str]:
     env: dict[str, str] = {}
     for line in text.splitlines():

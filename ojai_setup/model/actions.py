@@ -8,14 +8,9 @@ something.
 
 from __future__ import annotations
 
-import hashlib
 from typing import Annotated, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field
-
-
-def sha256_text(text: str | None) -> str | None:
-    return None if text is None else hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 class _Action(BaseModel):

@@ -71,11 +71,6 @@ class Gpu(_Model):
         silicon is something else (an override renamed it)."""
         return [a.native_target or a.name for a in self.agents]
 
-    @property
-    def reported_targets(self) -> list[str]:
-        """The gfx targets as rocminfo printed them."""
-        return [a.name for a in self.agents]
-
 
 class Npu(_Model):
     accel_devices: list[str] = Field(default_factory=list)

@@ -11,10 +11,12 @@ JOURNAL_FORMAT = "ojai-journal"
 
 
 # -- models ----------------------------------------------------------------------------------
+# The journal's records are built (``defer_build``) only when an apply, a rollback or a look
+# at an interrupted apply first uses them: doctor and a dry run never do.
 class FileRecord(BaseModel):
     """One path an apply (or rollback) changed."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     path: str
     existed_before: bool
@@ -30,7 +32,7 @@ class FileRecord(BaseModel):
 
 
 class ActionRecord(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     step: str
     kind: str
@@ -51,7 +53,7 @@ class HandlerRecord(BaseModel):
 class PlannedRecord(BaseModel):
     """One action of an apply, written before the first change and updated as it runs."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     step: str
     kind: str
@@ -66,7 +68,7 @@ class PlannedRecord(BaseModel):
 class JournalEntry(BaseModel):
     """``journal/<apply-id>.json``."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     format: Literal["ojai-journal"] = JOURNAL_FORMAT
     format_version: Literal[1] = 1

@@ -10,7 +10,7 @@ cases can be written as data.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from ojai_setup.core.paths import SERVICE_USER
 from ojai_setup.core.root import Root
@@ -18,11 +18,13 @@ from ojai_setup.domain.catalog import Catalog, Route
 from ojai_setup.domain.checks import Profile
 from ojai_setup.domain.lemonade import LemonadeLayout
 from ojai_setup.domain.nightly import NightlyAsset
-from ojai_setup.formats.llama_help import Dialect
 from ojai_setup.model.actions import WriteFile
 from ojai_setup.model.facts import Facts
 from ojai_setup.model.settings import Settings
 from ojai_setup.model.state import State
+
+if TYPE_CHECKING:  # parsed only when there is a llama-server (see gather.llama_binary)
+    from ojai_setup.formats.llama_help import Dialect
 
 #: the programs a step may ask about (``ctx.which``); gathered once, on the machine's PATH
 KNOWN_PROGRAMS = ("update-grub", "grub-mkconfig", "grub2-mkconfig", "grubby",

@@ -34,7 +34,6 @@ from ojai_setup.facts.disk import free_bytes
 from ojai_setup.facts.probe import ProbeError, probe
 from ojai_setup.facts.state import read_state
 from ojai_setup.facts.tuning import load_tuning
-from ojai_setup.formats.llama_help import parse_help, parse_version
 from ojai_setup.model.facts import Facts
 from ojai_setup.model.settings import Settings
 from ojai_setup.model.state import State
@@ -154,6 +153,8 @@ def llama_binary(root: Root, settings: Settings, programs: dict[str, str | None]
     if path is None:
         return LlamaBinary(path=None, installed=False)
     if not installed:
+        from ojai_setup.formats.llama_help import parse_help, parse_version
+
         dialect = parse_help(REFERENCE_HELP.read_text(encoding="utf-8"),
                              parse_version(REFERENCE_VERSION))
         return LlamaBinary(path=path, installed=False, dialect=dialect,

@@ -72,6 +72,11 @@ class RoutesStep:
     name = "routes"
 
     def plan(self, ctx: Context) -> StepResult:
+        facts = ctx.facts
+        settings = ctx.settings
+        if not settings.model:
+            return StepResult.satisfied(self.name, "no model route asked for, so no launch "
+                                        "scripts (add --model NAME)")
         from ojai_setup.domain.launch import (
             LaunchError,
             has_bundled_libs,
@@ -80,11 +85,6 @@ class RoutesStep:
         )
         from ojai_setup.domain.render import Route, UnsupportedRoute, render_args
 
-        facts = ctx.facts
-        settings = ctx.settings
-        if not settings.model:
-            return StepResult.satisfied(self.name, "no model route asked for, so no launch "
-                                        "scripts (add --model NAME)")
         model = ctx.route
         if model is None:
             return StepResult.blocked(self.name, ctx.route_error or "no such route")

@@ -13,10 +13,10 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from support.machine_state import record_state
 from support.server import free_port
 from support.tiny_models import write_mtp_pair
 
-from ojai_setup.apply.journal import record_state
 from ojai_setup.domain.launch import render_llama_script
 from ojai_setup.formats.llama_help import parse_help, parse_version
 from ojai_setup.domain.render import Route, render_args
