@@ -33,7 +33,8 @@ class ModelStep:
                 + (f" and {route.lemonade_draft_checkpoint}" if route.lemonade_draft_checkpoint else "")
                 + " into its own Hugging Face cache on first load")
         budget = ctx.budget_gib * GIB
-        verdict = fit(route, route.context_size, budget, alternatives=catalog.routes.values())
+        verdict = fit(route, route.context_size, budget, alternatives=catalog.routes.values(),
+                      footprint=ctx.footprint)
         if not verdict.fits:
             return StepResult.blocked(self.name, "does not fit the GPU memory budget: "
                                       + verdict.sentence())
