@@ -116,6 +116,9 @@ class KvLayout(_Model):
     swa_head_dim: int = Field(default=0, ge=0)
     swa_window: int = Field(default=0, ge=0)
     state_bytes: int = Field(default=0, ge=0)
+    #: full-attention layers of MTP heads inside the file: llama.cpp caches them only when it
+    #: drafts with them (the draft context of ``--spec-type draft-mtp``)
+    mtp_layers: int = Field(default=0, ge=0)
 
     @model_validator(mode="after")
     def _swa_complete(self) -> KvLayout:
@@ -124,23 +127,28 @@ class KvLayout(_Model):
         return self
 
     def bytes_for(self, ctx_size: int, cache_type: CacheType = "f16", *, slots: int = 1,
-                  ubatch: int = DEFAULT_UBATCH) -> int:
+                  ubatch: int = DEFAULT_UBATCH, draft: bool = False, rollback: int = 0) -> int:
         """KV cache bytes (K and V) of a llama-server started with ``--ctx-size ctx_size
         --parallel slots``, as llama.cpp (build 11434) allocates them.
 
         Each slot is one stream of ``ctx_size / slots`` cells, padded to 256
         (``llama-context.cpp``: ``n_ctx_seq``); a sliding-window layer keeps, per stream,
         ``window + ubatch`` cells padded to 256 but never more than the stream's
-        (``llama-kv-cache-iswa.cpp``); the recurrent state (``state_bytes``) is per slot.
+        (``llama-kv-cache-iswa.cpp``); the recurrent state (``state_bytes``) is per slot, and
+        drafting with MTP keeps ``rollback`` (``--spec-draft-n-max``) more copies of it to roll
+        back rejected drafts (``common.h``: ``need_n_rs_seq``). ``draft``: the MTP heads inside
+        the file draft, so their ``mtp_layers`` are cached too.
         """
         if slots < 1:
             raise ValueError(f"slots must be at least 1, got {slots}")
         per_elem = CACHE_TYPE_BYTES[cache_type]
         cells = _pad(ctx_size // slots)
         swa_cells = _pad(min(cells, self.swa_window + ubatch)) if self.swa_layers else 0
-        full = self.full_layers * 2 * self.full_kv_heads * self.full_head_dim * cells
+        layers = self.full_layers + (self.mtp_layers if draft else 0)
+        full = layers * 2 * self.full_kv_heads * self.full_head_dim * cells
         swa = self.swa_layers * 2 * self.swa_kv_heads * self.swa_head_dim * swa_cells
-        return math.ceil((full + swa) * slots * per_elem) + self.state_bytes * slots
+        return (math.ceil((full + swa) * slots * per_elem)
+                + self.state_bytes * slots * (1 + rollback))
 
 
 class Footprint(_Model):
@@ -154,14 +162,21 @@ class Footprint(_Model):
     overhead_bytes: int = Field(ge=0)
     #: where the numbers come from, for the plan's sentence
     source: str = "catalog"
+    #: ``--spec-draft-n-max`` of the MTP route (recurrent states kept for rollback)
+    draft_n_max: int = 0
 
     def weights(self, *, draft: bool = True) -> int:
         return self.main_bytes + (self.draft_bytes if draft else 0)
 
+    def kv_bytes(self, ctx_size: int, cache_type: CacheType = "f16", *, slots: int = 1,
+                 draft: bool = True) -> int:
+        return self.kv.bytes_for(ctx_size, cache_type, slots=slots, draft=draft,
+                                 rollback=self.draft_n_max if draft else 0)
+
     def need(self, ctx_size: int, cache_type: CacheType = "f16", *, slots: int = 1,
              draft: bool = True) -> int:
-        return (self.weights(draft=draft) + self.kv.bytes_for(ctx_size, cache_type, slots=slots)
-                + self.overhead_bytes)
+        return (self.weights(draft=draft) + self.kv_bytes(ctx_size, cache_type, slots=slots,
+                                                          draft=draft) + self.overhead_bytes)
 
 
 class Route(_Model):
@@ -215,7 +230,7 @@ class Route(_Model):
         """What serving this route costs besides its context, by the catalog's numbers."""
         return Footprint(main_bytes=sum(f.size for f in self.main),
                          draft_bytes=self.draft.size if self.draft else 0, kv=self.kv,
-                         overhead_bytes=self.overhead_bytes,
+                         overhead_bytes=self.overhead_bytes, draft_n_max=self.draft_n_max,
                          source="catalog estimates" if self.sizes_estimated else "catalog")
 
     def memory_need(self, ctx_size: int, cache_type: CacheType = "f16", *, slots: int = 1,
@@ -371,7 +386,7 @@ def fit(route: Route, ctx_size: int, budget_bytes: int, *, cache_type: CacheType
     if ctx_size <= 0:
         raise ValueError(f"context size must be positive, got {ctx_size}")
     size = footprint or route.footprint()
-    kv = size.kv.bytes_for(ctx_size, cache_type, slots=slots)
+    kv = size.kv_bytes(ctx_size, cache_type, slots=slots, draft=draft)
     weights = size.weights(draft=draft)
     need = weights + kv + size.overhead_bytes
     fits = need <= budget_bytes

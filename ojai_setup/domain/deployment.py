@@ -40,7 +40,8 @@ def kv_layout(info: ModelInfo) -> KvLayout | None:
     ``shared_kv_layers`` reuse earlier caches (Gemma 4); in hybrid models (``qwen35``) every
     ``full_attention_interval``-th layer (default 4) is attention and the others keep a
     recurrent state of ``(conv_kernel - 1) * (inner + 2 * groups * state) + state * inner``
-    floats, MTP layers (the last ``nextn_predict_layers``) being attention. Where layers of one
+    floats, MTP layers (the last ``nextn_predict_layers``) being attention cached only when
+    drafting (``mtp_layers``). Where layers of one
     kind differ in heads, the largest is taken (an upper bound).
     """
     n = info.block_count
@@ -68,7 +69,9 @@ def kv_layout(info: ModelInfo) -> KvLayout | None:
     trunk = n - info.nextn_predict_layers
     recurrent = [hybrid and i < trunk and (i + 1) % interval != 0 for i in range(n)]
     own_cache = n - info.shared_kv_layers
-    full = [i for i in range(own_cache) if not sliding[i] and not recurrent[i] and heads[i]]
+    full = [i for i in range(min(own_cache, trunk)) if not sliding[i] and not recurrent[i]
+            and heads[i]]
+    mtp = [i for i in range(trunk, own_cache) if not sliding[i] and heads[i]]
     swa = [i for i in range(own_cache) if sliding[i] and not recurrent[i] and heads[i]]
     state = 0
     if any(recurrent):
@@ -80,8 +83,8 @@ def kv_layout(info: ModelInfo) -> KvLayout | None:
         per_layer = max(conv - 1, 0) * (inner + 2 * groups * d_state) + d_state * inner
         state = sum(recurrent) * per_layer * _STATE_ELEMENT
     return KvLayout(
-        full_layers=len(full), full_kv_heads=max((heads[i] for i in full), default=0),
-        full_head_dim=max(k_full, v_full) if full else 0,
+        full_layers=len(full), full_kv_heads=max((heads[i] for i in full + mtp), default=0),
+        full_head_dim=max(k_full, v_full) if full or mtp else 0, mtp_layers=len(mtp),
         swa_layers=len(swa), swa_kv_heads=max((heads[i] for i in swa), default=0),
         swa_head_dim=max(k_swa, v_swa) if swa else 0,
         swa_window=(info.sliding_window or 0) if swa else 0, state_bytes=state)
@@ -96,7 +99,8 @@ def footprint_from_files(route: Route, main_bytes: int, main_info: ModelInfo | N
     draft = draft_bytes if draft_bytes is not None else (route.draft.size if route.draft else 0)
     source = "the GGUF files" if layout is not None else "the files' sizes, the catalog's KV layout"
     return Footprint(main_bytes=main_bytes, draft_bytes=draft, kv=layout or route.kv,
-                     overhead_bytes=route.overhead_bytes, source=source)
+                     overhead_bytes=route.overhead_bytes, draft_n_max=route.draft_n_max,
+                     source=source)
 
 
 def _gib(n: int) -> str:
