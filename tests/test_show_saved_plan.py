@@ -147,3 +147,16 @@ def test_settings_give_back_their_options_for_every_field(tmp_path, machine):
     assert args[:4] == ["ojai", "setup", "--root", str(root)]
     ojai(*args[1:])
     assert Settings(**json.loads(out.read_text())["settings"]) == every
+
+
+def test_a_fresh_plan_with_a_blocked_step_is_not_offered_for_applying(machine, tmp_path):
+    root = machine("ojai-fresh")
+    plan = tmp_path / "plan.json"
+    made = ojai("setup", "--root", str(root), "--out", str(plan), "--llamacpp", "none",
+                "--model", "no-such-route")
+    assert made.exit_code == 1, made.output
+    shown = ojai("setup", "--root", str(root), "--plan", str(plan))
+    assert shown.exit_code == 1
+    tail = " ".join(shown.stdout[len(made.stdout):].split())
+    assert "but a step is blocked, so it cannot be applied" in tail, tail
+    assert "--apply --plan" not in tail

@@ -302,6 +302,12 @@ def show_saved(term: Terminal, root: Root, plan_file: Path) -> int:
     term.print(f"[bold]saved plan[/] {escape(status['path'])}, made {made} by ojai "
                f"{escape(plan.ojai_version)} with:")
     term.print(f"  {status['made_with']}", markup=False, soft_wrap=True)
+    if status["fresh"] and code == ExitStatus.FAILED:
+        term.print("[green]fresh[/]: nothing it read or writes changed since, and ojai plans "
+                   "the same now; but a step is blocked, so it cannot be applied: fix the "
+                   "step(s) above, then make a new plan with:")
+        term.print(f"  {status['made_with']}", markup=False, soft_wrap=True)
+        return int(code)
     if status["fresh"]:
         term.print("[green]fresh[/]: nothing it read or writes changed since, and ojai plans "
                    "the same now. Apply exactly it with:")

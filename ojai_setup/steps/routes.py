@@ -161,7 +161,8 @@ class RoutesStep:
                                "spec_type": r.spec_type, "draft_n_max": r.draft_n_max,
                                "slots": r.parallel, "model": model.name,
                                "main": main, "draft": draft, "mtp": model.mtp,
-                               "api_key_env": env_file}
+                               "api_key_env": env_file, "ctx_size": r.ctx_size,
+                               "conflicts": list(memory.conflicts.get(r.name, ()))}
             if settings.systemd:
                 try:
                     unit = render_llama_unit(path, r.name, ctx.service_user,
