@@ -160,3 +160,11 @@ def test_a_fresh_plan_with_a_blocked_step_is_not_offered_for_applying(machine, t
     tail = " ".join(shown.stdout[len(made.stdout):].split())
     assert "but a step is blocked, so it cannot be applied" in tail, tail
     assert "--apply --plan" not in tail
+
+
+def test_options_given_with_a_saved_plan_are_said_to_change_nothing(saved):
+    root, plan, made = saved
+    shown = ojai("setup", "--root", str(root), "--plan", str(plan), "--port", "7000")
+    assert shown.exit_code == 2
+    assert shown.stdout.startswith(made.stdout)
+    assert "--port 7000 given here changed nothing" in " ".join(shown.stderr.split())

@@ -113,6 +113,9 @@ def run_setup(term: Terminal, root_dir: Path, settings: Settings, *, apply: bool
     from ojai_setup.facts.state import JournalError, read_apply_status, read_state
 
     root = Root(root_dir)
+    if plan_file is not None and settings.options() and not term.json_mode:
+        term.note(f"--plan {plan_file}: the plan records the settings it was made with; "
+                  f"{' '.join(settings.options())} given here changed nothing")
     if plan_file is not None and not apply:
         return show_saved(term, root, plan_file)
     if plan_file is not None:
