@@ -121,7 +121,10 @@ def test_a_plain_route_too_big_alone_gets_the_largest_context_that_fits():
     bigger = route.footprint().need(d.plain.ctx_size + 4 * 1024, slots=4, draft=False)
     assert bigger > 30 * GIB  # the next step would not fit
     assert any("do not fit the GPU budget" in w for w in d.warnings())
-    assert fit_gpu_routes(route, 20 * GIB).plain is None  # not even 4 slots of 1024 fit
+    tight = fit_gpu_routes(route, 20 * GIB)
+    assert tight.plain is None  # not even 4 slots of 1024 fit
+    assert "gemma-4-31b-mtp does not fit" in tight.sentence()
+    assert "the plain route is left out" in tight.sentence()
 
 
 def test_units_of_routes_that_cannot_share_the_budget_conflict():

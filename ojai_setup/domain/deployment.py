@@ -140,6 +140,8 @@ class Deployment:
                          f"slots) {_gib(self.plain.need_bytes)}")
         head = (", ".join(parts) + f" of the {_gib(self.budget_bytes)} GPU budget (sizes from "
                 f"{self.source})")
+        if not self.mtp.fits:
+            head += f"; {self.mtp.route} does not fit ({_gib(self.mtp.shortfall_bytes)} short)"
         if self.plain is None:
             return head + f"; the plain route is left out: not even ctx {PLAIN_SLOTS * 1024} fits"
         if self.together:
