@@ -110,7 +110,8 @@ def test_route_rules():
 
 
 def _route(**changes: object) -> Route:
-    """Weights 10 GiB + 1 GiB, overhead 1 GiB; KV 1024 B/token (full) + 512 B/token up to 1024."""
+    """Weights 10 GiB + 1 GiB, overhead 1 GiB; KV 1024 B/token (full) + 512 B/token in a
+    sliding window of 1024 (which llama.cpp gives 1024 + 512 cells: the window and a batch)."""
     return Route.model_validate({
         "name": "round", "title": "round numbers", "repo": "org/round-GGUF", "mtp": "sidecar",
         "main": [{"file": "m.gguf", "size": 10 * GIB}], "draft": {"file": "mtp-m.gguf", "size": GIB},
@@ -122,25 +123,32 @@ def _route(**changes: object) -> Route:
 
 
 def test_kv_bytes():
+    """llama.cpp's cells: a stream per slot of ctx/slots cells padded to 256; a sliding window
+    keeps window + ubatch (512) cells per stream, padded, at most the stream's."""
     kv = _route().kv
-    assert kv.bytes_for(8192) == 8192 * 1024 + 1024 * 512
+    assert kv.bytes_for(8192) == 8192 * 1024 + 1536 * 512
     assert kv.bytes_for(512) == 512 * 1024 + 512 * 512
-    assert kv.bytes_for(8192, "q8_0") == math.ceil((8192 * 1024 + 1024 * 512) / 2 * 34 / 32)  # elements x 34/32
-    assert KvLayout(full_layers=1, full_kv_heads=1, full_head_dim=1, state_bytes=7).bytes_for(10) == 2 * 2 * 10 + 7
+    assert kv.bytes_for(8192, "q8_0") == math.ceil((8192 * 1024 + 1536 * 512) / 2 * 34 / 32)  # elements x 34/32
+    assert KvLayout(full_layers=1, full_kv_heads=1, full_head_dim=1, state_bytes=7).bytes_for(10) == 2 * 2 * 256 + 7
+    # four slots share the context: the full layers cost the same, the window is kept per slot
+    assert kv.bytes_for(4 * 8192, slots=4) == 4 * (8192 * 1024 + 1536 * 512)
+    assert kv.bytes_for(4 * 512, slots=4) == 4 * (512 * 1024 + 512 * 512)
+    assert KvLayout(full_layers=1, full_kv_heads=1, full_head_dim=1, state_bytes=7).bytes_for(
+        1024, slots=4) == 2 * 2 * 1024 + 4 * 7  # the recurrent state is per slot
 
 
 def test_fit_when_it_fits():
     r = _route()
     f = fit(r, 8192, 13 * GIB)
     assert f.fits and f.shortfall_bytes == 0
-    assert f.need_bytes == 12 * GIB + 8 * MIB + 512 * 1024
+    assert f.need_bytes == 12 * GIB + 8 * MIB + 1536 * 512
     assert f.max_ctx == 16384  # the route's max context fits too
     assert f.sentence().endswith(": fits.")
 
 
 def test_fit_miss_says_by_how_much_and_what_fits():
     r = _route()
-    budget = 12 * GIB + 4 * MIB + 512 * 1024  # exactly ctx 4096
+    budget = 12 * GIB + 4 * MIB + 1536 * 512  # exactly ctx 4096
     small = _route(name="small", main=[{"file": "s.gguf", "size": 5 * GIB}])
     too_big = _route(name="too-big", main=[{"file": "b.gguf", "size": 20 * GIB}])
     f = fit(r, 8192, budget, alternatives=[r, small, too_big])
@@ -153,7 +161,7 @@ def test_fit_miss_says_by_how_much_and_what_fits():
 
 def test_fit_miss_when_not_even_the_weights_fit():
     f = fit(_route(), 4096, 11 * GIB)
-    assert not f.fits and f.max_ctx is None and f.shortfall_bytes == GIB + 4 * MIB + 512 * 1024
+    assert not f.fits and f.max_ctx is None and f.shortfall_bytes == GIB + 4 * MIB + 1536 * 512
     assert f.sentence().endswith("no smaller context or listed route fits.")
     with pytest.raises(ValueError, match="context size must be positive"):
         fit(_route(), 0, GIB)

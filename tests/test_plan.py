@@ -201,12 +201,12 @@ def test_a_changed_file_makes_the_plan_stale_with_a_sentence_naming_it(tmp_path)
     stale = check_fresh(plan, root, Facts())
     assert stale is not None
     assert stale.message == (f"{GRUB} changed since the plan was made (sha256 {old}.. -> "
-                             f"sha256 {new}..); run `ojai setup --out plan.json` again and "
-                             f"review it")
+                             f"sha256 {new}..); run `ojai setup --root {root.path} --out "
+                             f"plan.json` again and review it")
     root.resolve(GRUB).unlink()
     assert check_fresh(plan, root, Facts(), plan_path="my plan.json").message == (
         f"{GRUB} changed since the plan was made (sha256 {old}.. -> absent); run "
-        f"`ojai setup --out 'my plan.json'` again and review it")
+        f"`ojai setup --root {root.path} --out 'my plan.json'` again and review it")
 
 
 def test_a_file_that_appeared_makes_the_plan_stale(tmp_path):

@@ -124,8 +124,14 @@ def test_written_units_pass_systemd_analyze_verify_and_score_low(machine, tmp_pa
     llama = tmp_path / "ojai-tiny-mtp.service"
     llama.write_text(render_llama_unit(f"/{FLM_SCRIPT}", "tiny-mtp",
                                        models_dir="/var/lib/ojai/models",
-                                       env_file="/etc/ojai/llama-server.env"))
+                                       env_file="/etc/ojai/llama-server.env",
+                                       conflicts=("ojai-tiny.service",)))
     units["llama"] = llama
+    # the plain route's unit, which cannot share the GPU budget with the MTP route's
+    plain = tmp_path / "ojai-tiny.service"
+    plain.write_text(render_llama_unit(f"/{FLM_SCRIPT}", "tiny", models_dir="/var/lib/ojai/models",
+                                       conflicts=("ojai-tiny-mtp.service",)))
+    units["plain"] = plain
     for name, unit in units.items():
         proc = _in_machine(root, ["systemd-analyze", "verify", str(unit)])
         assert proc.returncode == 0 and unit.name not in proc.stderr, proc.stderr

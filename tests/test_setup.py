@@ -104,7 +104,8 @@ def test_saved_plan_applies_exactly_and_stale_plan_is_refused(machine, tmp_path)
     stale = ojai("setup", "--root", str(root), "--apply", "--plan", str(plan))
     assert stale.exit_code == 1
     assert "saved plan is stale" in stale.stderr and "/etc/default/grub changed" in stale.stderr
-    assert "ojai setup --out" in stale.stderr
+    # the hint quotes the whole command the plan was made with, --root and options included
+    assert f"`ojai setup --root {root} --llamacpp none --out {plan}` again" in " ".join(stale.stderr.split())
     assert "ttm.pages_limit" not in grub.read_text()
 
     grub.write_text(original)

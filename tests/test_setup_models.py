@@ -240,7 +240,7 @@ def test_route_too_big_for_the_gpu_budget_is_blocked_with_the_shortfall(box, cat
     s = model_step(plan)
     assert plan["exit_code"] == 1 and s["status"] == "blocked"
     # 65536 tokens x 160 KiB = 10 GiB of KV cache against 8 GiB
-    assert "does not fit the GPU memory budget: tiny-long at ctx 65536 needs 10.0 GiB" in s["sentence"]
+    assert "does not fit the GPU memory budget: tiny-long-mtp at ctx 65536 needs 10.0 GiB" in s["sentence"]
     assert "of 8.0 GiB: 2.0 GiB short; ctx 52224 fits" in s["sentence"]
     assert f"routes that fit: tiny-qwen, {ROUTE}" in s["sentence"] \
         or f"routes that fit: {ROUTE}, tiny-qwen" in s["sentence"]

@@ -115,6 +115,15 @@ def test_verify_fails_for_a_route_that_does_not_answer(tmp_path):
     result = CliRunner().invoke(app, ["verify", "--root", str(tmp_path), "--timeout", "1"],
                                 env={"COLUMNS": "200"})
     assert "start it with: sudo systemctl enable --now ojai-gone.service" in result.stdout
+    # a route that cannot share the GPU budget with another is started alone, not enabled
+    record_state(root, "routes", {"gone": {"host": "127.0.0.1", "port": free_port(),
+                                           "script": "/opt/ojai/routes/gone.sh",
+                                           "conflicts": ["gone-mtp"]}})
+    result = CliRunner().invoke(app, ["verify", "--root", str(tmp_path), "--timeout", "1"],
+                                env={"COLUMNS": "200"})
+    assert ("start it with: sudo systemctl start ojai-gone.service (it stops gone-mtp: they "
+            "do not fit the GPU budget together; `enable` only one of them for boot)"
+            in " ".join(result.stdout.split())), result.stdout
 
 
 def test_verify_without_routes_says_how_to_get_them(tmp_path):

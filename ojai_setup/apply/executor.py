@@ -39,6 +39,8 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, Callable, TypeVar
 
+from pydantic import ValidationError
+
 from ojai_setup.apply import faults
 from ojai_setup.apply.journal import Interrupted, Journal, recover
 from ojai_setup.apply.lock import MachineLock
@@ -58,6 +60,7 @@ from ojai_setup.model.actions import (
     WriteFile,
     WriteSecret,
 )
+from ojai_setup.model.settings import Settings
 from ojai_setup.model.state import ActionRecord, HandlerRecord, PlannedRecord
 from ojai_setup.planning.plan import (
     Plan,
@@ -453,8 +456,14 @@ def check_privileges(plan: Plan, root: Root, *, euid: int | None = None,
     needing = [p.action for p in plan.actions() if p.action.needs_root]
     if not needing:
         return
-    command = f"sudo {shlex.quote(_ojai_program())} setup --apply" + (
-        f" --plan {shlex.quote(plan_path)}" if plan_path else "")
+    if plan_path:
+        command = f"sudo {shlex.quote(_ojai_program())} setup --apply --plan {shlex.quote(plan_path)}"
+    else:  # the same options again: a bare `setup --apply` would plan with the defaults
+        try:
+            options = Settings(**plan.settings).options()
+        except (ValidationError, TypeError):
+            options = []
+        command = "sudo " + shlex.join([_ojai_program(), "setup", *options, "--apply"])
     touched = ", ".join(dict.fromkeys(
         t for a in needing for t in (a.targets() or [a.describe()])))
     raise NeedsRoot(f"applying this plan needs root (it changes {touched}); nothing was "

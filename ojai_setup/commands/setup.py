@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -32,13 +33,18 @@ def build_plan(root: Root, settings: Settings) -> Plan:
     return plan.model_copy(update={"preconditions": findings})
 
 
+def plan_json(plan: Plan) -> dict:
+    """A plan as ``ojai setup --json`` prints it (``"schema": "ojai.setup/1"``)."""
+    data = plan.model_dump(mode="json")
+    data["exit_code"] = int(plan.exit_code)
+    data["diffs"] = plan.unified_diffs()
+    data["reboot_reasons"] = plan.reboot_reasons()
+    return data
+
+
 def show_plan(term: Terminal, plan: Plan) -> None:
     if term.json_mode:
-        data = plan.model_dump(mode="json")
-        data["exit_code"] = int(plan.exit_code)
-        data["diffs"] = plan.unified_diffs()
-        data["reboot_reasons"] = plan.reboot_reasons()
-        term.emit_json(data, schema="ojai.setup/1")
+        term.emit_json(plan_json(plan), schema="ojai.setup/1")
         return
     from rich.markup import escape
 
@@ -108,11 +114,12 @@ def run_setup(term: Terminal, root_dir: Path, settings: Settings, *, apply: bool
     from ojai_setup.facts.state import JournalError, read_apply_status, read_state
 
     root = Root(root_dir)
+    if plan_file is not None and settings.options() and not term.json_mode:
+        term.note(f"--plan {plan_file}: the plan records the settings it was made with; "
+                  f"{' '.join(settings.options())} given here changed nothing")
+    if plan_file is not None and not apply:
+        return show_saved(term, root, plan_file)
     if plan_file is not None:
-        if not apply:
-            term.error("--plan goes with --apply (to look at a saved plan, apply nothing: "
-                       "`ojai setup --out FILE` writes one)")
-            return ExitStatus.FAILED
         try:
             plan = Plan.load(plan_file)
         except PlanFileError as exc:
@@ -133,7 +140,11 @@ def run_setup(term: Terminal, root_dir: Path, settings: Settings, *, apply: bool
         if not (apply and term.json_mode):  # with --apply, --json prints the apply's report
             show_plan(term, plan)
         if out is not None and not term.json_mode:
-            term.note(f"plan saved to {out}; apply exactly it with: ojai setup --apply --plan {out}")
+            from ojai_setup.planning.plan import apply_command
+
+            term.note(f"plan saved to {out}; show it again (and whether it is still fresh) "
+                      f"with `{apply_command(plan, str(out), apply=False)}`; apply exactly it "
+                      f"with `{apply_command(plan, str(out))}`")
     try:
         status = read_apply_status(root)
     except JournalError as exc:
@@ -169,11 +180,14 @@ def run_setup(term: Terminal, root_dir: Path, settings: Settings, *, apply: bool
             return ExitStatus.OK
         if not term.json_mode:
             term.print("every step is satisfied, but " + owed_note[0].lower() + owed_note[1:])
+    root_arg = "/" if root.is_host else str(root.path)
     if plan_file is None and not yes and plan.exit_code == ExitStatus.CHANGES and not _reviewed(
             term, "Apply this plan?", declined="nothing was applied",
             unattended="refusing to apply without review: no terminal to ask on. Review "
-            "`ojai setup`, then run `ojai setup --apply --yes` (or save with --out and apply "
-            "with --plan)"):
+            f"`{settings.command(root=root_arg)}`, then run "
+            f"`{settings.command('--apply', '--yes', root=root_arg)}` (or save it with "
+            f"`{settings.command('--out', 'plan.json', root=root_arg)}` and apply "
+            "exactly that with --apply --plan plan.json)"):
         return ExitStatus.FAILED
     from ojai_setup.apply.executor import NeedsRoot
     from ojai_setup.apply.executor import apply as apply_plan
@@ -225,7 +239,9 @@ def _recheck_saved(plan: Plan, root: Root, plan_file: Path) -> str | None:
 
     from ojai_setup.planning.compare import plan_differences
 
-    redo = f"make and review a new plan: `ojai setup --out {plan_file}`"
+    from ojai_setup.planning.plan import remake_command
+
+    redo = f"make and review a new plan: `{remake_command(plan, str(plan_file))}`"
     try:
         settings = Settings(**plan.settings)
     except (ValidationError, TypeError) as exc:
@@ -237,6 +253,77 @@ def _recheck_saved(plan: Plan, root: Root, plan_file: Path) -> str | None:
                                           if len(differences) > 5 else "")
     return (f"{plan_file} is not what ojai plans for this machine with the settings it records "
             f"(edited by hand, or stale): {shown}. Nothing was applied; {redo}")
+
+
+def saved_plan_status(root: Root, plan: Plan, plan_file: Path) -> dict:
+    """Whether a saved plan is still fresh for the machine at ``root``: its fingerprint (every
+    file it read or writes, the facts, the ojai version) checked, and the plan made again from
+    the settings it records compared step by step. The commands that make it again and apply
+    it are given whole, options and ``--root`` included."""
+    from pydantic import ValidationError
+
+    from ojai_setup.core.errors import OjaiError
+    from ojai_setup.planning.compare import step_differences
+    from ojai_setup.planning.plan import apply_command, remake_command
+
+    path = str(plan_file)
+    stale = check_fresh(plan, root, collect(root), plan_path=path)
+    changes = list(stale.changes) if stale else []
+    steps: list[str] = []
+    if plan.root == str(root.path):
+        try:
+            steps = step_differences(plan, build_plan(root, Settings(**plan.settings)))
+        except (ValidationError, TypeError) as exc:
+            steps = [f"the settings the plan records are not valid ({exc})"]
+        except OjaiError as exc:
+            steps = [f"ojai cannot plan again with the settings the plan records: {exc}"]
+    return {"path": path, "created": plan.created.isoformat(timespec="seconds"),
+            "ojai_version": plan.ojai_version, "root": plan.root,
+            "fresh": not changes and not steps, "changes": changes, "steps_differ": steps,
+            "made_with": remake_command(plan, path), "apply_command": apply_command(plan, path)}
+
+
+def show_saved(term: Terminal, root: Root, plan_file: Path) -> int:
+    """``ojai setup --plan FILE``: the saved plan as the dry run showed it, then whether it is
+    still fresh for this machine. Exit code: the plan's own (0, 2, or 1 when blocked) while it
+    is fresh; 1 when it is stale."""
+    from rich.markup import escape
+
+    try:
+        plan = Plan.load(plan_file)
+    except PlanFileError as exc:
+        term.error(str(exc))
+        return ExitStatus.FAILED
+    status = saved_plan_status(root, plan, plan_file)
+    code = plan.exit_code if status["fresh"] else ExitStatus.FAILED
+    if term.json_mode:
+        data = plan_json(plan)
+        data["saved_plan"] = status
+        data["exit_code"] = int(code)
+        term.emit_json(data, schema="ojai.setup/1")
+        return int(code)
+    show_plan(term, plan)
+    made = plan.created.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    term.print(f"[bold]saved plan[/] {escape(status['path'])}, made {made} by ojai "
+               f"{escape(plan.ojai_version)} with:")
+    term.print(f"  {status['made_with']}", markup=False, soft_wrap=True)
+    if status["fresh"] and code == ExitStatus.FAILED:
+        term.print("[green]fresh[/]: nothing it read or writes changed since, and ojai plans "
+                   "the same now; but a step is blocked, so it cannot be applied: fix the "
+                   "step(s) above, then make a new plan with:")
+        term.print(f"  {status['made_with']}", markup=False, soft_wrap=True)
+        return int(code)
+    if status["fresh"]:
+        term.print("[green]fresh[/]: nothing it read or writes changed since, and ojai plans "
+                   "the same now. Apply exactly it with:")
+        term.print(f"  {status['apply_command']}", markup=False, soft_wrap=True)
+        return int(code)
+    term.print("[bold red]stale[/]: it no longer matches this machine:")
+    for line in status["changes"] + status["steps_differ"]:
+        term.print(f"  - {escape(line)}")
+    term.print("Make and review a new plan with:")
+    term.print(f"  {status['made_with']}", markup=False, soft_wrap=True)
+    return int(code)
 
 
 def _owed_note(status) -> str:

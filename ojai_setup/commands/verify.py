@@ -253,9 +253,15 @@ def how_to_start(root: Root, name: str, record: dict) -> str:
         return "sudo systemctl restart lemond"
     unit_name = ("ojai-" + record["script"].rsplit("/", 1)[-1].removesuffix(".sh") + ".service"
                  if record.get("script") else f"ojai-{name}.service")
+    others = ", ".join(str(o) for o in record.get("conflicts") or ())
     if root.exists(f"{UNITS_DIR}/{unit_name}"):
+        if others:  # units that conflict: one at a time, and only one of them at boot
+            return (f"sudo systemctl start {unit_name} (it stops {others}: they do not fit the "
+                    f"GPU budget together; `enable` only one of them for boot)")
         return f"sudo systemctl enable --now {unit_name}"
-    return record.get("script") or f"{ROUTES_DIR}/{name}.sh"
+    script = record.get("script") or f"{ROUTES_DIR}/{name}.sh"
+    return script + (f" (stop {others} first: they do not fit the GPU budget together)"
+                     if others else "")
 
 
 def next_steps(root: Root) -> list[str]:

@@ -59,6 +59,15 @@ CacheType = Literal["f32", "f16", "bf16", "q8_0", "q5_1", "q5_0", "q4_1", "q4_0"
 
 #: contexts are offered in steps of this many tokens
 CONTEXT_STEP = 1024
+#: llama.cpp's physical batch (``-ub``, 512 unless set): sliding-window layers keep this many
+#: cells beyond their window
+DEFAULT_UBATCH = 512
+#: llama.cpp pads a stream's KV cells to this many
+KV_PAD = 256
+
+
+def _pad(cells: int) -> int:
+    return -(-cells // KV_PAD) * KV_PAD
 
 _NAME_RE = r"^[a-z0-9][a-z0-9._-]*$"
 _REPO_RE = r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$"
@@ -107,6 +116,9 @@ class KvLayout(_Model):
     swa_head_dim: int = Field(default=0, ge=0)
     swa_window: int = Field(default=0, ge=0)
     state_bytes: int = Field(default=0, ge=0)
+    #: full-attention layers of MTP heads inside the file: llama.cpp caches them only when it
+    #: drafts with them (the draft context of ``--spec-type draft-mtp``)
+    mtp_layers: int = Field(default=0, ge=0)
 
     @model_validator(mode="after")
     def _swa_complete(self) -> KvLayout:
@@ -114,12 +126,57 @@ class KvLayout(_Model):
             raise ValueError("swa_layers needs swa_kv_heads, swa_head_dim and swa_window")
         return self
 
-    def bytes_for(self, ctx_size: int, cache_type: CacheType = "f16") -> int:
-        """KV cache bytes (K and V) for one sequence of ``ctx_size`` tokens."""
+    def bytes_for(self, ctx_size: int, cache_type: CacheType = "f16", *, slots: int = 1,
+                  ubatch: int = DEFAULT_UBATCH, draft: bool = False, rollback: int = 0) -> int:
+        """KV cache bytes (K and V) of a llama-server started with ``--ctx-size ctx_size
+        --parallel slots``, as llama.cpp (build 11434) allocates them.
+
+        Each slot is one stream of ``ctx_size / slots`` cells, padded to 256
+        (``llama-context.cpp``: ``n_ctx_seq``); a sliding-window layer keeps, per stream,
+        ``window + ubatch`` cells padded to 256 but never more than the stream's
+        (``llama-kv-cache-iswa.cpp``); the recurrent state (``state_bytes``) is per slot, and
+        drafting with MTP keeps ``rollback`` (``--spec-draft-n-max``) more copies of it to roll
+        back rejected drafts (``common.h``: ``need_n_rs_seq``). ``draft``: the MTP heads inside
+        the file draft, so their ``mtp_layers`` are cached too.
+        """
+        if slots < 1:
+            raise ValueError(f"slots must be at least 1, got {slots}")
         per_elem = CACHE_TYPE_BYTES[cache_type]
-        full = self.full_layers * 2 * self.full_kv_heads * self.full_head_dim * ctx_size
-        swa = self.swa_layers * 2 * self.swa_kv_heads * self.swa_head_dim * min(ctx_size, self.swa_window)
-        return math.ceil((full + swa) * per_elem) + self.state_bytes
+        cells = _pad(ctx_size // slots)
+        swa_cells = _pad(min(cells, self.swa_window + ubatch)) if self.swa_layers else 0
+        layers = self.full_layers + (self.mtp_layers if draft else 0)
+        full = layers * 2 * self.full_kv_heads * self.full_head_dim * cells
+        swa = self.swa_layers * 2 * self.swa_kv_heads * self.swa_head_dim * swa_cells
+        return (math.ceil((full + swa) * slots * per_elem)
+                + self.state_bytes * slots * (1 + rollback))
+
+
+class Footprint(_Model):
+    """What serving a route costs besides its context: the weights (main, and the MTP sidecar
+    when it is loaded), the layout of its KV cache, and fixed overhead. From the catalog
+    (:meth:`Route.footprint`) or, once downloaded, from the GGUF files themselves."""
+
+    main_bytes: int = Field(ge=0)
+    draft_bytes: int = Field(default=0, ge=0)
+    kv: KvLayout
+    overhead_bytes: int = Field(ge=0)
+    #: where the numbers come from, for the plan's sentence
+    source: str = "catalog"
+    #: ``--spec-draft-n-max`` of the MTP route (recurrent states kept for rollback)
+    draft_n_max: int = 0
+
+    def weights(self, *, draft: bool = True) -> int:
+        return self.main_bytes + (self.draft_bytes if draft else 0)
+
+    def kv_bytes(self, ctx_size: int, cache_type: CacheType = "f16", *, slots: int = 1,
+                 draft: bool = True) -> int:
+        return self.kv.bytes_for(ctx_size, cache_type, slots=slots, draft=draft,
+                                 rollback=self.draft_n_max if draft else 0)
+
+    def need(self, ctx_size: int, cache_type: CacheType = "f16", *, slots: int = 1,
+             draft: bool = True) -> int:
+        return (self.weights(draft=draft) + self.kv_bytes(ctx_size, cache_type, slots=slots,
+                                                          draft=draft) + self.overhead_bytes)
 
 
 class Route(_Model):
@@ -169,9 +226,17 @@ class Route(_Model):
     def weights_bytes(self) -> int:
         return sum(f.size for f in self.files())
 
-    def memory_need(self, ctx_size: int, cache_type: CacheType = "f16") -> int:
+    def footprint(self) -> Footprint:
+        """What serving this route costs besides its context, by the catalog's numbers."""
+        return Footprint(main_bytes=sum(f.size for f in self.main),
+                         draft_bytes=self.draft.size if self.draft else 0, kv=self.kv,
+                         overhead_bytes=self.overhead_bytes, draft_n_max=self.draft_n_max,
+                         source="catalog estimates" if self.sizes_estimated else "catalog")
+
+    def memory_need(self, ctx_size: int, cache_type: CacheType = "f16", *, slots: int = 1,
+                    draft: bool = True) -> int:
         """Bytes to serve this route at ``ctx_size``: weights + KV cache + overhead."""
-        return self.weights_bytes + self.kv.bytes_for(ctx_size, cache_type) + self.overhead_bytes
+        return self.footprint().need(ctx_size, cache_type, slots=slots, draft=draft)
 
     def main_path(self, models_dir: str) -> str:
         """Machine path of the (first) main file under ``models_dir``."""
@@ -283,10 +348,15 @@ class Fit(_Model):
     max_ctx: int | None
     #: other routes that fit at ``ctx_size``, smallest need first
     smaller_routes: tuple[str, ...] = ()
+    #: llama-server slots (``--parallel``) sharing ``ctx_size``
+    slots: int = 1
+    #: where the sizes come from (:attr:`Footprint.source`)
+    source: str = "catalog"
 
     def sentence(self) -> str:
         gib = lambda n: f"{n / GIB:.1f} GiB"  # noqa: E731
-        head = (f"{self.route} at ctx {self.ctx_size} needs {gib(self.need_bytes)} "
+        where = f"ctx {self.ctx_size}" + (f" ({self.slots} slots)" if self.slots > 1 else "")
+        head = (f"{self.route} at {where} needs {gib(self.need_bytes)} "
                 f"(weights {gib(self.weights_bytes)}, KV {gib(self.kv_bytes)}, overhead "
                 f"{gib(self.overhead_bytes)}) of {gib(self.budget_bytes)}")
         if self.fits:
@@ -302,37 +372,50 @@ class Fit(_Model):
 
 
 def fit(route: Route, ctx_size: int, budget_bytes: int, *, cache_type: CacheType = "f16",
-        alternatives: Iterable[Route] = ()) -> Fit:
-    """Main + draft + KV cache for ``ctx_size`` + overhead against ``budget_bytes``.
+        alternatives: Iterable[Route] = (), slots: int = 1, draft: bool = True,
+        footprint: Footprint | None = None, name: str | None = None) -> Fit:
+    """Weights (main, and the draft unless ``draft=False``) + the KV cache of ``ctx_size``
+    shared by ``slots`` + overhead, against ``budget_bytes``.
 
-    ``alternatives`` (e.g. the catalog's other routes) are checked at the same context when
-    this route misses.
+    ``footprint``: the route's sizes read from its files (default: the catalog's). ``name``:
+    the served route's name in sentences (default: the catalog route's). ``alternatives``
+    (e.g. the catalog's other routes) are checked at the same context when this route misses.
+    ``max_ctx`` is then the largest context, ``slots`` times a multiple of CONTEXT_STEP and at
+    most the route's ``max_context`` per slot, that fits.
     """
     if ctx_size <= 0:
         raise ValueError(f"context size must be positive, got {ctx_size}")
-    kv = route.kv.bytes_for(ctx_size, cache_type)
-    need = route.weights_bytes + kv + route.overhead_bytes
+    size = footprint or route.footprint()
+    kv = size.kv_bytes(ctx_size, cache_type, slots=slots, draft=draft)
+    weights = size.weights(draft=draft)
+    need = weights + kv + size.overhead_bytes
     fits = need <= budget_bytes
     smaller: tuple[str, ...] = ()
     if not fits:
-        others = [(r.memory_need(ctx_size, cache_type), r.name) for r in alternatives
-                  if r.name != route.name and ctx_size <= r.max_context]
-        smaller = tuple(name for n, name in sorted(others) if n <= budget_bytes)
+        others = [(r.memory_need(ctx_size, cache_type, slots=slots, draft=draft), r.name)
+                  for r in alternatives
+                  if r.name != route.name and ctx_size // slots <= r.max_context]
+        smaller = tuple(n for need_, n in sorted(others) if need_ <= budget_bytes)
     return Fit(
-        route=route.name, ctx_size=ctx_size, cache_type=cache_type, budget_bytes=budget_bytes,
-        weights_bytes=route.weights_bytes, kv_bytes=kv, overhead_bytes=route.overhead_bytes,
-        need_bytes=need, fits=fits, shortfall_bytes=max(0, need - budget_bytes),
-        max_ctx=_max_ctx(route, budget_bytes, cache_type), smaller_routes=smaller,
+        route=name or route.name, ctx_size=ctx_size, cache_type=cache_type,
+        budget_bytes=budget_bytes, weights_bytes=weights, kv_bytes=kv,
+        overhead_bytes=size.overhead_bytes, need_bytes=need, fits=fits,
+        shortfall_bytes=max(0, need - budget_bytes),
+        max_ctx=_max_ctx(route, size, budget_bytes, cache_type, slots, draft),
+        smaller_routes=smaller, slots=slots, source=size.source,
     )
 
 
-def _max_ctx(route: Route, budget_bytes: int, cache_type: CacheType) -> int | None:
-    """Largest multiple of CONTEXT_STEP up to ``route.max_context`` whose need fits."""
+def _max_ctx(route: Route, size: Footprint, budget_bytes: int, cache_type: CacheType,
+             slots: int, draft: bool) -> int | None:
+    """Largest ``slots`` x multiple of CONTEXT_STEP (at most ``route.max_context`` per slot)
+    whose need fits."""
     lo, hi = 0, route.max_context // CONTEXT_STEP
     while lo < hi:  # need grows with the context, so bisect on the step count
         mid = (lo + hi + 1) // 2
-        if route.memory_need(mid * CONTEXT_STEP, cache_type) <= budget_bytes:
+        if size.need(mid * CONTEXT_STEP * slots, cache_type, slots=slots,
+                     draft=draft) <= budget_bytes:
             lo = mid
         else:
             hi = mid - 1
-    return lo * CONTEXT_STEP if lo else None
+    return lo * CONTEXT_STEP * slots if lo else None

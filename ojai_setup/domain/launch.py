@@ -56,6 +56,7 @@ _USER_NAME = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
 # systemd splits ExecStart= on whitespace and expands "%" specifiers and "$" variables, so a
 # path placed there must contain none of those (nor quotes or backslashes).
 _UNIT_SAFE_PATH = re.compile(r"^/[A-Za-z0-9._+/@:,=-]+$")
+_UNIT_NAME = re.compile(r"^ojai-[A-Za-z0-9][A-Za-z0-9._-]{0,63}\.service$")
 _FLM_TAG = re.compile(r"^[a-z0-9][a-z0-9._-]*:[a-z0-9][a-z0-9._-]*$")
 
 
@@ -165,7 +166,8 @@ def render_llama_script(binary: str, args: list[str], env: dict[str, str], route
 def render_llama_unit(script: str, route_name: str, user: str = SERVICE_USER,
                       working_directory: str | None = None, *, models_dir: str | None = None,
                       host: str = "127.0.0.1", env_file: str | None = None,
-                      groups: frozenset[str] | None = None) -> str:
+                      groups: frozenset[str] | None = None,
+                      conflicts: tuple[str, ...] = ()) -> str:
     """A hardened systemd service that runs the launch ``script`` of ``route_name`` as the
     unprivileged ``user`` (ojai's service user, never root).
 
@@ -180,6 +182,8 @@ def render_llama_unit(script: str, route_name: str, user: str = SERVICE_USER,
       (``LLAMA_API_KEY=``, which llama-server takes as ``--api-key``).
     - ``groups``: the machine's groups (None: unknown); a device group it lacks is left out,
       since systemd refuses to start a unit naming a group that does not exist.
+    - ``conflicts``: the units of routes that cannot share the GPU budget with this one
+      (``Conflicts=``: starting this unit stops them, and the other way round).
     """
     _check_route_name(route_name)
     _check_unit_path("the launch script", script)
@@ -194,7 +198,11 @@ def render_llama_unit(script: str, route_name: str, user: str = SERVICE_USER,
     if env_file is not None:
         _check_unit_path("the environment file", env_file)
     host = _check_host(host)
+    for unit in conflicts:
+        if not _UNIT_NAME.match(unit):
+            raise LaunchError(f"{unit!r} is not a unit name ojai writes (ojai-<route>.service)")
     return _render("llama-server.service.j2", script=script, route_name=route_name, user=user,
+                   conflicts=list(conflicts),
                    working_directory=working_directory, home_models=home_models,
                    loopback=is_loopback(host), env_file=env_file,
                    groups=_device_groups(("render", "video"), groups))

@@ -38,7 +38,7 @@ from ojai_setup.core.errors import InputError
 
 ASSISTANT_ARCH = "gemma4-assistant"
 ASSISTANT_TARGET_ARCH = "gemma4"
-_CACHE_VERSION = 1
+_CACHE_VERSION = 2
 
 
 class GGUFError(InputError):
@@ -60,6 +60,24 @@ class ModelInfo(BaseModel):
     block_count: int | None = None
     head_count_kv: tuple[int, ...] = ()
     tokenizer_model: str | None = None
+    # -- what the KV cache of a context costs (llama.cpp's hparams, read as its loader does) --
+    head_count: int | None = None
+    #: per-head K and V sizes of full-attention layers, and of sliding-window ones
+    key_length: int | None = None
+    value_length: int | None = None
+    key_length_swa: int | None = None
+    value_length_swa: int | None = None
+    #: tokens a sliding-window layer keeps, and which layers slide (one flag per layer)
+    sliding_window: int | None = None
+    sliding_window_pattern: tuple[bool, ...] = ()
+    #: the last layers that reuse an earlier layer's KV cache (Gemma 4 E2B/E4B)
+    shared_kv_layers: int = 0
+    #: hybrid models (qwen35): every n-th layer is full attention, the others recurrent
+    full_attention_interval: int | None = None
+    ssm_conv_kernel: int | None = None
+    ssm_inner_size: int | None = None
+    ssm_state_size: int | None = None
+    ssm_group_count: int | None = None
     token_count: int = 0
     #: sha256 over the token list (each token as 8-byte little-endian length + bytes)
     tokens_sha256: str | None = None
@@ -105,6 +123,12 @@ def _parse(path: Path) -> ModelInfo:
         raise GGUFError(f"{path}: GGUF file has no general.architecture")
     kv_heads = _scalar(reader, f"{arch}.attention.head_count_kv")
     count, digest = _tokens_digest(reader)
+    pattern = _scalar(reader, f"{arch}.attention.sliding_window_pattern")
+
+    def number(key: str) -> int | None:
+        value = _scalar(reader, f"{arch}.{key}")
+        return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
     return ModelInfo(
         path=str(path),
         file_size=path.stat().st_size,
@@ -115,6 +139,19 @@ def _parse(path: Path) -> ModelInfo:
         block_count=_scalar(reader, f"{arch}.block_count"),
         head_count_kv=tuple(kv_heads) if isinstance(kv_heads, list) else ((kv_heads,) if kv_heads else ()),
         tokenizer_model=_scalar(reader, "tokenizer.ggml.model"),
+        head_count=number("attention.head_count"),
+        key_length=number("attention.key_length"),
+        value_length=number("attention.value_length"),
+        key_length_swa=number("attention.key_length_swa"),
+        value_length_swa=number("attention.value_length_swa"),
+        sliding_window=number("attention.sliding_window"),
+        sliding_window_pattern=tuple(bool(v) for v in pattern) if isinstance(pattern, list) else (),
+        shared_kv_layers=number("attention.shared_kv_layers") or 0,
+        full_attention_interval=number("full_attention_interval"),
+        ssm_conv_kernel=number("ssm.conv_kernel"),
+        ssm_inner_size=number("ssm.inner_size"),
+        ssm_state_size=number("ssm.state_size"),
+        ssm_group_count=number("ssm.group_count"),
         token_count=count,
         tokens_sha256=digest,
     )

@@ -66,3 +66,42 @@ class Settings(BaseModel):
             raise ValueError(f"{value!r} is not a GPU target: give one such as gfx1150, or "
                              "several separated by commas (gfx1150,gfx1151)")
         return value
+
+    # -- back to a command line ------------------------------------------------------------------
+    def options(self) -> list[str]:
+        """The ``ojai setup`` options that give these settings (defaults left out), in the
+        order ``ojai setup --help`` lists them. Parsing them gives back an equal Settings."""
+        default = Settings()
+        opts: list[str] = []
+
+        def add(field: str, flag: str, value: object | None = None) -> None:
+            if getattr(self, field) != getattr(default, field):
+                opts.extend([flag] if value is None else [flag, str(value)])
+
+        add("profile", "--profile", self.profile)
+        add("gpu_memory_gib", "--gpu-memory", self.gpu_memory_gib)
+        add("llamacpp", "--llamacpp", self.llamacpp)
+        add("llamacpp_tag", "--llamacpp-tag", self.llamacpp_tag)
+        add("llamacpp_src", "--llamacpp-src", self.llamacpp_src)
+        add("llamacpp_ref", "--llamacpp-ref", self.llamacpp_ref)
+        add("llamacpp_backend", "--backend", self.llamacpp_backend)
+        add("gpu_target", "--gpu-target", self.gpu_target)
+        add("model", "--model", self.model)
+        add("models_dir", "--models-dir", self.models_dir)
+        add("host", "--host", self.host)
+        add("api_key_file", "--api-key-file", self.api_key_file)
+        add("port", "--port", self.port)
+        add("systemd", "--systemd")
+        add("npu", "--no-npu")
+        add("user_catalog", "--catalog", self.user_catalog)
+        add("lemonade", "--lemonade", self.lemonade)
+        add("lemonade_downloads", "--lemonade-downloads")
+        return opts
+
+    def command(self, *extra: str, root: str = "/", program: str = "ojai") -> str:
+        """The whole ``ojai setup`` command for these settings on ``root``, shell-quoted, with
+        ``extra`` options (``--out plan.json``) at the end."""
+        import shlex
+
+        words = [program, "setup"] + (["--root", root] if root != "/" else [])
+        return shlex.join(words + self.options() + list(extra))

@@ -93,3 +93,33 @@ def plan_differences(saved: Plan, fresh: Plan) -> list[str]:
     if [r.step for r in saved.steps] != [r.step for r in fresh.steps]:
         found.append("the saved plan's steps are not the steps ojai plans now")
     return found
+
+
+def step_differences(saved: Plan, fresh: Plan) -> list[str]:
+    """Step by step, how ``saved`` differs from ``fresh`` (planned now from the same settings):
+    one sentence per step whose status, sentence or actions are not the same any more."""
+    found: list[str] = []
+    fresh_steps = {r.step: r for r in fresh.steps}
+    saved_names = [r.step for r in saved.steps]
+    for s in saved.steps:
+        f = fresh_steps.get(s.step)
+        if f is None:
+            found.append(f"step {s.step} is in the saved plan but not planned now")
+            continue
+        if s.status != f.status:
+            found.append(f"{s.step}: {s.status} in the saved plan, {f.status} now ({f.sentence})")
+            continue
+        old, new = [_dump(a) for a in s.actions], [_dump(a) for a in f.actions]
+        if old != new:
+            pairs = [PlannedAction(step=s.step, action=a) for a in s.actions]
+            again = [PlannedAction(step=f.step, action=a) for a in f.actions]
+            why = next((w for a, b in zip(pairs, again) if (w := _action_difference(a, b))), None)
+            if why is None:
+                why = f"{len(s.actions)} action(s) in the saved plan, {len(f.actions)} now"
+            found.append(f"{s.step}: {why}")
+        elif s.sentence != f.sentence:
+            found.append(f"{s.step}: the saved plan says \u201c{s.sentence}\u201d, now "
+                         f"\u201c{f.sentence}\u201d")
+    found.extend(f"step {name} is planned now but not in the saved plan"
+                 for name in fresh_steps if name not in saved_names)
+    return found

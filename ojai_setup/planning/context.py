@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from ojai_setup.core.paths import SERVICE_USER
 from ojai_setup.core.root import Root
-from ojai_setup.domain.catalog import Catalog, Route
+from ojai_setup.domain.catalog import Catalog, Footprint, Route
 from ojai_setup.domain.checks import Profile
 from ojai_setup.domain.lemonade import LemonadeLayout
 from ojai_setup.domain.nightly import NightlyAsset
@@ -114,6 +114,8 @@ class Context:
     #: where ``route.draft_n_max`` comes from: "catalog default", or "tuned <date>, measured
     #: +N%" when ``ojai tune`` laid a measured value over the catalog (``/etc/ojai/tuned.toml``)
     draft_length_source: str | None = None
+    #: the route's sizes read from its downloaded files (None: not downloaded, the catalog's)
+    footprint: Footprint | None = None
 
     def which(self, program: str) -> str | None:
         """Where ``program`` is on the machine (None: not there); only :data:`KNOWN_PROGRAMS`."""

@@ -19,7 +19,7 @@ from typing import Callable
 from ojai_setup.core.errors import OjaiError, RemoteError, UsageError
 from ojai_setup.core.paths import API_KEY_VARIABLE, LLAMA_SERVER, LLAMACPP_CURRENT, LLAMACPP_DIR
 from ojai_setup.core.root import Root
-from ojai_setup.domain.catalog import Catalog, CatalogError, load_catalog
+from ojai_setup.domain.catalog import Catalog, CatalogError, Footprint, Route, load_catalog
 from ojai_setup.domain.checks import Profile, detect_profile, load_profile
 from ojai_setup.domain.lemonade import detect_layout
 from ojai_setup.domain.nightly import (
@@ -260,7 +260,30 @@ def gather(root: Root, settings: Settings, *, facts: Facts | None = None,
         state=state, state_error=state_error, models_free_bytes=free,
         models_free_error=free_error, programs=programs, api_key_sha256=api_key_sha256,
         api_key_error=api_key_error, groups=machine_groups(root),
-        draft_length_source=draft_source)
+        draft_length_source=draft_source,
+        footprint=route_footprint(root, route, settings.models_dir) if route else None)
+
+
+def route_footprint(root: Root, route: Route, models_dir: str) -> Footprint | None:
+    """The route's sizes from its files once they are downloaded (every main file on disk):
+    their sizes and the main file's KV layout. None (the catalog's numbers) before that, or
+    when the main file cannot be read as GGUF (the model step then says why)."""
+    from ojai_setup.domain.catalog import model_path
+    from ojai_setup.domain.deployment import footprint_from_files
+    from ojai_setup.formats.gguf import GGUFError, read_model_info
+
+    mains = [root.resolve(model_path(models_dir, route.repo, f.file)) for f in route.main]
+    if not all(p.is_file() for p in mains):
+        return None
+    draft_path = route.draft_path(models_dir)
+    draft = root.resolve(draft_path) if draft_path else None
+    try:
+        info = read_model_info(mains[0])
+    except GGUFError:
+        return None
+    return footprint_from_files(route, sum(p.stat().st_size for p in mains), info,
+                                draft.stat().st_size if draft is not None and draft.is_file()
+                                else None)
 
 
 def machine_groups(root: Root) -> frozenset[str] | None:

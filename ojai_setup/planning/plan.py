@@ -33,6 +33,7 @@ from ojai_setup.core.root import Root
 from ojai_setup.core.status import ExitStatus
 from ojai_setup.domain.checks import Finding
 from ojai_setup.model.actions import Action, RunCommand, WriteFile
+from ojai_setup.model.settings import Settings
 from ojai_setup.planning.result import Step, StepResult
 
 PLAN_FORMAT = "ojai-plan"
@@ -313,17 +314,36 @@ def make_plan(ctx: PlanInputs, steps: Sequence[Step]) -> Plan:
     )
 
 
+def remake_command(plan: Plan, plan_path: str) -> str:
+    """The whole command that makes ``plan`` again, for the same machine root and with the
+    options it was made with, saving it to ``plan_path`` (shell-quoted)."""
+    try:
+        settings = Settings(**plan.settings)
+    except (ValidationError, TypeError):  # a plan edited by hand: its options are unknown
+        settings = Settings()
+    return settings.command("--out", plan_path, root=plan.root)
+
+
+def apply_command(plan: Plan, plan_path: str, *, apply: bool = True) -> str:
+    """The command that applies the saved plan ``plan_path`` (made for ``plan.root``), or with
+    ``apply=False`` the one that shows it again."""
+    words = ["ojai", "setup"] + (["--root", plan.root] if plan.root != "/" else [])
+    return shlex.join(words + (["--apply"] if apply else []) + ["--plan", plan_path])
+
+
 @dataclass(frozen=True)
 class StalePlan:
     """Why a saved plan no longer matches the machine."""
 
     changes: tuple[str, ...]
     plan_path: str = "plan.json"
+    #: the whole command that makes the plan again (:func:`remake_command`)
+    redo: str | None = None
 
     @property
     def message(self) -> str:
-        redo = (f"run `ojai setup --out {shlex.quote(self.plan_path)}` again and review it")
-        return "; ".join(self.changes) + "; " + redo
+        command = self.redo or f"ojai setup --out {shlex.quote(self.plan_path)}"
+        return "; ".join(self.changes) + f"; run `{command}` again and review it"
 
     def __str__(self) -> str:
         return self.message
@@ -348,7 +368,9 @@ def check_fresh(plan: Plan, root: Root, current_facts: BaseModel | Mapping[str, 
         shown = ", ".join(differing[:5]) + (f" and {len(differing) - 5} more"
                                             if len(differing) > 5 else "")
         changes.append(f"the machine's facts changed since the plan was made ({shown or 'facts'})")
-    return StalePlan(tuple(changes), plan_path) if changes else None
+    if not changes:
+        return None
+    return StalePlan(tuple(changes), plan_path, remake_command(plan, plan_path))
 
 
 def _json_differences(old: Any, new: Any, prefix: str = "") -> list[str]:

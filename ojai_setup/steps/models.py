@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ojai_setup.core.paths import GIB
 from ojai_setup.domain.catalog import fit, model_path
+from ojai_setup.domain.routes import route_names
 from ojai_setup.planning.context import Context
 from ojai_setup.planning.result import StepResult
 
@@ -33,7 +34,8 @@ class ModelStep:
                 + (f" and {route.lemonade_draft_checkpoint}" if route.lemonade_draft_checkpoint else "")
                 + " into its own Hugging Face cache on first load")
         budget = ctx.budget_gib * GIB
-        verdict = fit(route, route.context_size, budget, alternatives=catalog.routes.values())
+        verdict = fit(route, route.context_size, budget, alternatives=catalog.routes.values(),
+                      footprint=ctx.footprint, name=route_names(route.name)[0])
         if not verdict.fits:
             return StepResult.blocked(self.name, "does not fit the GPU memory budget: "
                                       + verdict.sentence())

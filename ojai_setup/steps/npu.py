@@ -55,7 +55,13 @@ class NpuStep:
             tag = choose_model([m.tag for m in FLM_MODELS], budget)
         except NoModelFits as exc:
             return StepResult.satisfied(self.name, f"NPU path not set up: {exc}")
-        ctx_len = next(m.context for m in FLM_MODELS if m.tag == tag)
+        chosen = next(m for m in FLM_MODELS if m.tag == tag)
+        ctx_len = chosen.context
+        # the NPU's buffers are system memory outside the TTM limit: the route runs beside
+        # whichever GPU route runs
+        beside = (f"about {chosen.footprint_gb:g} GiB of the {budget / GIB:.1f} GiB of RAM left "
+                  f"outside the {ctx.budget_gib} GiB GPU budget and the system's 4 GiB, so it "
+                  "runs beside the GPU routes")
         name = flm_route_name(tag)
         script = f"{ROUTES_DIR}/{name}.sh"
         actions: list = []
@@ -95,9 +101,11 @@ class NpuStep:
             actions.extend(runs)
             handlers.update(more)
         if not actions:
-            return StepResult.satisfied(self.name, f"FastFlowLM route {tag} (port {FLM_PORT}) is in place: {script}",
+            return StepResult.satisfied(self.name, f"FastFlowLM route {tag} (port {FLM_PORT}) "
+                                        f"is in place: {script}; it needs {beside}",
                                         warnings=warnings)
         return StepResult.change(self.name, f"write the FastFlowLM launch script for {tag} "
-                                 f"(port {FLM_PORT})", actions, handlers=handlers, warnings=warnings,
+                                 f"(port {FLM_PORT}; it needs {beside})", actions,
+                                 handlers=handlers, warnings=warnings,
                                  records={"npu": {"tag": tag, "script": script, "port": FLM_PORT},
                                           NPU_STATE_KEY: {"config": done}})

@@ -18,12 +18,13 @@ from pathlib import Path
 
 from ojai_setup.core.address import is_loopback
 from ojai_setup.core.paths import API_KEY_VARIABLE, ROUTES_DIR, SECRETS_DIR, TUNED_FILE, UNITS_DIR
+from ojai_setup.core.paths import GIB
+from ojai_setup.domain.deployment import PLAIN_SLOTS, fit_gpu_routes
 from ojai_setup.domain.routes import route_names, script_path
 from ojai_setup.model.actions import RunCommand, WriteSecret
 from ojai_setup.planning.context import Context
 from ojai_setup.planning.result import StepResult
 
-PLAIN_SLOTS = 4
 REFERENCE_HELP = Path(__file__).resolve().parent.parent / "formats" / "reference-help-b11434.txt"
 #: HSA_OVERRIDE_GFX_VERSION for a GPU whose own target the binary lacks
 OVERRIDES = {"gfx1150": "11.5.0", "gfx1151": "11.5.1"}
@@ -103,23 +104,27 @@ class RoutesStep:
         main = model.main_path(settings.models_dir)
         draft = model.draft_path(settings.models_dir)
         mtp_name, plain_name = route_names(model.name)
+        # each route fitted with its own context and slots, then the two together
+        memory = fit_gpu_routes(model, ctx.budget_gib * GIB, footprint=ctx.footprint)
         routes = [
             Route(name=mtp_name, model=main, draft_model=draft, spec_type="draft-mtp",
                   draft_n_max=model.draft_n_max, ctx_size=model.context_size, parallel=1,
                   n_gpu_layers="all" if facts.gpu and facts.gpu.agents else None,
                   host=settings.host, port=settings.port),
-            Route(name=plain_name, model=main, ctx_size=model.context_size * PLAIN_SLOTS,
-                  parallel=PLAIN_SLOTS, n_gpu_layers="all" if facts.gpu and facts.gpu.agents else None,
-                  host=settings.host, port=settings.port + 1),
         ]
+        if memory.plain is not None:
+            routes.append(Route(
+                name=plain_name, model=main, ctx_size=memory.plain.ctx_size,
+                parallel=PLAIN_SLOTS, n_gpu_layers="all" if facts.gpu and facts.gpu.agents else None,
+                host=settings.host, port=settings.port + 1))
         env = _environment(ctx, binary)
         bundled = has_bundled_libs(ctx.root, binary) or (not installed and settings.llamacpp == "nightly")
         actions: list = []
         records: dict[str, dict] = {}
         handlers: dict[str, RunCommand] = {}
-        warnings: tuple[str, ...] = ()
+        warnings: tuple[str, ...] = memory.warnings()
         if not is_loopback(settings.host):
-            warnings = (network_warning(f"the llama-server routes {mtp_name} and {plain_name}",
+            warnings += (network_warning(f"the llama-server routes {mtp_name} and {plain_name}",
                                         settings.host, f"{settings.port} and {settings.port + 1}",
                                         api_key=settings.api_key_file is not None),)
         env_file = None
@@ -156,12 +161,15 @@ class RoutesStep:
                                "spec_type": r.spec_type, "draft_n_max": r.draft_n_max,
                                "slots": r.parallel, "model": model.name,
                                "main": main, "draft": draft, "mtp": model.mtp,
-                               "api_key_env": env_file}
+                               "api_key_env": env_file, "ctx_size": r.ctx_size,
+                               "conflicts": list(memory.conflicts.get(r.name, ()))}
             if settings.systemd:
                 try:
                     unit = render_llama_unit(path, r.name, ctx.service_user,
                                              models_dir=settings.models_dir, host=r.host,
-                                             env_file=env_file, groups=ctx.groups)
+                                             env_file=env_file, groups=ctx.groups,
+                                             conflicts=tuple(f"ojai-{other}.service" for other
+                                                             in memory.conflicts.get(r.name, ())))
                 except LaunchError as exc:
                     return StepResult.blocked(self.name, f"route {r.name}: {exc}")
                 a = ctx.file_action(f"{UNITS_DIR}/ojai-{r.name}.service", unit, 0o644,
@@ -170,13 +178,16 @@ class RoutesStep:
                     actions.append(a)
                     handlers["systemd"] = RunCommand(argv=("systemctl", "daemon-reload"),
                                                      needs_root=True, reason="load the new units")
+        plain = (f" and {plain_name} (port {settings.port + 1})" if memory.plain is not None
+                 else "")
         if not actions:
             return StepResult.satisfied(self.name, f"launch scripts for {mtp_name} (port "
-                                        f"{settings.port}) and {plain_name} (port "
-                                        f"{settings.port + 1}) are in place in {ROUTES_DIR} "
-                                        f"({length})", reads=(TUNED_FILE,), warnings=warnings)
+                                        f"{settings.port}){plain} are in place in {ROUTES_DIR} "
+                                        f"({length}); {memory.sentence(units=settings.systemd)}",
+                                        reads=(TUNED_FILE,), warnings=warnings)
+        plain = (f" and {plain_name} ({PLAIN_SLOTS} slots, port {settings.port + 1})"
+                 if memory.plain is not None else "")
         return StepResult.change(
             self.name, f"write launch scripts for {mtp_name} (MTP, 1 slot, port {settings.port}; "
-            f"{length}) "
-            f"and {plain_name} ({PLAIN_SLOTS} slots, port {settings.port + 1}){note}", actions,
+            f"{length}){plain}{note}; {memory.sentence(units=settings.systemd)}", actions,
             handlers=handlers, records={"routes": records}, reads=(TUNED_FILE,), warnings=warnings)

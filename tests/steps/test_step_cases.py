@@ -7,8 +7,14 @@ A case is ``tests/steps/cases/<step>/<case>.json``::
      "files": {"/etc/default/grub.d/x.cfg": "..."},   # written into the copy first
      "give": ["llama-server", "lemonade"],    # stand-ins installed first (support/stand_ins.py)
      "release": {"tag": "b1311", ...},        # the nightly GitHub would name (else: offline)
+     "gguf": {"/var/lib/ojai/models/o/r/m.gguf": "gemma4_main"},  # tiny real GGUF files
      "expect": {"status": "change", "sentence": "...", "actions": [["write_file", "/etc/..."]],
-                "handlers": ["update-grub"]}}
+                "handlers": ["update-grub"]},
+     "expect_text": {"/etc/systemd/system/x.service": ["Conflicts=..."]}}  # in what it writes
+
+``gguf`` names a writer of ``support/tiny_models.py`` (``write_<name>``) for each file: real
+models llama-server loads, whose metadata the memory fit reads. ``expect_text`` lists lines
+each written file must hold (a line starting with ``!`` must not be there).
 
 The context is gathered as ``ojai setup`` gathers it; then the step plans under a guard that
 fails on any network, process or host-environment access. ``OJAI_WRITE_CASES=1`` fills in
@@ -57,6 +63,11 @@ def test_step_case(case: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
             give_lemonade(root_dir, ())
         else:
             raise ValueError(f"{case}: unknown stand-in {what!r}")
+    for path, writer in spec.get("gguf", {}).items():
+        import support.tiny_models as tiny_models
+
+        (root_dir / path.lstrip("/")).parent.mkdir(parents=True, exist_ok=True)
+        getattr(tiny_models, f"write_{writer}")(root_dir / path.lstrip("/"))
     for path, text in spec.get("files", {}).items():
         target = root_dir / path.lstrip("/")
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -68,12 +79,21 @@ def test_step_case(case: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     ctx = gather(Root(root_dir), Settings(**spec.get("settings", {})), remote=remote)
     step = STEPS[case.parent.name]
     with pure(monkeypatch):
-        got = _outcome(step.plan(ctx))
+        result = step.plan(ctx)
+        got = _outcome(result)
     got["sentence"] = got["sentence"].replace(str(root_dir), "<root>")
     if os.environ.get("OJAI_WRITE_CASES"):
         spec["expect"] = got
         case.write_text(json.dumps(spec, indent=2) + "\n")
     assert got == spec["expect"]
+    written = {a.path: a.after for a in result.actions if a.kind == "write_file"}
+    for path, lines in spec.get("expect_text", {}).items():
+        text = written[path].splitlines()
+        for line in lines:
+            if line.startswith("!"):
+                assert line[1:] not in text, (path, line)
+            else:
+                assert line in text, (path, line, written[path])
 
 
 def test_every_step_has_a_change_a_satisfied_and_a_blocked_case():
