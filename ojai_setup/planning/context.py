@@ -17,6 +17,7 @@ from ojai_setup.core.root import Root
 from ojai_setup.domain.catalog import Catalog, Route
 from ojai_setup.domain.checks import Profile
 from ojai_setup.domain.lemonade import LemonadeLayout
+from ojai_setup.domain.lemonade_release import LemonadeDeb
 from ojai_setup.domain.nightly import NightlyAsset
 from ojai_setup.formats.llama_help import Dialect
 from ojai_setup.model.actions import WriteFile
@@ -112,6 +113,10 @@ class Context:
     #: where ``route.draft_n_max`` comes from: "catalog default", or "tuned <date>, measured
     #: +N%" when ``ojai tune`` laid a measured value over the catalog (``/etc/ojai/tuned.toml``)
     draft_length_source: str | None = None
+    #: with ``--lemonade release`` and no Lemonade installed: the release's lemonade-server
+    #: .deb to install (with the sha256 GitHub states), or why it cannot be had
+    lemonade_deb: LemonadeDeb | None = None
+    lemonade_deb_error: str | None = None
 
     def which(self, program: str) -> str | None:
         """Where ``program`` is on the machine (None: not there); only :data:`KNOWN_PROGRAMS`."""
