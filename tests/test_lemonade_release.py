@@ -157,7 +157,8 @@ def test_a_digest_mismatch_refuses_before_apt_runs(fake_github, debian, tmp_path
     out = tmp_path / "plan.json"
     assert ojai(*plan_args(debian, "--out", out)).exit_code == 2
     # the package GitHub serves is no longer the one its digest describes
-    fake_github.asset(TAG, DEB, repo=REPO).body = tiny_deb(tmp_path / "other", "11.7.1").read_bytes()
+    other = tiny_deb(tmp_path / "other", "11.7.1").read_bytes()
+    fake_github.asset(TAG, DEB, repo=REPO).body = other
     plan = Plan.model_validate_json(out.read_text())
     root = Root(debian)
     with pytest.raises(DownloadError, match="sha256 mismatch"):

@@ -1,4 +1,5 @@
-"""Lemonade's own ``lemonade-server`` .deb from its GitHub releases (github.com/lemonade-sdk/lemonade).
+"""Lemonade's own ``lemonade-server`` .deb from its GitHub releases
+(github.com/lemonade-sdk/lemonade).
 
 What the releases hold, learnt from lemonade-sdk/lemonade (v11.7.0, commit e385039):
 

@@ -7,7 +7,8 @@ in the sid chroot.
   installed in the sid chroot (:mod:`support.sid`), fetched once with ``apt-get download``
   inside the chroot (from Debian's mirror, about 4 MB) and cached outside the checkout::
 
-      ${OJAI_TEST_CACHE:-~/.cache/ojai-tests}/lemonade-deb/<version>/lemonade-server_<version>_amd64.deb
+      ${OJAI_TEST_CACHE:-~/.cache/ojai-tests}/lemonade-deb/<version>/
+          lemonade-server_<version>_amd64.deb
 
 * :class:`ChrootMachine`: a machine root (a test machine folder) whose files are read and
   written as usual but whose commands run in the sid chroot, with the machine's
