@@ -123,6 +123,8 @@ class NpuStep:
                 # Lemonade lists an FLM model in /api/v1/models once FastFlowLM has it (its
                 # `flm list --json` says installed): `lemonade pull` has lemond fetch it with
                 # its engine, after that engine is in place, so no handler runs after it
+                # (`lemonade pull MODEL` takes a registered name: `lemonade pull --help` of
+                # Debian's lemonade-server 2026.39.1-2)
                 actions.extend(r.model_copy(update={"notify": ()}) for r in runs)
                 actions.extend(RunCommand(argv=h.argv, needs_root=h.needs_root, reason=h.reason)
                                for h in more.values())
