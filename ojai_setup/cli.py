@@ -175,7 +175,9 @@ def setup(
     npu: Annotated[bool, typer.Option("--npu/--no-npu", help="Set up the FastFlowLM route on the NPU when it is ready.")] = True,
     catalog: Annotated[Optional[str], typer.Option("--catalog", help="User catalog of routes (TOML; default ~/.config/ojai/catalog.toml).")] = None,
     lemonade: Annotated[str, typer.Option(
-        "--lemonade", help="Install Lemonade when it is missing: distro (Debian unstable's package, or Lemonade's PPA on Ubuntu), or none.")] = "none",
+        "--lemonade", help="Install Lemonade when it is missing: distro (Debian unstable's package, or Lemonade's PPA on Ubuntu), release (the lemonade-server .deb of a GitHub release, sha256 checked before installing), or none.")] = "none",
+    lemonade_tag: Annotated[Optional[str], typer.Option(
+        "--lemonade-tag", help="With --lemonade release: the release to install (e.g. v11.7.0); default: the latest.")] = None,
     lemonade_downloads: Annotated[bool, typer.Option(
         "--lemonade-downloads", help="Let Lemonade download the route's model into its own cache instead of loading ojai's files.")] = False,
 ) -> None:
@@ -201,7 +203,7 @@ def setup(
                       llamacpp_backend=_value(backend), gpu_target=gpu_target, model=model,
                       host=host, port=port, systemd=systemd,
                       npu=npu, user_catalog=catalog, lemonade_downloads=lemonade_downloads,
-                      lemonade=lemonade,
+                      lemonade=lemonade, lemonade_tag=lemonade_tag,
                       api_key_file=str(api_key_file.absolute()) if api_key_file else None)
         if llamacpp_src:
             fields["llamacpp_src"] = llamacpp_src

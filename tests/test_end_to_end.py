@@ -58,7 +58,8 @@ def give_lemonade(root: Path) -> None:
     """Lemonade as the system service (see support/stand_ins.py), with a model of the user's own."""
     stand_ins.give_lemonade(
         root, ("lemond --version", "lemonade config set llamacpp.rocm_bin=/opt/ojai/llama.cpp/current",
-               "lemonade config set flm.prefer_system=true", "systemctl restart lemond"),
+               "lemonade config set flm.prefer_system=true", "lemonade pull gemma4-it-e4b-FLM",
+               "systemctl restart lemond"),
         user_models=json.dumps({"my-coder": {"checkpoint": "someone/coder-GGUF:Q4_K_M",
                                              "recipe": "llamacpp", "size": 9.1}}, indent=2) + "\n")
 

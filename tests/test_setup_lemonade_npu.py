@@ -48,7 +48,8 @@ RECIPE_OPTIONS = """\
 """
 #: the lemonade and systemctl calls the plan makes on the OJAI box with Lemonade as a service
 COMMANDS = ("lemonade config set rocm_channel=nightly", "lemonade backends install llamacpp:rocm",
-            "lemonade config set flm.prefer_system=true", "systemctl restart lemond")
+            "lemonade config set flm.prefer_system=true", "lemonade pull gemma4-it-e4b-FLM",
+            "systemctl restart lemond")
 
 
 def ojai(*args: object):
@@ -251,7 +252,10 @@ def test_ready_npu_gets_an_flm_launch_script_on_port_52625(machine):
 def test_ready_npu_with_lemonade_prefers_the_system_flm(box, catalog):
     s = step(plan_json(box, catalog), "npu")
     runs = [a["argv"] for a in s["actions"] if a["kind"] == "run_command"]
-    assert runs == [["lemonade", "config", "set", "flm.prefer_system=true"]]
+    # then the NPU model is registered with Lemonade, so /api/v1/models lists it
+    assert runs == [["lemonade", "config", "set", "flm.prefer_system=true"],
+                    ["lemonade", "pull", "gemma4-it-e4b-FLM"]]
+    assert "register it with Lemonade as gemma4-it-e4b-FLM" in s["sentence"]
     assert setup(box, catalog, "--apply", "--yes").exit_code == 0
     assert step(plan_json(box, catalog), "npu")["status"] == "satisfied"
 

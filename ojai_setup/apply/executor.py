@@ -55,6 +55,7 @@ from ojai_setup.model.actions import (
     CreateSystemUser,
     HubDownload,
     InstallArchive,
+    InstallPackage,
     RunCommand,
     Symlink,
     WriteFile,
@@ -93,6 +94,7 @@ VALIDATORS: dict[str, Validator] = {}
 #: action kind -> (module, function) imported on first use
 LAZY_EXECUTORS: dict[str, tuple[str, str]] = {
     "install_archive": ("ojai_setup.apply.archive", "execute_install_archive"),
+    "install_package": ("ojai_setup.apply.package", "execute_install_package"),
     "build_from_source": ("ojai_setup.apply.build", "execute_build_from_source"),
     "hub_download": ("ojai_setup.apply.hub", "execute_hub_download"),
     "create_system_user": ("ojai_setup.apply.accounts", "execute_create_system_user"),
@@ -383,6 +385,12 @@ def verify_action(root: Root, action: Any) -> str | None:
 
         if not user_exists(root, action.name):
             return f"the system user {action.name} is missing after applying"
+    elif isinstance(action, InstallPackage):
+        from ojai_setup.core.digest import sha256_file
+
+        real = root.resolve(action.path)
+        if not real.is_file() or sha256_file(real) != action.sha256.lower():
+            return f"{action.path} is not the verified package after installing"
     elif isinstance(action, HubDownload):
         real = root.resolve(action.dest)
         if not real.is_file():

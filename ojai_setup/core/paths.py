@@ -22,6 +22,9 @@ LLAMA_SERVER = f"{LLAMACPP_CURRENT}/llama-server"
 ROUTES_DIR = f"{OPT_DIR}/routes"
 UNITS_DIR = "/etc/systemd/system"
 
+#: packages ojai downloads and checks before handing them to apt (Lemonade's .deb)
+DEB_CACHE = "/var/cache/ojai/debs"
+
 #: measured route settings written by ``ojai tune``, laid over the catalog by ``ojai setup``
 TUNED_FILE = "/etc/ojai/tuned.toml"
 

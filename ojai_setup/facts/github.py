@@ -1,4 +1,5 @@
-"""The remote fact of the llama.cpp nightly to install: a release of lemonade-sdk/llamacpp-rocm from
+"""The remote facts of what to install from GitHub: the llama.cpp nightly (a release of
+lemonade-sdk/llamacpp-rocm) and Lemonade's own .deb (a release of lemonade-sdk/lemonade), from
 GitHub's release API (``OJAI_GITHUB_API`` moves it, ``GITHUB_TOKEN`` authenticates), with the
 sha256 digest GitHub states for each asset."""
 
@@ -12,6 +13,7 @@ import urllib.request
 from collections.abc import Mapping
 
 from ojai_setup.core.paths import USER_AGENT
+from ojai_setup.domain.lemonade_release import LemonadeDeb
 from ojai_setup.domain.nightly import (
     ASSET_RE,
     DIGEST_RE,
@@ -90,7 +92,8 @@ def _pick_asset(release: dict, family: str) -> NightlyAsset:
     return NightlyAsset(tag=tag, name=wanted, url=url, size=size, sha256=match["hex"])
 
 
-def _get_json(url: str, *, what: str) -> object:
+def _get_json(url: str, *, what: str, repo: str = REPO, page: str = RELEASES_PAGE,
+              error: type[Exception] = NightlyError) -> object:
     request = urllib.request.Request(url, headers={
         "Accept": "application/vnd.github+json",
         "X-GitHub-Api-Version": "2022-11-28",
@@ -105,18 +108,34 @@ def _get_json(url: str, *, what: str) -> object:
             body = response.read()
     except urllib.error.HTTPError as exc:
         if exc.code == 404:
-            raise NightlyError(
-                f"no {what} in {REPO} (see {RELEASES_PAGE} for the tags there are)") from exc
+            raise error(
+                f"no {what} in {repo} (see {page} for the tags there are)") from exc
         if exc.code in (403, 429):
-            raise NightlyError(
+            raise error(
                 f"the GitHub API refused {url} (HTTP {exc.code}, likely its rate limit); "
                 f"set {TOKEN_ENV} or try again later") from exc
-        raise NightlyError(f"GET {url} failed: HTTP {exc.code} {exc.reason}") from exc
+        raise error(f"GET {url} failed: HTTP {exc.code} {exc.reason}") from exc
     except urllib.error.URLError as exc:
-        raise NightlyError(f"could not reach the GitHub API at {url}: {exc.reason}") from exc
+        raise error(f"could not reach the GitHub API at {url}: {exc.reason}") from exc
     except OSError as exc:
-        raise NightlyError(f"reading {url} failed: {exc}") from exc
+        raise error(f"reading {url} failed: {exc}") from exc
     try:
         return json.loads(body)
     except ValueError as exc:
-        raise NightlyError(f"the GitHub API sent something that is not JSON for {url}") from exc
+        raise error(f"the GitHub API sent something that is not JSON for {url}") from exc
+
+
+def resolve_lemonade_release(api_base: str | None, tag: str | None) -> LemonadeDeb:
+    """The ``lemonade-server`` .deb of Lemonade's release ``tag`` (None: the latest) with the
+    sha256 GitHub states for it (``GET /repos/lemonade-sdk/lemonade/releases/latest`` or
+    ``.../releases/tags/<tag>``, the same API as the nightly lookup). Raises
+    :class:`LemonadeReleaseError`, a :class:`RemoteError`."""
+    from ojai_setup.domain import lemonade_release as lr
+
+    if tag is not None:
+        lr.check_tag(tag)
+    base = (api_base or github_api_base()).rstrip("/")
+    path = "releases/latest" if tag is None else f"releases/tags/{urllib.parse.quote(tag)}"
+    release = _get_json(f"{base}/repos/{lr.REPO}/{path}", what=f"release {tag or 'latest'}",
+                        repo=lr.REPO, page=lr.RELEASES_PAGE, error=lr.LemonadeReleaseError)
+    return lr.pick_deb(release)

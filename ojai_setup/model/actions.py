@@ -101,6 +101,27 @@ class InstallArchive(_Action):
         return f"download {self.url} (sha256 {self.sha256[:12]}...) into {self.dest}"
 
 
+class InstallPackage(_Action):
+    """Download a .deb to ``path``, check its sha256 (and size) and only then install it with
+    ``apt-get install -y <path>`` (apt brings its dependencies). The file stays in place: a
+    verified package to install again by hand."""
+
+    kind: Literal["install_package"] = "install_package"
+    url: str
+    sha256: str
+    size: int | None = None
+    path: str  # machine path the .deb is downloaded to
+    package: str
+    version: str
+
+    def targets(self) -> list[str]:
+        return [self.path]
+
+    def describe(self) -> str:
+        return (f"download {self.url} (sha256 {self.sha256[:12]}...) to {self.path}, "
+                f"then apt-get install -y {self.path}")
+
+
 class BuildFromSource(_Action):
     """Fetch llama.cpp source, configure with CMake, build ``llama-server``, install into ``dest``."""
 
@@ -172,7 +193,7 @@ class WriteSecret(_Action):
 
 
 Action = Annotated[
-    Union[WriteFile, Symlink, RunCommand, InstallArchive, BuildFromSource, HubDownload,
-          CreateSystemUser, WriteSecret],
+    Union[WriteFile, Symlink, RunCommand, InstallArchive, InstallPackage, BuildFromSource,
+          HubDownload, CreateSystemUser, WriteSecret],
     Field(discriminator="kind"),
 ]

@@ -33,8 +33,11 @@ class Settings(BaseModel):
     #: Lemonade downloads the route's model into its own Hugging Face cache (hub checkpoints)
     #: instead of loading the files ojai downloaded (local_path)
     lemonade_downloads: bool = False
-    #: install Lemonade itself when it is missing: ``distro`` = the distribution's package
-    lemonade: Literal["none", "distro"] = "none"
+    #: install Lemonade itself when it is missing: ``distro`` = the distribution's package,
+    #: ``release`` = the lemonade-server .deb of a GitHub release (sha256 checked first)
+    lemonade: Literal["none", "distro", "release"] = "none"
+    #: with ``lemonade="release"``: the release tag (``v11.7.0``); None = the latest
+    lemonade_tag: str | None = None
     #: a file holding the API key llama-server asks for (read at apply, never put in a plan)
     api_key_file: str | None = None
 
@@ -57,6 +60,13 @@ class Settings(BaseModel):
             raise ValueError(f"--port {self.port}: the routes would listen on {self.port} and "
                              f"{self.port + 1}, and {FLM_PORT} is FastFlowLM's port on the NPU "
                              "route; choose another --port (or --no-npu)")
+        return self
+
+    @model_validator(mode="after")
+    def _tag_needs_a_release_install(self) -> "Settings":
+        if self.lemonade_tag is not None and self.lemonade != "release":
+            raise ValueError(f"--lemonade-tag {self.lemonade_tag} pins the GitHub release "
+                             "--lemonade release installs; add --lemonade release")
         return self
 
     @field_validator("gpu_target")

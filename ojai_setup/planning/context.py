@@ -17,6 +17,7 @@ from ojai_setup.core.root import Root
 from ojai_setup.domain.catalog import Catalog, Footprint, Route
 from ojai_setup.domain.checks import Profile
 from ojai_setup.domain.lemonade import LemonadeLayout
+from ojai_setup.domain.lemonade_release import LemonadeDeb
 from ojai_setup.domain.nightly import NightlyAsset
 from ojai_setup.model.actions import WriteFile
 from ojai_setup.model.facts import Facts
@@ -116,6 +117,10 @@ class Context:
     draft_length_source: str | None = None
     #: the route's sizes read from its downloaded files (None: not downloaded, the catalog's)
     footprint: Footprint | None = None
+    #: with ``--lemonade release`` and no Lemonade installed: the release's lemonade-server
+    #: .deb to install (with the sha256 GitHub states), or why it cannot be had
+    lemonade_deb: LemonadeDeb | None = None
+    lemonade_deb_error: str | None = None
 
     def which(self, program: str) -> str | None:
         """Where ``program`` is on the machine (None: not there); only :data:`KNOWN_PROGRAMS`."""

@@ -22,6 +22,7 @@ from ojai_setup.core.root import Root
 from ojai_setup.domain.catalog import Catalog, CatalogError, Footprint, Route, load_catalog
 from ojai_setup.domain.checks import Profile, detect_profile, load_profile
 from ojai_setup.domain.lemonade import detect_layout
+from ojai_setup.domain.lemonade_release import LemonadeDeb, offline_advice
 from ojai_setup.domain.nightly import (
     NightlyAsset,
     family_for_target,
@@ -49,17 +50,25 @@ REFERENCE_HELP = Path(__file__).resolve().parent.parent / "formats" / "reference
 REFERENCE_VERSION = "version: 0.6.0-dev (build 11434, commit unknown)"
 
 
+def _no_lemonade_lookup(tag: str | None) -> LemonadeDeb:
+    raise RemoteError("no lookup of Lemonade's releases was given")
+
+
 @dataclass(frozen=True)
 class Remote:
-    """Where remote facts come from: ``release(tag, family)`` finds a nightly release."""
+    """Where remote facts come from: ``release(tag, family)`` finds a nightly release,
+    ``lemonade_release(tag)`` the lemonade-server .deb of a Lemonade release (without one, the
+    lookup fails as if GitHub could not be reached)."""
 
     release: Callable[[str | None, str], NightlyAsset]
+    lemonade_release: Callable[[str | None], LemonadeDeb] = _no_lemonade_lookup
 
     @staticmethod
     def github() -> Remote:
-        from ojai_setup.facts.github import resolve_release
+        from ojai_setup.facts.github import resolve_lemonade_release, resolve_release
 
-        return Remote(release=lambda tag, family: resolve_release(None, tag, family))
+        return Remote(release=lambda tag, family: resolve_release(None, tag, family),
+                      lemonade_release=lambda tag: resolve_lemonade_release(None, tag))
 
 
 def resolve_profile(facts: Facts, settings: Settings) -> Profile:
@@ -233,6 +242,14 @@ def gather(root: Root, settings: Settings, *, facts: Facts | None = None,
             except OjaiError as exc:
                 release_error = str(exc)
 
+    lemonade = lemonade_view(root, facts, home)
+    lemonade_deb = lemonade_deb_error = None
+    if settings.lemonade == "release" and lemonade is None:
+        try:
+            lemonade_deb = (remote or Remote.github()).lemonade_release(settings.lemonade_tag)
+        except RemoteError as exc:
+            lemonade_deb_error = offline_advice(str(exc), settings.lemonade_tag)
+
     try:
         state, state_error = read_state(root), None
     except OjaiError as exc:
@@ -256,7 +273,8 @@ def gather(root: Root, settings: Settings, *, facts: Facts | None = None,
         budget_gib=budget_gib(facts, settings, profile), gpu_target=target, user=user,
         home=home, catalog=catalog, catalog_error=catalog_error, route=route,
         route_error=route_error, release=release, release_error=release_error,
-        llama=llama_binary(root, settings, programs), lemonade=lemonade_view(root, facts, home),
+        llama=llama_binary(root, settings, programs), lemonade=lemonade,
+        lemonade_deb=lemonade_deb, lemonade_deb_error=lemonade_deb_error,
         state=state, state_error=state_error, models_free_bytes=free,
         models_free_error=free_error, programs=programs, api_key_sha256=api_key_sha256,
         api_key_error=api_key_error, groups=machine_groups(root),

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from ojai_setup.core.paths import GIB, LLAMA_SERVER, LLAMACPP_CURRENT
 from ojai_setup.domain.lemonade import STATE_KEY, OwnLlamaServer, config_commands, settings_done_before
-from ojai_setup.model.actions import RunCommand
+from ojai_setup.model.actions import InstallPackage, RunCommand
 from ojai_setup.planning.context import Context
 from ojai_setup.planning.result import StepResult
 
@@ -100,7 +100,7 @@ class LemonadeStep:
         from ojai_setup.formats.lemonade import LOCAL_PATH, ConfigError
 
         settings = ctx.settings
-        installs: list[RunCommand] = []
+        installs: list[RunCommand | InstallPackage] = []
         install_note = ""
         if ctx.lemonade is not None:
             layout = ctx.lemonade.layout
@@ -109,17 +109,42 @@ class LemonadeStep:
                 return StepResult.satisfied(self.name, "no model route asked for")
             return StepResult.satisfied(
                 self.name, "Lemonade is not installed, so only the launch scripts serve the "
-                "routes (to add it: ojai setup --lemonade distro, or sudo add-apt-repository "
-                "ppa:lemonade-team/stable && sudo apt install lemonade-server)")
+                "routes (to add it: ojai setup --lemonade distro or --lemonade release, or sudo "
+                "add-apt-repository ppa:lemonade-team/stable && sudo apt install lemonade-server)")
         else:
             distro = ctx.facts.distro
-            commands, where = distro_install_commands(
-                distro.id if distro else "", list(distro.like) if distro else [],
-                distro.version if distro else "")
-            if commands is None:
-                return StepResult.blocked(self.name, where)
-            installs = [RunCommand(argv=tuple(c), needs_root=True,
-                                   reason=f"install and start Lemonade {where}") for c in commands]
+            distro_id = distro.id if distro else ""
+            like = list(distro.like) if distro else []
+            if settings.lemonade == "release":
+                from ojai_setup.domain.lemonade_release import (
+                    install_actions,
+                    install_commands,
+                    release_refusal,
+                )
+
+                deb = ctx.lemonade_deb
+                refusal = release_refusal(distro_id, like)
+                if refusal is not None:
+                    return StepResult.blocked(self.name, refusal)
+                if deb is None:
+                    return StepResult.blocked(self.name, ctx.lemonade_deb_error
+                                              or "no Lemonade release was looked up")
+                installs = install_actions(deb)
+                commands = install_commands(deb)
+                where = (f"{deb.tag} from its GitHub release ({deb.name}, sha256 "
+                         f"{deb.sha256[:12]}... checked before installing"
+                         + ("; on Debian 13 its dependency libcpp-httplib0.41 comes from "
+                            "trixie-backports" if distro and distro.version.startswith("13")
+                            else "") + ")")
+            else:
+                found, where = distro_install_commands(distro_id, like,
+                                                       distro.version if distro else "")
+                if found is None:
+                    return StepResult.blocked(self.name, where)
+                commands = found
+                installs = [RunCommand(argv=tuple(c), needs_root=True,
+                                       reason=f"install and start Lemonade {where}")
+                            for c in commands]
             # the package installs the system service lemond and enables it
             layout = lemonade_layout(system_unit=True, system_enabled=True, user_enabled=False,
                                      home=ctx.home)
@@ -128,6 +153,11 @@ class LemonadeStep:
             if not settings.model:
                 return StepResult.change(self.name, install_note, installs)
         if not settings.model:
+            if ctx.lemonade is not None and settings.lemonade != "none":
+                return StepResult.satisfied(
+                    self.name, f"Lemonade is already installed ({layout.mode}, "
+                    f"{layout.config_dir}), so --lemonade {settings.lemonade} installs nothing; "
+                    "no model route asked for")
             return StepResult.satisfied(self.name, "no model route asked for")
         model = ctx.route
         if model is None:

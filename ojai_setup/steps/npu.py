@@ -21,6 +21,26 @@ def flm_route_name(tag: str) -> str:
     return "flm-" + tag.replace(":", "-").replace(".", "_")
 
 
+def lemonade_flm_name(tag: str) -> str:
+    """The name Lemonade lists a FastFlowLM model under: the tag with ``:`` made ``-``, then
+    ``-FLM`` (``gemma3:4b`` -> ``gemma3-4b-FLM``; ``flm_discover_models`` in lemonade-sdk/lemonade
+    ``src/cpp/server/backends/fastflowlm/fastflowlm_models.cpp``)."""
+    return tag.replace(":", "-") + "-FLM"
+
+
+def lemonade_layout_for(ctx: Context):
+    """Lemonade's layout: the installed one, or the system service ``--lemonade distro|release``
+    installs earlier in the same apply; None without Lemonade."""
+    if ctx.lemonade is not None:
+        return ctx.lemonade.layout
+    if ctx.settings.lemonade == "none":
+        return None
+    from ojai_setup.domain.lemonade import lemonade_layout
+
+    return lemonade_layout(system_unit=True, system_enabled=True, user_enabled=False,
+                           home=ctx.home)
+
+
 class NpuStep:
     name = "npu"
 
@@ -84,28 +104,51 @@ class NpuStep:
                 handlers["systemd"] = RunCommand(argv=("systemctl", "daemon-reload"),
                                                  needs_root=True, reason="load the new units")
         done: dict = {}
-        if ctx.lemonade is not None:
+        registered: str | None = None
+        layout = lemonade_layout_for(ctx)
+        if layout is not None:
             from ojai_setup.domain.lemonade import (
                 LemonadeRoute,
                 LemonadeSettings,
                 lemonade_commands,
             )
 
-            layout = ctx.lemonade.layout
             commands = lemonade_commands(LemonadeRoute(name=tag, engine="flm"),
                                          LemonadeSettings(layout=layout,
                                                           system_flm=ctx.which("flm") is not None))
+            current = ctx.lemonade.config_value if ctx.lemonade else (lambda key: None)
             runs, more, done = config_commands(
-                layout, commands, "lemonade-flm-backend", current=ctx.lemonade.config_value,
+                layout, commands, "lemonade-flm-backend", current=current,
                 done=settings_done_before(ctx.state.records))
-            actions.extend(runs)
-            handlers.update(more)
+            registered = lemonade_flm_name(tag)
+            before = ctx.state.records.get(NPU_STATE_KEY)
+            if isinstance(before, dict) and before.get("model") == registered:
+                actions.extend(runs)
+                handlers.update(more)
+            else:
+                # Lemonade lists an FLM model in /api/v1/models once FastFlowLM has it (its
+                # `flm list --json` says installed): `lemonade pull` has lemond fetch it with
+                # its engine, after that engine is in place, so no handler runs after it
+                # (`lemonade pull MODEL` takes a registered name: `lemonade pull --help` of
+                # Debian's lemonade-server 2026.39.1-2)
+                actions.extend(r.model_copy(update={"notify": ()}) for r in runs)
+                actions.extend(RunCommand(argv=h.argv, needs_root=h.needs_root, reason=h.reason)
+                               for h in more.values())
+                actions.append(RunCommand(
+                    argv=("lemonade", "pull", registered),
+                    needs_root=layout.mode == "system-service",
+                    reason=f"register the NPU model {tag} with Lemonade as {registered}"))
         if not actions:
             return StepResult.satisfied(self.name, f"FastFlowLM route {tag} (port {FLM_PORT}) "
                                         f"is in place: {script}; it needs {beside}",
                                         warnings=warnings)
-        return StepResult.change(self.name, f"write the FastFlowLM launch script for {tag} "
-                                 f"(port {FLM_PORT}; it needs {beside})", actions,
-                                 handlers=handlers, warnings=warnings,
+        sentence = f"write the FastFlowLM launch script for {tag} (port {FLM_PORT}; it needs {beside})"
+        if registered is not None and any(getattr(a, "argv", ())[:2] == ("lemonade", "pull")
+                                          for a in actions):
+            sentence += (f"; register it with Lemonade as {registered} (lemonade pull "
+                         f"{registered}), listed in Lemonade's /api/v1/models beside the MTP route")
+        record = {"config": done, **({"model": registered} if registered else {})}
+        return StepResult.change(self.name, sentence, actions, handlers=handlers,
+                                 warnings=warnings,
                                  records={"npu": {"tag": tag, "script": script, "port": FLM_PORT},
-                                          NPU_STATE_KEY: {"config": done}})
+                                          NPU_STATE_KEY: record})

@@ -8,6 +8,7 @@ A case is ``tests/steps/cases/<step>/<case>.json``::
      "give": ["llama-server", "lemonade"],    # stand-ins installed first (support/stand_ins.py)
      "release": {"tag": "b1311", ...},        # the nightly GitHub would name (else: offline)
      "gguf": {"/var/lib/ojai/models/o/r/m.gguf": "gemma4_main"},  # tiny real GGUF files
+     "lemonade_release": {"tag": "v11.7.0", ...},  # Lemonade's .deb GitHub would name (else: offline)
      "expect": {"status": "change", "sentence": "...", "actions": [["write_file", "/etc/..."]],
                 "handlers": ["update-grub"]},
      "expect_text": {"/etc/systemd/system/x.service": ["Conflicts=..."]}}  # in what it writes
@@ -34,6 +35,7 @@ from support.purity import pure
 from support.stand_ins import give_lemonade, give_llama_server
 
 from ojai_setup.core.root import Root
+from ojai_setup.domain.lemonade_release import LemonadeDeb
 from ojai_setup.domain.nightly import NightlyAsset
 from ojai_setup.model.settings import Settings
 from ojai_setup.planning.gather import Remote, gather
@@ -76,6 +78,9 @@ def test_step_case(case: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     if spec.get("release"):
         asset = NightlyAsset(**spec["release"])
         remote = Remote(release=lambda tag, family: asset)
+    if spec.get("lemonade_release"):
+        deb = LemonadeDeb(**spec["lemonade_release"])
+        remote = Remote(release=remote.release, lemonade_release=lambda tag: deb)
     ctx = gather(Root(root_dir), Settings(**spec.get("settings", {})), remote=remote)
     step = STEPS[case.parent.name]
     with pure(monkeypatch):

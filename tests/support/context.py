@@ -8,6 +8,7 @@ from pydantic import BaseModel
 
 from ojai_setup.core.errors import RemoteError
 from ojai_setup.core.root import Root
+from ojai_setup.domain.lemonade_release import LemonadeDeb
 from ojai_setup.domain.nightly import NightlyAsset
 from ojai_setup.model.facts import Facts
 from ojai_setup.model.settings import Settings
@@ -19,7 +20,11 @@ def offline(tag: str | None, family: str) -> NightlyAsset:
     raise RemoteError("GitHub is not reachable from this test")
 
 
-OFFLINE = Remote(release=offline)
+def offline_lemonade(tag: str | None) -> LemonadeDeb:
+    raise RemoteError("GitHub is not reachable from this test")
+
+
+OFFLINE = Remote(release=offline, lemonade_release=offline_lemonade)
 
 
 def context(root: Root, facts: Facts | None = None, *, remote: Remote = OFFLINE,

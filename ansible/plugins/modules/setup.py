@@ -99,10 +99,13 @@ options:
     description: GPU target(s) of a HIP source build (for example C(gfx1150,gfx1151)); default, the GPU's own.
     type: str
   lemonade:
-    description: Install Lemonade when it is missing (C(distro), the distribution's package).
+    description: Install Lemonade when it is missing (C(distro), the distribution's package; C(release), the lemonade-server .deb of a GitHub release, its sha256 checked before installing).
     type: str
-    choices: [none, distro]
+    choices: [none, distro, release]
     default: none
+  lemonade_tag:
+    description: With O(lemonade=release), the release to install (for example C(v11.7.0)); default, the latest.
+    type: str
   lemonade_downloads:
     description: Lemonade downloads the route's model into its own cache instead of loading ojai's files.
     type: bool
@@ -228,6 +231,7 @@ SETTINGS = {
     "npu": ("--npu", "npu"),
     "gpu_target": ("--gpu-target", "gpu_target"),
     "lemonade": ("--lemonade", "lemonade"),
+    "lemonade_tag": ("--lemonade-tag", "lemonade_tag"),
     "lemonade_downloads": ("--lemonade-downloads", "lemonade_downloads"),
     "api_key_file": ("--api-key-file", "api_key_file"),
 }
@@ -249,7 +253,8 @@ ARGS = dict(
     systemd=dict(type="bool", default=False),
     npu=dict(type="bool", default=True),
     gpu_target=dict(type="str"),
-    lemonade=dict(type="str", choices=["none", "distro"], default="none"),
+    lemonade=dict(type="str", choices=["none", "distro", "release"], default="none"),
+    lemonade_tag=dict(type="str"),
     lemonade_downloads=dict(type="bool", default=False),
     api_key_file=dict(type="path"),
 )
@@ -276,6 +281,9 @@ def describe(action):
     if kind == "install_archive":
         return (f"download {action['url']} (sha256 {action['sha256'][:12]}...) "
                 f"into {action['dest']}")
+    if kind == "install_package":
+        return (f"download {action['url']} (sha256 {action['sha256'][:12]}...) to "
+                f"{action['path']}, then apt-get install -y {action['path']}")
     if kind == "hub_download":
         return f"download {action['repo_id']}:{action['filename']} to {action['dest']}"
     if kind == "build_from_source":
@@ -287,7 +295,7 @@ def describe(action):
 
 def targets(action):
     kind = action.get("kind")
-    if kind in ("write_file", "symlink", "hub_download"):
+    if kind in ("write_file", "symlink", "hub_download", "install_package"):
         return [action.get("path") or action.get("dest")]
     if kind in ("install_archive", "build_from_source"):
         return [action["dest"]] + ([action["link"]] if action.get("link") else [])
