@@ -27,12 +27,14 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import json
 import os
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -167,14 +169,26 @@ def prepare() -> Path:
         script = home / ".ansible/test/cache" / f"get_pip_{_pip_version().replace('.', '_')}.py"
         script.parent.mkdir(parents=True)
         script.write_text(BOOTSTRAP)
+        start = time.monotonic()
         with tempfile.TemporaryDirectory() as tmp:
             proc = _ansible_test(lay_out(Path(tmp)), home, "--prime-venvs")
         if proc.returncode != 0:
             raise RuntimeError(f"ansible-test sanity --prime-venvs failed "
                                f"(rc {proc.returncode}):\n{proc.stdout[-3000:]}\n"
                                f"{proc.stderr[-3000:]}")
+        size = sum(f.stat().st_size for f in home.rglob("*") if f.is_file() and not f.is_symlink())
+        (home.parent / "ready.json").write_text(json.dumps({
+            "seconds": round(time.monotonic() - start, 1),
+            "built_at": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+            "load_average_1min": round(os.getloadavg()[0], 2), "bytes": size}, indent=2) + "\n")
         (home / ".complete").write_text(cache_key() + "\n")
     return home
+
+
+def recorded() -> dict | None:
+    """What :func:`prepare` recorded when it made the virtualenvs (cold time, size)."""
+    path = cache_home().parent / "ready.json"
+    return json.loads(path.read_text()) if path.is_file() else None
 
 
 @dataclass
