@@ -1,5 +1,6 @@
 # Copyright: ojai developers
-# MIT License (see LICENSE in the repository)
+# MIT License (see LICENSE in the collection or https://opensource.org/license/mit)
+# SPDX-License-Identifier: MIT
 """Running the ``ojai`` command line of the managed host and reading its ``--json`` output.
 
 The modules of this collection never import ojai: they call the ``ojai`` executable the host

@@ -1,6 +1,7 @@
 #!/usr/bin/python
 # Copyright: ojai developers
-# MIT License (see LICENSE in the repository)
+# MIT License (see LICENSE in the collection or https://opensource.org/license/mit)
+# SPDX-License-Identifier: MIT
 """``ojai doctor --json`` as Ansible facts."""
 
 from __future__ import annotations
@@ -30,13 +31,21 @@ options:
   profile:
     description: Force a hardware profile (C(ojai), C(strix-halo), C(generic)) instead of detecting it.
     type: str
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - ansible.builtin.action_common_attributes.facts
 attributes:
   check_mode:
     support: full
+    details: It changes nothing, so check mode runs it as it is.
+  diff_mode:
+    support: none
   facts:
     support: full
+  platform:
+    platforms: posix
 author:
-  - ojai developers
+  - ojai developers (!UNKNOWN)
 """
 
 EXAMPLES = r"""

@@ -1,6 +1,7 @@
 #!/usr/bin/python
 # Copyright: ojai developers
-# MIT License (see LICENSE in the repository)
+# MIT License (see LICENSE in the collection or https://opensource.org/license/mit)
+# SPDX-License-Identifier: MIT
 """Plan and apply ojai's setup of a host: check mode is ojai's dry run, normal mode applies
 exactly the plan check mode showed."""
 
@@ -113,13 +114,19 @@ options:
   api_key_file:
     description: With O(systemd), a file holding the API key llama-server asks clients for.
     type: path
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
 attributes:
   check_mode:
     support: full
+    details: Check mode is ojai's dry run; with O(plan) the plan is saved on the host for the apply.
   diff_mode:
     support: full
+    details: The before and after of every file; a download or a build is one line.
+  platform:
+    platforms: posix
 author:
-  - ojai developers
+  - ojai developers (!UNKNOWN)
 """
 
 EXAMPLES = r"""
@@ -263,7 +270,7 @@ ARGS = dict(
 def setting_flags(params):
     """The ``ojai setup`` options for the task's settings."""
     flags = []
-    for name, (flag, _) in SETTINGS.items():
+    for name, (flag, _key) in SETTINGS.items():
         value = params.get(name)
         if name == "npu":
             flags.append("--npu" if value else "--no-npu")
@@ -331,7 +338,7 @@ def summary(plan):
     steps = [dict(step=s["step"], status=s["status"], sentence=s["sentence"])
              for s in plan.get("steps", [])]
     files = []
-    for _, a in plan_actions(plan):
+    for _step, a in plan_actions(plan):
         files.extend(t for t in targets(a) if t not in files)
     reasons = plan.get("reboot_reasons", [])
     return dict(steps=steps, files=files, reboot_required=bool(reasons), reboot_reasons=reasons,
@@ -377,7 +384,7 @@ def load_saved_plan(module, path):
         raise OjaiFailure(f"{path}: not an ojai plan; make it again in check mode")
     settings = plan.get("settings") or {}
     differ = []
-    for name, (_, key) in SETTINGS.items():
+    for name, (_flag, key) in SETTINGS.items():
         value = module.params.get(name)
         if value is not None and key in settings and settings[key] != value:
             differ.append(f"{name}={value!r} (the plan has {settings[key]!r})")
@@ -434,7 +441,7 @@ def main():
             result["plan"] = path
         else:
             path = os.path.join(module.tmpdir, "plan.json")
-            _, plan = make_plan(module, path)
+            _rc, plan = make_plan(module, path)
         if blocked_steps(plan):
             raise OjaiFailure(blocked_message(plan), blocked=blocked_steps(plan))
         result.update(summary(plan))
