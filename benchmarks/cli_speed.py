@@ -7,7 +7,9 @@ user would run them: with Python's bytecode cache (pip compiles it when it insta
 warm-up run fills it for a source checkout). Each median is also given as a ratio of the
 import floor, `python -c "import typer, rich, pydantic, jinja2, sh, distro"` timed in the same
 run, so the figures compare across machines. Targets: `ojai doctor --json` on the OJAI box
-<= 1.15x the floor; `ojai setup` with nothing to do (every step planned) <= 1.6x.
+<= 1.15x the floor; `ojai setup` with nothing to do (every step planned) <= 1.6x. A third line
+times the least any command of this stack costs (a typer app set up as ojai's whose command
+validates one pydantic model and prints it): what ojai itself adds is the distance from it.
 (PYTHONDONTWRITEBYTECODE, if set, is dropped for the measured runs.)
 
 The commands run in rounds (floor, doctor, setup, floor, doctor, ...), so a load that comes and
@@ -71,6 +73,32 @@ def timed(commands: dict[str, tuple[list[str], tuple[int, ...]]], runs: int
 
 FLOOR = [sys.executable, "-c", "import typer, rich, pydantic, jinja2, sh, distro"]
 
+#: the least a command of this stack does: a typer app set up as ojai's (a group of commands,
+#: completion, no pretty exceptions) whose command validates one small pydantic model and
+#: prints it as JSON. ojai's own work is what a command costs beyond this line.
+STACK = [sys.executable, "-c", """
+import os, sys
+os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
+from pathlib import Path
+from typing import Annotated
+import typer
+from pydantic import BaseModel
+app = typer.Typer(name="x", add_completion=True, pretty_exceptions_enable=False,
+                  rich_markup_mode=None, no_args_is_help=True)
+class Report(BaseModel):
+    root: str
+    ok: bool
+@app.command()
+def doctor(root: Annotated[Path, typer.Option("--root")] = Path("/"),
+           json: Annotated[bool, typer.Option("--json")] = False):
+    print(Report(root=str(root), ok=True).model_dump_json())
+@app.command()
+def setup(root: Annotated[Path, typer.Option("--root")] = Path("/")):
+    pass
+sys.argv = ["x", "doctor", "--json", "--root", "/"]
+app()
+"""]
+
 
 def report(name: str, times: tuple[list[float], list[float]], floor: tuple[float, float] | None = None,
            target: float | None = None) -> tuple[float, float]:
@@ -99,10 +127,12 @@ def main() -> None:
                        check=True, capture_output=True)
         times = timed({
             "floor": (FLOOR, (0,)),
+            "stack": (STACK, (0,)),
             "doctor": (base + ["doctor", "--json", "--root", str(MACHINES / "ojai-fresh")], (0, 1)),
             "setup": (base + ["setup", "--root", str(root), "--llamacpp", "none"], (0,)),
         }, args.runs)
     floor = report("import floor (typer, rich, pydantic, jinja2, sh, distro)", times["floor"])
+    report("typer app + one pydantic model (the stack's least command)", times["stack"], floor, 1.15)
     report("ojai doctor --json --root <ojai-fresh>", times["doctor"], floor, 1.15)
     report("ojai setup --root <provisioned ojai box> (nothing to do)", times["setup"], floor, 1.6)
 
