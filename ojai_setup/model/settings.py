@@ -105,6 +105,7 @@ class Settings(BaseModel):
         add("npu", "--no-npu")
         add("user_catalog", "--catalog", self.user_catalog)
         add("lemonade", "--lemonade", self.lemonade)
+        add("lemonade_tag", "--lemonade-tag", self.lemonade_tag)
         add("lemonade_downloads", "--lemonade-downloads")
         return opts
 
