@@ -796,10 +796,16 @@ def _lemonade_bins(facts: Facts, profile: Profile, params: dict) -> Outcome:
 
 @kind("lemonade_server")
 def _lemonade_server(facts: Facts, profile: Profile, params: dict) -> Outcome:
-    """Lemonade's version (both version forms), port, config directory and health."""
+    """Lemonade's version (both version forms), port, config directory and health; where it
+    is missing, the ``ojai setup --lemonade`` choice that installs it here."""
     detail = _lemonade(facts)
     if detail is None:
-        return Outcome(ok=None, evidence="Lemonade is not installed")
+        from ojai_setup.domain.lemonade_release import install_advice
+
+        d = facts.distro
+        return Outcome(ok=None, evidence="Lemonade is not installed",
+                       fix=install_advice(d.id if d else "", list(d.like) if d else [],
+                                          d.version if d else ""))
     version = detail.get("version") or {}
     what = (f"{version.get('text')} ({'calendar' if version.get('calendar') else 'semantic'} "
             "version)") if version else "version unknown"

@@ -155,3 +155,25 @@ def offline_advice(error: str, tag: str | None) -> str:
             f"{version}-debian13_amd64.deb) and run ojai setup again, which then configures the "
             "installed Lemonade. GITHUB_TOKEN raises GitHub's rate limit; OJAI_GITHUB_API points "
             "at another API address")
+
+
+def install_advice(distro_id: str, like: list[str], version: str) -> str:
+    """What ``ojai doctor`` tells a machine without Lemonade: the ``ojai setup --lemonade``
+    choices that can install it here (the ones the lemonade step would not refuse), or where to
+    look when neither can."""
+    from ojai_setup.domain.lemonade import distro_install_commands
+
+    ways = []
+    if release_refusal(distro_id, like) is None:
+        ways.append("`ojai setup --lemonade release`, Lemonade's .deb from its GitHub releases "
+                    "(its sha256 checked before apt installs it)")
+    commands, where = distro_install_commands(distro_id, like, version)
+    if commands is not None:
+        ways.append(f"`ojai setup --lemonade distro`, {where}")
+    if not ways:
+        return f"Lemonade is not installed and {where}."
+    note = ""
+    if "ubuntu" in [distro_id, *like]:
+        note = " (--lemonade release is not offered: Lemonade's GitHub releases carry no .deb for Ubuntu)"
+    return ("Install it with " + ", or with ".join(ways) + note + ". It enables lemond, and "
+            "ojai registers its routes with it in the same apply; add --apply to run it.")
