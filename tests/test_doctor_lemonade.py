@@ -46,7 +46,8 @@ def debian_sid(machine) -> Path:
 
 def test_missing_lemonade_on_debian_sid_offers_the_release_and_the_distribution_package(machine):
     f = finding(debian_sid(machine))
-    assert f["evidence"] == "Lemonade is not installed"
+    assert f["evidence"] == ("Lemonade is not installed; `ojai setup --lemonade release` or "
+                             "`ojai setup --lemonade distro` installs it")
     assert "`ojai setup --lemonade release`" in f["fix"]
     assert "`ojai setup --lemonade distro`, from Debian's own lemonade-server package" in f["fix"]
 
@@ -65,6 +66,7 @@ def test_missing_lemonade_on_ubuntu_offers_the_ppa(machine):
 
 def test_missing_lemonade_elsewhere_points_at_lemonades_releases(machine):
     f = finding(machine("strix-halo-r9700-override"))  # Fedora 43
+    assert f["evidence"] == "Lemonade is not installed"
     assert "ojai knows no lemonade-server package for fedora" in f["fix"]
     assert "ojai setup --lemonade" not in f["fix"]
 

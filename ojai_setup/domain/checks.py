@@ -800,12 +800,16 @@ def _lemonade_server(facts: Facts, profile: Profile, params: dict) -> Outcome:
     is missing, the ``ojai setup --lemonade`` choice that installs it here."""
     detail = _lemonade(facts)
     if detail is None:
-        from ojai_setup.domain.lemonade_release import install_advice
+        from ojai_setup.domain.lemonade_release import install_advice, install_choices
 
         d = facts.distro
-        return Outcome(ok=None, evidence="Lemonade is not installed",
-                       fix=install_advice(d.id if d else "", list(d.like) if d else [],
-                                          d.version if d else ""))
+        distro = (d.id, list(d.like), d.version) if d else ("", [], "")
+        choices = install_choices(*distro)
+        # the report's table shows no fix for an info finding: the evidence names the choice
+        evidence = "Lemonade is not installed" + (
+            "; " + " or ".join(f"`ojai setup --lemonade {c}`" for c in choices)
+            + " installs it" if choices else "")
+        return Outcome(ok=None, evidence=evidence, fix=install_advice(*distro))
     version = detail.get("version") or {}
     what = (f"{version.get('text')} ({'calendar' if version.get('calendar') else 'semantic'} "
             "version)") if version else "version unknown"
