@@ -8,13 +8,13 @@ import json
 from pathlib import Path
 
 from support import stand_ins
+from support.server import free_port
 from typer.testing import CliRunner
 
 from ojai_setup.cli import app
 from ojai_setup.domain.checks import KINDS
 from ojai_setup.facts.lemonade import health
 from ojai_setup.model.facts import Facts
-from support.server import free_port
 
 #: /etc/os-release of Debian unstable, as the sid chroot the tests build has it
 #: (tests/support/sid.py; debootstrap sid, base-files of forky/sid): no VERSION_ID

@@ -26,7 +26,10 @@ from support.tiny_models import write_mtp_pair
 from typer.testing import CliRunner
 
 from ojai_setup.cli import app
+from ojai_setup.domain.checks import KINDS
+from ojai_setup.facts.lemonade import health
 from ojai_setup.formats.lemonade import parse_lemonade_version
+from ojai_setup.model.facts import Facts
 
 pytestmark = pytest.mark.slow
 
@@ -216,10 +219,6 @@ def test_doctor_reports_version_port_and_health_of_the_real_lemond(box, catalog,
     and ``/api/v1/health``, probed the way doctor probes it on a machine (under ``--root`` the
     machine folder's network is not the host's, so doctor says "not checked" there; the probe
     itself is run here against the real server)."""
-    from ojai_setup.domain.checks import KINDS
-    from ojai_setup.facts.lemonade import health
-    from ojai_setup.model.facts import Facts
-
     apply(box, catalog)
     with lemond(box, tmp_path / "lemond") as server:
         config_path = box / "var/lib/lemonade/config.json"
