@@ -3,9 +3,9 @@
 FastFlowLM cannot run here (there is no NPU), so this is the one part of the Lemonade NPU test
 that is a stand-in. It gives lemond exactly what Lemonade's own source probes, nothing more
 (lemonade-sdk/lemonade at commit e385039, August 2026, ``src/cpp/server/system_info.cpp`` and
-``src/cpp/server/backends/fastflowlm/``, whose ``test/test_flm_status.py`` stands in for ``flm`` with a script in
-``PATH`` too; the installed ``lemond`` 2026.39.1-2 carries the same
-probe strings: ``/sys/class/accel``, ``/dev/accel/``, ``/sys/bus/pci/devices``, ``0x118000``,
+``src/cpp/server/backends/fastflowlm/``, whose ``test/test_flm_status.py`` also stands in for
+``flm`` with a script in ``PATH``; the installed ``lemond`` 2026.39.1-2 carries the same probe
+strings: ``/sys/class/accel``, ``/dev/accel/``, ``/sys/bus/pci/devices``, ``0x118000``,
 ``0x17f0``, ``amdxdna``, ``" version --json``, ``" list --json``,
 ``" list --filter installed --quiet --json``):
 
