@@ -26,7 +26,10 @@ from support.tiny_models import write_mtp_pair
 from typer.testing import CliRunner
 
 from ojai_setup.cli import app
+from ojai_setup.domain.checks import KINDS
+from ojai_setup.facts.lemonade import health
 from ojai_setup.formats.lemonade import parse_lemonade_version
+from ojai_setup.model.facts import Facts
 
 pytestmark = pytest.mark.slow
 
@@ -208,3 +211,32 @@ def test_doctor_reports_the_real_version(box, version):
     assert doctor["facts"]["tools"]["lemond"]["version"] == version.strip()
     finding = next(f for f in doctor["findings"] if f["id"] == "lemonade.version")
     assert "2026.39.1" in finding["evidence"] and "calendar" in finding["evidence"]
+
+
+def test_doctor_reports_version_port_and_health_of_the_real_lemond(box, catalog, version,
+                                                                     tmp_path):
+    """Doctor's Lemonade finding on a running lemond: its version line, the port of its config
+    and ``/api/v1/health``, probed the way doctor probes it on a machine (under ``--root`` the
+    machine folder's network is not the host's, so doctor says "not checked" there; the probe
+    itself is run here against the real server)."""
+    apply(box, catalog)
+    with lemond(box, tmp_path / "lemond") as server:
+        config_path = box / "var/lib/lemonade/config.json"
+        config = json.loads(config_path.read_text())
+        config["port"] = server.port
+        config_path.write_text(json.dumps(config, indent=2))
+        report = json.loads(ojai("doctor", "--root", box, "--json").stdout)
+        tools = report["facts"]["tools"]
+        detail = (tools.get("lemonade") or tools["lemond"])["detail"]
+        assert detail["port"] == server.port and detail["health"] == "not checked (--root)"
+        detail["health"] = health(server.port)
+        facts = Facts.model_validate(report["facts"])
+        out = KINDS["lemonade_server"](facts, None, {})
+        assert out.ok is True, out
+        assert out.evidence.startswith(f"{version.strip()} (calendar version); port "
+                                       f"{server.port}; system-service reading /var/lib/lemonade;"
+                                       " health: ok"), out.evidence
+    # and once lemond is gone
+    detail["health"] = health(server.port)
+    out = KINDS["lemonade_server"](Facts.model_validate(report["facts"]), None, {})
+    assert out.ok is False and "health: no answer" in out.evidence

@@ -252,8 +252,10 @@ def test_ready_npu_gets_an_flm_launch_script_on_port_52625(machine):
 def test_ready_npu_with_lemonade_prefers_the_system_flm(box, catalog):
     s = step(plan_json(box, catalog), "npu")
     runs = [a["argv"] for a in s["actions"] if a["kind"] == "run_command"]
-    # then the NPU model is registered with Lemonade, so /api/v1/models lists it
+    # then, lemond restarted so that it lists FastFlowLM's models, the NPU model is
+    # registered with Lemonade, so /api/v1/models lists it (tests/test_lemonade_real_npu.py)
     assert runs == [["lemonade", "config", "set", "flm.prefer_system=true"],
+                    ["systemctl", "restart", "lemond"],
                     ["lemonade", "pull", "gemma4-it-e4b-FLM"]]
     assert "register it with Lemonade as gemma4-it-e4b-FLM" in s["sentence"]
     assert setup(box, catalog, "--apply", "--yes").exit_code == 0

@@ -796,10 +796,20 @@ def _lemonade_bins(facts: Facts, profile: Profile, params: dict) -> Outcome:
 
 @kind("lemonade_server")
 def _lemonade_server(facts: Facts, profile: Profile, params: dict) -> Outcome:
-    """Lemonade's version (both version forms), port, config directory and health."""
+    """Lemonade's version (both version forms), port, config directory and health; where it
+    is missing, the ``ojai setup --lemonade`` choice that installs it here."""
     detail = _lemonade(facts)
     if detail is None:
-        return Outcome(ok=None, evidence="Lemonade is not installed")
+        from ojai_setup.domain.lemonade_release import install_advice, install_choices
+
+        d = facts.distro
+        distro = (d.id, list(d.like), d.version) if d else ("", [], "")
+        choices = install_choices(*distro)
+        # the report's table shows no fix for an info finding: the evidence names the choice
+        evidence = "Lemonade is not installed" + (
+            "; " + " or ".join(f"`ojai setup --lemonade {c}`" for c in choices)
+            + " installs it" if choices else "")
+        return Outcome(ok=None, evidence=evidence, fix=install_advice(*distro))
     version = detail.get("version") or {}
     what = (f"{version.get('text')} ({'calendar' if version.get('calendar') else 'semantic'} "
             "version)") if version else "version unknown"

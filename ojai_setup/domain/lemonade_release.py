@@ -155,3 +155,34 @@ def offline_advice(error: str, tag: str | None) -> str:
             f"{version}-debian13_amd64.deb) and run ojai setup again, which then configures the "
             "installed Lemonade. GITHUB_TOKEN raises GitHub's rate limit; OJAI_GITHUB_API points "
             "at another API address")
+
+
+def install_choices(distro_id: str, like: list[str], version: str) -> list[str]:
+    """The ``--lemonade`` values that can install Lemonade on this distribution (the ones the
+    lemonade step would not refuse)."""
+    from ojai_setup.domain.lemonade import distro_install_commands
+
+    choices = [] if release_refusal(distro_id, like) is not None else ["release"]
+    if distro_install_commands(distro_id, like, version)[0] is not None:
+        choices.append("distro")
+    return choices
+
+
+def install_advice(distro_id: str, like: list[str], version: str) -> str:
+    """What ``ojai doctor`` tells a machine without Lemonade: the ``ojai setup --lemonade``
+    choices of :func:`install_choices`, or where to look when there is none."""
+    from ojai_setup.domain.lemonade import distro_install_commands
+
+    choices = install_choices(distro_id, like, version)
+    where = distro_install_commands(distro_id, like, version)[1]
+    if not choices:
+        return f"Lemonade is not installed and {where}."
+    what = {"release": "Lemonade's .deb from its GitHub releases (its sha256 checked before apt "
+                       "installs it)", "distro": where}
+    note = ""
+    if "ubuntu" in [distro_id, *like]:
+        note = " (--lemonade release is not offered: Lemonade's GitHub releases carry no .deb for Ubuntu)"
+    return ("Install it with " + ", or with ".join(f"`ojai setup --lemonade {c}`, {what[c]}"
+                                                  for c in choices)
+            + note + ". It enables lemond, and ojai registers its routes with it in the same "
+            "apply; add --apply to run it.")

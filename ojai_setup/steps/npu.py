@@ -28,6 +28,17 @@ def lemonade_flm_name(tag: str) -> str:
     return tag.replace(":", "-") + "-FLM"
 
 
+def restart_command(layout) -> RunCommand | None:
+    """How lemond is restarted in ``layout``; None for a lemond ojai does not manage (standalone)."""
+    if layout.mode == "system-service":
+        return RunCommand(argv=("systemctl", "restart", "lemond"), needs_root=True,
+                          reason="lemond lists FastFlowLM's models from its start")
+    if layout.mode == "user-service":
+        return RunCommand(argv=("systemctl", "--user", "restart", "lemond"),
+                          reason="lemond lists FastFlowLM's models from its start")
+    return None
+
+
 def lemonade_layout_for(ctx: Context):
     """Lemonade's layout: the installed one, or the system service ``--lemonade distro|release``
     installs earlier in the same apply; None without Lemonade."""
@@ -134,6 +145,22 @@ class NpuStep:
                 actions.extend(r.model_copy(update={"notify": ()}) for r in runs)
                 actions.extend(RunCommand(argv=h.argv, needs_root=h.needs_root, reason=h.reason)
                                for h in more.values())
+                restart = restart_command(layout)
+                if runs and restart is not None:
+                    # a running lemond applies `config set flm.prefer_system=true` to its backend
+                    # states but keeps the model list it built at start, which holds FastFlowLM's
+                    # models only when it found flm then: without a restart the pull answers
+                    # "not found in available models" (seen with the real lemond 2026.39.1-2;
+                    # lemonade-sdk/lemonade src/cpp/server/server.cpp, the config change handler
+                    # calls SystemInfoCache::invalidate_recipes() but not
+                    # invalidate_models_cache(), and fastflowlm_models.cpp lists FLM models in
+                    # that cache from `flm list --json`)
+                    actions.append(restart)
+                elif runs:
+                    warnings = (*warnings, "lemond runs standalone, so ojai cannot restart it: "
+                                "restart it after `lemonade config set flm.prefer_system=true`, "
+                                f"then run `lemonade pull {registered}` again (a running lemond "
+                                "lists FastFlowLM's models only from its start)")
                 actions.append(RunCommand(
                     argv=("lemonade", "pull", registered),
                     needs_root=layout.mode == "system-service",

@@ -95,12 +95,15 @@ def _own(path: Path, uid: int, gid: int) -> None:
 
 @contextmanager
 def lemond(machine: Path, scratch: Path, *, env: dict[str, str] | None = None,
+           binds: list[tuple[Path, str]] | None = None, prelude: str = "",
            ready_timeout: float = 60.0) -> Iterator[Lemond]:
     """Run lemond for the test machine at ``machine`` until the block ends.
 
     The state folder belongs to the service user, as systemd makes it (``StateDirectory``);
     the cache folders live in ``scratch``; ``env`` is added to the unit's environment (such as
-    ``HF_ENDPOINT``, which Lemonade honours, for the stand-in hub). Yields once
+    ``HF_ENDPOINT``, which Lemonade honours, for the stand-in hub); ``binds`` adds folders
+    (host path, chroot path) and ``prelude`` a shell script run as root in lemond's namespace
+    before lemond starts (such as :data:`support.npu_stand_in.NAMESPACE_DEV`). Yields once
     ``/api/v1/health`` answers 200.
     """
     root = ensure_sid_chroot()
@@ -112,17 +115,19 @@ def lemond(machine: Path, scratch: Path, *, env: dict[str, str] | None = None,
     for folder in folders.values():
         folder.mkdir(parents=True, exist_ok=True)
         _own(folder, uid, gid)
-    binds = [(state, STATE), (folders["cache"], CACHE), (folders["hf"], HF_HOME)]
-    binds += [(machine / p.lstrip("/"), p) for p in MACHINE_FOLDERS[1:]
-              if (machine / p.lstrip("/")).is_dir()]
+    mounts = [(state, STATE), (folders["cache"], CACHE), (folders["hf"], HF_HOME)]
+    mounts += [(machine / p.lstrip("/"), p) for p in MACHINE_FOLDERS[1:]
+               if (machine / p.lstrip("/")).is_dir()]
+    mounts += binds or []
     port = free_port()
     argv = ["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups",
             "lemond", "--port", str(port), "--no-broadcast"]
     env = {"STATE_DIRECTORY": STATE, "CACHE_DIRECTORY": CACHE, "RUNTIME_DIRECTORY": RUNTIME,
            "HF_HOME": HF_HOME, "HOME": STATE, **(env or {})}
     # the unit's RuntimeDirectory: /run is a fresh tmpfs in the chroot, so lemond makes it itself
-    command = chroot_argv(root, ["sh", "-c", f'mkdir -p {RUNTIME} && chown {uid}:{gid} {RUNTIME} '
-                                 '&& exec "$@"', "sh", *argv], env=env, binds=binds, cwd=STATE)
+    script = f'set -e\n{prelude}\nmkdir -p {RUNTIME} && chown {uid}:{gid} {RUNTIME}\nexec "$@"'
+    command = chroot_argv(root, ["sh", "-c", script, "sh", *argv], env=env, binds=mounts,
+                          cwd=STATE)
     log_path = scratch / "lemond.log"
     with log_path.open("wb") as log:
         process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log,
