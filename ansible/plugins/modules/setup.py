@@ -100,7 +100,9 @@ options:
     description: GPU target(s) of a HIP source build (for example C(gfx1150,gfx1151)); default, the GPU's own.
     type: str
   lemonade:
-    description: Install Lemonade when it is missing (C(distro), the distribution's package; C(release), the lemonade-server .deb of a GitHub release, its sha256 checked before installing).
+    description:
+      - Install Lemonade when it is missing.
+      - C(distro), the distribution's package; C(release), the lemonade-server .deb of a GitHub release, its sha256 checked before installing.
     type: str
     choices: [none, distro, release]
     default: none
