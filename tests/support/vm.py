@@ -66,7 +66,7 @@ SUITE = "bookworm"
 #: the mirror is not part of the recipe: any Debian mirror gives the same packages
 MIRROR = os.environ.get("OJAI_DEBIAN_MIRROR", "http://deb.debian.org/debian")
 PACKAGES = ("linux-image-amd64", "grub-pc", "systemd-sysv", "udev", "kmod", "initramfs-tools",
-            "python3", "python3-venv", "e2fsprogs")
+            "python3", "python3-venv", "e2fsprogs", "openssh-server")
 DISK_MIB = 4096
 PART_START_MIB = 1
 ROOT_UUID = "0a1e5c2d-8b7f-4c3e-9d21-6f0b3a7c9e15"
@@ -240,6 +240,20 @@ def configure_rootfs(rootfs: Path) -> None:
     confd.mkdir(parents=True, exist_ok=True)
     (confd / "slow-host.conf").write_text("[Manager]\nDefaultTimeoutStartSec=30min\n"
                                           "DefaultDeviceTimeoutSec=30min\nServiceWatchdogs=no\n")
+    # SSH, for the boots that ask for it (:mod:`support.vm_ssh`): off at boot until a test
+    # enables it, keys only (the key comes in at test time), the one virtio NIC such a boot
+    # gets at the address qemu's user-mode network expects; systemd-networkd stays disabled
+    for link in (units / "multi-user.target.wants" / "ssh.service", units / "sshd.service"):
+        link.unlink(missing_ok=True)
+    sshd = etc / "ssh" / "sshd_config.d"
+    sshd.mkdir(parents=True, exist_ok=True)
+    (sshd / "test.conf").write_text("PasswordAuthentication no\nKbdInteractiveAuthentication no\n"
+                                    "PermitRootLogin prohibit-password\nUseDNS no\n")
+    network = etc / "systemd" / "network"
+    network.mkdir(parents=True, exist_ok=True)
+    (network / "20-user-net.network").write_text(
+        "[Match]\nName=en*\n\n[Network]\nAddress=10.0.2.15/24\nLinkLocalAddressing=no\n"
+        "IPv6AcceptRA=no\n")
     # no network: timers that would try it only add noise to the boots
     for unit in ("apt-daily.timer", "apt-daily-upgrade.timer"):
         masked = units / unit
@@ -359,6 +373,7 @@ def build_image(dest: Path) -> Image:
             raise VMError(f"the disk did not boot through its GRUB: /proc/cmdline is {cmdline!r}")
         m.succeed("test -e /sys/module/ttm/parameters/pages_limit")
         m.succeed("/opt/ojai/bin/pip check")
+        m.succeed("/usr/sbin/sshd -t && ! systemctl is-enabled ssh.service")
         m.shutdown()
     timings["check_boot_s"] = round(time.monotonic() - t, 1)
 
