@@ -20,7 +20,7 @@ The image is made without loop devices or mounts, so it builds in a container as
 
 Tests never write to that disk: each boots a copy-on-write overlay (``qemu-img create -b``).
 The guest runs under TCG (``-accel tcg``; KVM guests hang on the CI machines), with 1 CPU, no
-network device, and one way in: a virtio console whose host end is a socket file, where
+network device (unless a test asks for SSH: :mod:`support.vm_ssh`), and one way in: a virtio console whose host end is a socket file, where
 ``/usr/local/sbin/test-shell`` runs the commands the :class:`Machine` driver sends (in the style
 of the NixOS test driver: ``machine.succeed(...)``, ``machine.fail(...)``, ``machine.reboot()``).
 
@@ -558,6 +558,9 @@ class Machine:
     initrd: Path | None = None
     append: str | None = None
     payload: Path | None = None
+    #: a host port on 127.0.0.1 forwarded to the guest's port 22 (see :mod:`support.vm_ssh`);
+    #: None (the default): no network device at all
+    ssh_port: int | None = None
     memory_mib: int = MEMORY_MIB
     boot_id: str | None = None
     boot_times: list[float] = field(default_factory=list)
@@ -573,7 +576,7 @@ class Machine:
     def argv(self) -> list[str]:
         argv = [_tool("qemu-system-x86_64"), "-name", self.name, "-accel", "tcg",
                 "-machine", "pc", "-cpu", GUEST_CPU, "-m", str(self.memory_mib), "-smp", str(CPUS),
-                "-vga", "std", "-display", "none", "-nic", "none",
+                "-vga", "std", "-display", "none", *self._network(),
                 "-drive", f"file={self.disk},if=virtio,format={self.disk_format},cache=unsafe",
                 "-chardev", f"socket,id=shell,path={self.workdir / 'shell.sock'},server=on,wait=off",
                 "-device", "virtio-serial-pci", "-device", "virtconsole,chardev=shell",
@@ -585,6 +588,15 @@ class Machine:
             argv += ["-kernel", str(self.kernel), "-initrd", str(self.initrd),
                      "-append", self.append or KERNEL_APPEND]
         return argv
+
+    def _network(self) -> list[str]:
+        """No network device, or (``ssh_port``) one virtio NIC on qemu's user-mode network
+        that reaches nothing (``restrict=on``: no packet of the guest leaves qemu) and whose
+        only way in is the host's 127.0.0.1:``ssh_port`` forwarded to the guest's port 22."""
+        if self.ssh_port is None:
+            return ["-nic", "none"]
+        return ["-netdev", f"user,id=n0,restrict=on,hostfwd=tcp:127.0.0.1:{self.ssh_port}-:22",
+                "-device", "virtio-net-pci,netdev=n0"]
 
     # lifecycle
     def start(self) -> None:
