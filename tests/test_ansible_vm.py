@@ -78,7 +78,7 @@ def inventory(path: Path, vm: Machine, key, known_hosts: Path, wheel: Path) -> P
         "ansible_ssh_args": "-o ControlMaster=auto -o ControlPersist=30m",
         "ansible_ssh_pipelining": True,
         # TCG: a login can take many seconds on a loaded host
-        "ansible_timeout": 120,
+        "ansible_ssh_timeout": 120,
         "ansible_python_interpreter": "/usr/bin/python3",
         "ojai_wheel": str(wheel),
         "ojai_reboot_timeout": int(BOOT_TIMEOUT),
