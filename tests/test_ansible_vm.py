@@ -46,6 +46,9 @@ ROLE_PLAY = """
         ojai_gpu_memory: 1
         ojai_llamacpp: none
         ojai_npu: false
+        # the image is a debootstrap minbase without D-Bus: `shutdown -r 0` (Ansible's reboot
+        # command) asks logind over the system bus to schedule it; systemctl does not need it
+        ojai_reboot_command: systemctl reboot
 """
 
 
@@ -105,6 +108,7 @@ def test_role_over_ssh_installs_applies_reboots_and_the_limit_is_active(ssh_vm, 
     # a short folder for ssh's control sockets (a socket path has at most 107 bytes)
     with tempfile.TemporaryDirectory(prefix="ojai-cp-") as cp:
         run = play(book, inv, collections, tmp_path, env={"ANSIBLE_SSH_CONTROL_PATH_DIR": cp})
+    (tmp_path / "ansible.json").write_text(run.stdout)  # all of it, for a failure
 
     assert run.rc == 0, run.stdout[-6000:] + run.stderr[-3000:]
     assert run.stats["vm"]["failures"] == 0 and run.stats["vm"]["unreachable"] == 0
