@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from support.ansible_json import ensure_ansible_posix
+from support.ansible_run import Run, collections, play  # noqa: F401  (collections: fixture)
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -34,23 +34,6 @@ FLEET = {
     "blocked": "no-amd-gpu",  # no grub tool: the gpu-memory step is blocked
 }
 SETTINGS = ["--llamacpp", "none"]
-
-
-@pytest.fixture(scope="session")
-def collections(tmp_path_factory) -> str:
-    """ANSIBLE_COLLECTIONS_PATH: ojai.ojai as built and installed by ansible-galaxy, and
-    ansible.posix (the JSON callback)."""
-    work = tmp_path_factory.mktemp("collection")
-    galaxy = str(BIN / "ansible-galaxy")
-    env = {**os.environ, "ANSIBLE_HOME": str(work / "home")}
-    subprocess.run([galaxy, "collection", "build", str(REPO / "ansible"), "--output-path",
-                    str(work)], check=True, capture_output=True, env=env)
-    tarball = work / "ojai-ojai-0.1.0.tar.gz"
-    assert tarball.is_file()
-    subprocess.run([galaxy, "collection", "install", str(tarball), "-p", str(work / "installed")],
-                   check=True, capture_output=True, env=env)
-    assert (work / "installed/ansible_collections/ojai/ojai/plugins/modules/setup.py").is_file()
-    return f"{work / 'installed'}:{ensure_ansible_posix()}"
 
 
 class Fleet:
@@ -86,52 +69,15 @@ class Fleet:
         self.runs += 1
         book = self.base / f"play{self.runs}.yml"
         book.write_text(textwrap.dedent(playbook))
-        env = {**os.environ,
-               "ANSIBLE_HOME": str(self.base / "ansible-home"),
-               "ANSIBLE_LOCAL_TEMP": str(self.base / "ansible-tmp"),
-               "ANSIBLE_REMOTE_TEMP": str(self.base / "ansible-remote-tmp"),
-               "ANSIBLE_COLLECTIONS_PATH": self.collections,
-               "ANSIBLE_CONNECTION_PLUGINS": str(PLUGINS / "connection"),
-               "ANSIBLE_STDOUT_CALLBACK": "ansible.posix.json",
-               "ANSIBLE_NOCOLOR": "1", "ANSIBLE_FORCE_COLOR": "0",
-               "ANSIBLE_DEPRECATION_WARNINGS": "0"}
-        env.pop("ANSIBLE_CONFIG", None)
-        proc = subprocess.run([str(BIN / "ansible-playbook"), "-i",
-                               str(inventory or self.inventory()), str(book), *args],
-                              capture_output=True, text=True, env=env, cwd=self.base)
-        return Run(proc)
+        env = {"ANSIBLE_REMOTE_TEMP": str(self.base / "ansible-remote-tmp"),
+               "ANSIBLE_CONNECTION_PLUGINS": str(PLUGINS / "connection")}
+        return play(book, inventory or self.inventory(), self.collections, self.base, *args,
+                    env=env)
 
     def snapshot(self) -> dict[str, bytes]:
         """Every file of every machine, to check that check mode changed none."""
         return {str(p): p.read_bytes() for r in self.roots.values() for p in sorted(r.rglob("*"))
                 if p.is_file() and not p.is_symlink()}
-
-
-class Run:
-    def __init__(self, proc: subprocess.CompletedProcess) -> None:
-        self.rc = proc.returncode
-        self.stdout = proc.stdout
-        self.stderr = proc.stderr
-        try:
-            self.data = json.loads(proc.stdout)
-        except ValueError:
-            raise AssertionError(f"ansible-playbook printed no JSON (rc {proc.returncode}):\n"
-                                 f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}") from None
-
-    def results(self, task: str) -> dict[str, dict]:
-        """Each host's result of the task named ``task`` (over every play and batch)."""
-        found: dict[str, dict] = {}
-        for play in self.data["plays"]:
-            for t in play["tasks"]:
-                if t["task"]["name"].split(" : ", 1)[-1] == task:  # "role : task" in a role
-                    found.update(t["hosts"])
-        assert found, f"no task named {task!r} ran: " + ", ".join(
-            t["task"]["name"] for p in self.data["plays"] for t in p["tasks"])
-        return found
-
-    @property
-    def stats(self) -> dict[str, dict]:
-        return self.data["stats"]
 
 
 @pytest.fixture

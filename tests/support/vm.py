@@ -20,7 +20,7 @@ The image is made without loop devices or mounts, so it builds in a container as
 
 Tests never write to that disk: each boots a copy-on-write overlay (``qemu-img create -b``).
 The guest runs under TCG (``-accel tcg``; KVM guests hang on the CI machines), with 1 CPU, no
-network device, and one way in: a virtio console whose host end is a socket file, where
+network device (unless a test asks for SSH: :mod:`support.vm_ssh`), and one way in: a virtio console whose host end is a socket file, where
 ``/usr/local/sbin/test-shell`` runs the commands the :class:`Machine` driver sends (in the style
 of the NixOS test driver: ``machine.succeed(...)``, ``machine.fail(...)``, ``machine.reboot()``).
 
@@ -66,7 +66,7 @@ SUITE = "bookworm"
 #: the mirror is not part of the recipe: any Debian mirror gives the same packages
 MIRROR = os.environ.get("OJAI_DEBIAN_MIRROR", "http://deb.debian.org/debian")
 PACKAGES = ("linux-image-amd64", "grub-pc", "systemd-sysv", "udev", "kmod", "initramfs-tools",
-            "python3", "python3-venv", "e2fsprogs")
+            "python3", "python3-venv", "e2fsprogs", "openssh-server")
 DISK_MIB = 4096
 PART_START_MIB = 1
 ROOT_UUID = "0a1e5c2d-8b7f-4c3e-9d21-6f0b3a7c9e15"
@@ -240,6 +240,20 @@ def configure_rootfs(rootfs: Path) -> None:
     confd.mkdir(parents=True, exist_ok=True)
     (confd / "slow-host.conf").write_text("[Manager]\nDefaultTimeoutStartSec=30min\n"
                                           "DefaultDeviceTimeoutSec=30min\nServiceWatchdogs=no\n")
+    # SSH, for the boots that ask for it (:mod:`support.vm_ssh`): off at boot until a test
+    # enables it, keys only (the key comes in at test time), the one virtio NIC such a boot
+    # gets at the address qemu's user-mode network expects; systemd-networkd stays disabled
+    for link in (units / "multi-user.target.wants" / "ssh.service", units / "sshd.service"):
+        link.unlink(missing_ok=True)
+    sshd = etc / "ssh" / "sshd_config.d"
+    sshd.mkdir(parents=True, exist_ok=True)
+    (sshd / "test.conf").write_text("PasswordAuthentication no\nKbdInteractiveAuthentication no\n"
+                                    "PermitRootLogin prohibit-password\nUseDNS no\n")
+    network = etc / "systemd" / "network"
+    network.mkdir(parents=True, exist_ok=True)
+    (network / "20-user-net.network").write_text(
+        "[Match]\nName=en*\n\n[Network]\nAddress=10.0.2.15/24\nLinkLocalAddressing=no\n"
+        "IPv6AcceptRA=no\n")
     # no network: timers that would try it only add noise to the boots
     for unit in ("apt-daily.timer", "apt-daily-upgrade.timer"):
         masked = units / unit
@@ -359,6 +373,9 @@ def build_image(dest: Path) -> Image:
             raise VMError(f"the disk did not boot through its GRUB: /proc/cmdline is {cmdline!r}")
         m.succeed("test -e /sys/module/ttm/parameters/pages_limit")
         m.succeed("/opt/ojai/bin/pip check")
+        # sshd's config and host keys (``-t`` wants the folder ssh.service makes at start)
+        m.succeed("install -d -m 755 /run/sshd && /usr/sbin/sshd -t "
+                  "&& ! systemctl is-enabled ssh.service")
         m.shutdown()
     timings["check_boot_s"] = round(time.monotonic() - t, 1)
 
@@ -543,6 +560,9 @@ class Machine:
     initrd: Path | None = None
     append: str | None = None
     payload: Path | None = None
+    #: a host port on 127.0.0.1 forwarded to the guest's port 22 (see :mod:`support.vm_ssh`);
+    #: None (the default): no network device at all
+    ssh_port: int | None = None
     memory_mib: int = MEMORY_MIB
     boot_id: str | None = None
     boot_times: list[float] = field(default_factory=list)
@@ -558,7 +578,7 @@ class Machine:
     def argv(self) -> list[str]:
         argv = [_tool("qemu-system-x86_64"), "-name", self.name, "-accel", "tcg",
                 "-machine", "pc", "-cpu", GUEST_CPU, "-m", str(self.memory_mib), "-smp", str(CPUS),
-                "-vga", "std", "-display", "none", "-nic", "none",
+                "-vga", "std", "-display", "none", *self._network(),
                 "-drive", f"file={self.disk},if=virtio,format={self.disk_format},cache=unsafe",
                 "-chardev", f"socket,id=shell,path={self.workdir / 'shell.sock'},server=on,wait=off",
                 "-device", "virtio-serial-pci", "-device", "virtconsole,chardev=shell",
@@ -570,6 +590,15 @@ class Machine:
             argv += ["-kernel", str(self.kernel), "-initrd", str(self.initrd),
                      "-append", self.append or KERNEL_APPEND]
         return argv
+
+    def _network(self) -> list[str]:
+        """No network device, or (``ssh_port``) one virtio NIC on qemu's user-mode network
+        that reaches nothing (``restrict=on``: no packet of the guest leaves qemu) and whose
+        only way in is the host's 127.0.0.1:``ssh_port`` forwarded to the guest's port 22."""
+        if self.ssh_port is None:
+            return ["-nic", "none"]
+        return ["-netdev", f"user,id=n0,restrict=on,hostfwd=tcp:127.0.0.1:{self.ssh_port}-:22",
+                "-device", "virtio-net-pci,netdev=n0"]
 
     # lifecycle
     def start(self) -> None:
