@@ -78,7 +78,8 @@ def main() -> None:
                                                          confirm_seeds=(11, 12), confirm_tokens=256, write=False))
         elapsed = time.monotonic() - t0
     (b,) = result.backends
-    print(f"\ntune sweep at synthetic a = 0.8 ({elapsed:.0f} s): fitted a = {b.acceptance:.3f}, c = {b.draft_cost:.3f}")
+    print(f"\ntune sweep at synthetic a = 0.8 ({elapsed:.0f} s): fitted a = {b.acceptance:.3f}, c = {b.draft_cost:.3f}, "
+          f"base cost of a pass {b.pass_base:.2f}")
     print(" g  measured  predicted  error")
     for lr in b.lengths:
         print(f"{lr.g:2}  {lr.measured.mean:8.3f}  {lr.predicted:9.3f}  {(lr.predicted - lr.measured.mean) / lr.measured.mean:+6.1%}")

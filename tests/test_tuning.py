@@ -92,3 +92,44 @@ def test_early_stop_needs_two_worse_lengths_and_the_model_agreeing():
     assert "lengths 3 and 4" in trend_is_clear(b, 0.03)
     b.acceptance, b.draft_cost = 0.99, 0.01  # the model says longer drafts still gain
     assert trend_is_clear(b, 0.03) is None
+
+
+def _pair(g: int, base: float, c: float, *, passes: int = 100, accepted_per_pass: int = 1):
+    """A pair whose MTP arm drafted ``g`` tokens per pass, each pass costing ``base + g*c``
+    plain tokens (the plain arm: 10 ms a token)."""
+    from ojai_setup.commands.bench.results import ArmRun, Pair
+    from ojai_setup.commands.bench.stats import draft_cost
+
+    tokens = passes * (1 + accepted_per_pass)
+    ms = passes * (base + g * c) * 10.0
+    mtp = ArmRun(arm="mtp", tokens=tokens, server_tps=None, harness_tps=None, predicted_ms=ms,
+                 draft_n=passes * g, draft_n_accepted=passes * accepted_per_pass,
+                 rejections=passes, wall_s=1.0)
+    plain = ArmRun(arm="plain", tokens=tokens, server_tps=100.0, harness_tps=None, wall_s=1.0)
+    cost = draft_cost(mtp_predicted_n=tokens, mtp_predicted_ms=ms, draft_n=passes * g,
+                      draft_n_accepted=passes * accepted_per_pass, plain_ms_per_token=10.0)
+    return Pair(prompt_id="p", seed=1, order="mtp,plain", mtp=mtp, plain=plain, speedup=1.0,
+                draft_cost=cost)
+
+
+def test_the_fit_finds_a_fixed_cost_per_pass_across_lengths():
+    """Passes that cost 1.7 + 0.55*g plain tokens: fitted over several lengths, the base and c
+    come back; the classic model (base 1) would overrate the short drafts."""
+    from ojai_setup.commands.tune import fit_model
+
+    lengths = [LengthResult(g=g, pairs=[_pair(g, 1.7, 0.55)]) for g in (1, 2, 4, 8)]
+    a, c, base = fit_model(lengths)
+    assert a == pytest.approx(0.5) and c == pytest.approx(0.55) and base == pytest.approx(1.7)
+    b = BackendResult(binary="x", fingerprint="f", lengths=[
+        lr.model_copy(update={"measured": summarize([expected / (1.7 + 0.55 * lr.g)] * 2)})
+        for lr in lengths
+        for expected in [(1 - 0.5 ** (lr.g + 1)) / 0.5]])
+    refresh_predictions(b)
+    assert b.pass_base == pytest.approx(1.7) and b.max_prediction_error == pytest.approx(0, abs=1e-9)
+
+
+def test_one_length_alone_keeps_the_classic_model():
+    from ojai_setup.commands.tune import fit_model
+
+    a, c, base = fit_model([LengthResult(g=3, pairs=[_pair(3, 1.7, 0.55)] * 2)])
+    assert base == 1.0 and c == pytest.approx((1.7 + 3 * 0.55 - 1) / 3)

@@ -81,6 +81,8 @@ class BackendResult(BaseModel):
     lengths: list[LengthResult] = []
     acceptance: float | None = None
     draft_cost: float | None = None
+    #: what a drafting pass costs besides ``g * draft_cost``, in plain tokens (see fit_model)
+    pass_base: float = 1.0
     best_g: int | None = None
     stopped_early: str | None = None
     long_collapse: str | None = None
@@ -111,10 +113,22 @@ class TuneResult(BaseModel):
 
 # -- the fit ---------------------------------------------------------------------------------
 
-def fit_model(lengths: list[LengthResult]) -> tuple[float | None, float | None]:
-    """Pooled per-token acceptance ``a`` and least-squares draft cost ``c`` over every pair."""
+def fit_model(lengths: list[LengthResult]) -> tuple[float | None, float | None, float]:
+    """Pooled per-token acceptance ``a``, draft cost ``c`` and the base cost of a pass.
+
+    Each pair gives the cost of one main pass of its MTP arm in plain tokens, ``y``, at the
+    mean draft length ``x`` of that arm (see :func:`~ojai_setup.commands.bench.stats.draft_cost`:
+    ``y = 1 + c_pair * x``). The classic model prices a pass at ``1 + c*x``; measured over
+    several lengths, a pass also has a fixed cost of its own (running the draft head and
+    sampling it once per pass: with llama.cpp's CPU build and tiny models, a line through the
+    sweep's pairs meets ``x = 0`` near 1.7, not 1), which the classic model puts into ``c`` and
+    so overrates short drafts. So, once the pairs span two draft lengths or more, ``y = base +
+    c*x`` is fitted by least squares (``base`` kept at 1 or above, ``c`` at 0 or above); with
+    one length only, ``base`` is 1 and ``c`` the least-squares slope through it, as before.
+    """
     succ = fails = 0
-    num = den = 0.0
+    xs: list[float] = []
+    ys: list[float] = []
     for lr in lengths:
         for p in lr.pairs:
             m = p.mtp
@@ -122,22 +136,36 @@ def fit_model(lengths: list[LengthResult]) -> tuple[float | None, float | None]:
                 continue
             succ += m.draft_n_accepted or 0
             fails += m.rejections or 0
-            if p.draft_cost is not None:
-                passes = m.tokens - (m.draft_n_accepted or 0)
-                x = m.draft_n / passes if passes > 0 else 0.0
-                num += p.draft_cost * x * x
-                den += x * x
+            passes = m.tokens - (m.draft_n_accepted or 0)
+            if p.draft_cost is not None and passes > 0:
+                x = m.draft_n / passes
+                xs.append(x)
+                ys.append(1.0 + p.draft_cost * x)
     a = succ / (succ + fails) if succ + fails else None
-    c = num / den if den else None
-    return a, c
+    if not xs:
+        return a, None, 1.0
+    base, c = 1.0, None
+    n = len(xs)
+    mx, my = sum(xs) / n, sum(ys) / n
+    sxx = sum((x - mx) ** 2 for x in xs)
+    if len({round(x) for x in xs}) >= 2 and sxx > 0:
+        slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
+        intercept = my - slope * mx
+        if intercept >= 1.0 and slope >= 0.0:
+            base, c = intercept, slope
+    if c is None:  # through (0, 1): the classic model
+        den = sum(x * x for x in xs)
+        c = sum((y - 1.0) * x for x, y in zip(xs, ys)) / den if den else None
+    return a, c, base
 
 
 def refresh_predictions(backend: BackendResult) -> None:
-    a, c = fit_model(backend.lengths)
-    backend.acceptance, backend.draft_cost = a, c
+    a, c, base = fit_model(backend.lengths)
+    backend.acceptance, backend.draft_cost, backend.pass_base = a, c, base
     errors = []
     for lr in backend.lengths:
-        lr.predicted = predicted_speedup(a, lr.g, c) if a is not None and c is not None else None
+        lr.predicted = (predicted_speedup(a, lr.g, c, base)
+                        if a is not None and c is not None else None)
         if lr.predicted is not None and lr.measured is not None:
             errors.append(abs(lr.predicted - lr.measured.mean) / lr.measured.mean)
     backend.max_prediction_error = max(errors) if errors else None
@@ -157,14 +185,16 @@ def trend_is_clear(backend: BackendResult, margin: float) -> str | None:
         return None
     if not all(lr.measured.mean < best.measured.mean * (1 - margin) for lr in after[:2]):
         return None
-    a, c = backend.acceptance, backend.draft_cost
+    a, c, base = backend.acceptance, backend.draft_cost, backend.pass_base
     if a is None or c is None:
         return None
     g = after[1].g
-    if any(predicted_speedup(a, h + 1, c) > predicted_speedup(a, h, c) for h in range(g, g + 8)):
+    if any(predicted_speedup(a, h + 1, c, base) > predicted_speedup(a, h, c, base)
+           for h in range(g, g + 8)):
         return None
     return (f"lengths {after[0].g} and {after[1].g} measured more than {margin:.0%} below length "
-            f"{best.g}, and the model (a = {a:.2f}, c = {c:.3f}) predicts only losses beyond")
+            f"{best.g}, and the model (a = {a:.2f}, c = {c:.3f}, base {base:.2f}) predicts only "
+            "losses beyond")
 
 
 def replay_sweep(lengths: list[LengthResult], margin: float) -> tuple[int | None, int]:
@@ -390,7 +420,8 @@ def render_tune(term, result: TuneResult) -> None:
         term.print(table)
         if b.acceptance is not None and b.draft_cost is not None:
             err = f"; predictions within {b.max_prediction_error:.0%} of measured" if b.max_prediction_error is not None else ""
-            term.print(f"fit: a = {b.acceptance:.3f}, c = {b.draft_cost:.3f}{err}")
+            term.print(f"fit: a = {b.acceptance:.3f}, c = {b.draft_cost:.3f}, a pass's base cost "
+                       f"{b.pass_base:.2f} plain tokens{err}")
         if b.stopped_early:
             term.print(f"stopped early: {b.stopped_early}")
         if b.long_checked:

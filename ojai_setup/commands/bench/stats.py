@@ -180,8 +180,11 @@ def draft_cost(*, mtp_predicted_n: int, mtp_predicted_ms: float, draft_n: int, d
     return (mtp_predicted_ms / passes / plain_ms_per_token - 1.0) / g
 
 
-def predicted_speedup(a: float, g: int, c: float) -> float:
-    return expected_tokens(a, g) / (g * c + 1.0)
+def predicted_speedup(a: float, g: int, c: float, base: float = 1.0) -> float:
+    """``E(a, g) / (base + g*c)``: a drafting pass priced at ``base`` plain tokens plus ``c`` per
+    drafted token; ``base`` is 1 in the classic model, more where each pass has a fixed cost of
+    its own (see :func:`ojai_setup.commands.tune.fit_model`)."""
+    return expected_tokens(a, g) / (g * c + base)
 
 
 # -- long generations ------------------------------------------------------------------------
