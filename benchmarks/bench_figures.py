@@ -47,6 +47,9 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=512)
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--skip-tune", action="store_true")
+    ap.add_argument("--tune-seeds", type=int, default=8,
+                    help="seeds per prompt at each draft length of the sweep")
+    ap.add_argument("--tune-tokens", type=int, default=512, help="tokens per run of the sweep")
     args = ap.parse_args()
     binary = ensure_llama_server()
     gaps: list[float] = []
@@ -71,7 +74,8 @@ def main() -> None:
         return
     with tempfile.TemporaryDirectory() as tmp:
         m = write_bench_machine(Path(tmp) / "m", binary, draft_n_max=2)
-        bench = BenchConfig(prompts=PROMPTS, seeds=(1, 2), n_predict=256, template=False, ignore_eos=True)
+        bench = BenchConfig(prompts=PROMPTS, seeds=tuple(range(1, args.tune_seeds + 1)),
+                            n_predict=args.tune_tokens, template=False, ignore_eos=True)
         t0 = time.monotonic()
         result = run_tune(Root(m.root), MODEL, TuneConfig(lengths=tuple(range(1, 9)), bench=bench, early_stop=False,
                                                          long_tokens=0, synthetic_acceptance=0.8,
