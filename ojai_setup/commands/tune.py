@@ -43,6 +43,10 @@ TUNE_DIR = "tune"
 
 @dataclass
 class TuneConfig:
+    #: the ``--spec-draft-n-max`` values swept. ``--spec-draft-n-min`` is not: with
+    #: ``--spec-draft-p-min`` 0 (the routes' value) every MTP draft is ``n_max`` long (llama.cpp
+    #: b11434, common/speculative.cpp, draft-mtp: a draft ends early only below ``p_min``, and
+    #: ``n_min`` only drops drafts shorter than itself), so it would change nothing
     lengths: tuple[int, ...] = tuple(range(1, 9))
     binaries: tuple[str, ...] = ()  # empty: the route's own binary
     bench: BenchConfig = field(default_factory=lambda: BenchConfig(seeds=(1, 2), n_predict=128))
