@@ -13,6 +13,7 @@ llamacpp.<backend>_bin=<folder>``) against the same running server.
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -112,6 +113,11 @@ def test_lemond_loads_ojais_files_with_ojais_llama_server_and_drafts(box, catalo
         assert status == 200, f"{answer}\n{server.log()[-3000:]}"
         timings = answer["timings"]
         assert timings["draft_n"] > 0 and timings["draft_n_accepted"] > 0, timings
+        # llama-server prints its draft statistics after the answer is sent, and lemond copies
+        # its output into the log as it comes: wait for that line before reading the log
+        deadline = time.monotonic() + 30
+        while "draft acceptance = " not in server.log() and time.monotonic() < deadline:
+            time.sleep(0.2)
         log = server.log()
         # Lemonade started ojai's binary on ojai's files, the MTP head as the draft model
         assert "backend at /opt/ojai/llama.cpp/current/llama-server" in log
