@@ -125,7 +125,7 @@ def fit_model(lengths: list[LengthResult]) -> tuple[float | None, float | None, 
     ``y = 1 + c_pair * x``). The classic model prices a pass at ``1 + c*x``; measured over
     several lengths, a pass also has a fixed cost of its own (running the draft head and
     sampling it once per pass: with llama.cpp's CPU build and tiny models, a line through the
-    sweep's pairs meets ``x = 0`` near 1.7, not 1), which the classic model puts into ``c`` and
+    sweep's pairs meets ``x = 0`` at 1.2-1.7, not 1), which the classic model puts into ``c`` and
     so overrates short drafts. So, once the pairs span two draft lengths or more, ``y = base +
     c*x`` is fitted by least squares (``base`` kept at 1 or above, ``c`` at 0 or above); with
     one length only, ``base`` is 1 and ``c`` the least-squares slope through it, as before.
