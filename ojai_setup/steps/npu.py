@@ -41,12 +41,23 @@ def restart_command(layout) -> RunCommand | None:
 
 def lemonade_layout_for(ctx: Context):
     """Lemonade's layout: the installed one, or the system service ``--lemonade distro|release``
-    installs earlier in the same apply; None without Lemonade."""
+    installs earlier in the same apply; None without Lemonade, and None when that install
+    cannot be planned here (the lemonade step is blocked then, and says why)."""
     if ctx.lemonade is not None:
         return ctx.lemonade.layout
     if ctx.settings.lemonade == "none":
         return None
-    from ojai_setup.domain.lemonade import lemonade_layout
+    from ojai_setup.domain.lemonade import distro_install_commands, lemonade_layout
+
+    distro = ctx.facts.distro
+    distro_id, like = (distro.id, list(distro.like)) if distro else ("", [])
+    if ctx.settings.lemonade == "release":
+        from ojai_setup.domain.lemonade_release import release_refusal
+
+        if release_refusal(distro_id, like) is not None or ctx.lemonade_deb is None:
+            return None
+    elif distro_install_commands(distro_id, like, distro.version if distro else "")[0] is None:
+        return None
 
     return lemonade_layout(system_unit=True, system_enabled=True, user_enabled=False,
                            home=ctx.home)
