@@ -308,6 +308,9 @@ def main() -> None:
     # the first model pydantic builds makes it search every installed distribution's entry
     # points for pydantic plugins (tens of ms); ojai uses none. Set only when the user did not.
     os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
+    from ojai_setup.core.pydantic_plugins import skip_plugin_search
+
+    skip_plugin_search()
     _only(sys.argv[1] if len(sys.argv) > 1 else None)()
 
 

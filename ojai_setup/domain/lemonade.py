@@ -28,7 +28,7 @@ comes back byte for byte; a malformed file raises :class:`ConfigError` and nothi
 from __future__ import annotations
 
 from pathlib import PurePosixPath
-from typing import Any, Callable, Literal
+from typing import TYPE_CHECKING, Any, Callable, Literal
 
 from pydantic import BaseModel, ConfigDict
 
@@ -41,13 +41,11 @@ from ojai_setup.formats.lemonade import (
     merge_recipe_options,
     merge_user_models,
 )
-from ojai_setup.model.actions import RunCommand, WriteFile
+
+if TYPE_CHECKING:  # the actions are made only when planning: ojai doctor reads this module too
+    from ojai_setup.model.actions import RunCommand, WriteFile
 
 SYSTEM_CONFIG_DIR = "/var/lib/lemonade"
-
-
-
-
 
 
 # -- where the config lives --------------------------------------------------------------------
@@ -117,6 +115,8 @@ def detect_layout(root: Root, home: str, xdg_config_home: str | None = None) -> 
 # -- the files on a machine -------------------------------------------------------------------
 def _config_action(layout: LemonadeLayout, filename: str, merged: str,
                    before: str | None, reason: str) -> WriteFile | None:
+    from ojai_setup.model.actions import WriteFile
+
     if merged == before:
         return None
     return WriteFile(path=f"{layout.config_dir}/{filename}", before=before, after=merged,
@@ -359,6 +359,8 @@ def config_commands(layout: LemonadeLayout, commands: list[list[str]], handler: 
     ``current(key)`` is the value in Lemonade's ``config.json``; ``done`` what earlier applies
     set (a value Lemonade keeps elsewhere counts as set when ojai set it before).
     """
+    from ojai_setup.model.actions import RunCommand
+
     actions: list[RunCommand] = []
     handlers: dict[str, RunCommand] = {}
     settings: dict[str, str] = {}

@@ -25,12 +25,15 @@ from __future__ import annotations
 
 import re
 import urllib.parse
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict
 
 from ojai_setup.core.errors import RemoteError
 from ojai_setup.core.paths import DEB_CACHE
-from ojai_setup.model.actions import InstallPackage, RunCommand
+
+if TYPE_CHECKING:  # made only when planning; doctor reads the advice below
+    from ojai_setup.model.actions import InstallPackage, RunCommand
 
 REPO = "lemonade-sdk/lemonade"
 RELEASES_PAGE = f"https://github.com/{REPO}/releases"
@@ -131,6 +134,8 @@ def release_refusal(distro_id: str, like: list[str]) -> str | None:
 def install_actions(deb: LemonadeDeb) -> list[InstallPackage | RunCommand]:
     """Download and verify the .deb, install it with apt (which brings its dependencies), then
     enable and start ``lemond``."""
+    from ojai_setup.model.actions import InstallPackage, RunCommand
+
     return [
         InstallPackage(url=deb.url, sha256=deb.sha256, size=deb.size, path=deb.path,
                        package=PACKAGE, version=deb.version, needs_root=True,

@@ -20,12 +20,12 @@ import shlex
 import stat
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from importlib import metadata
 from pathlib import Path
 from typing import Any, Literal, Mapping, Protocol, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from ojai_setup import __version__
 from ojai_setup.core.atomic import write_text
 from ojai_setup.core.digest import sha256_file
 from ojai_setup.core.paths import PRIVATE_FILE_MODE
@@ -44,11 +44,9 @@ LARGE_FILE = 64 * 2**20
 
 
 def ojai_version() -> str:
-    """The installed ojai version (``0+unknown`` when run from a bare source tree)."""
-    try:
-        return metadata.version("ojai")
-    except metadata.PackageNotFoundError:
-        return "0+unknown"
+    """This ojai's version (``ojai_setup.__version__``, which the package metadata is made from;
+    reading it costs no :mod:`importlib.metadata` import)."""
+    return __version__
 
 
 

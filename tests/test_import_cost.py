@@ -1,0 +1,92 @@
+"""What the read-only commands import: nothing they do not use (issue 9's speed targets are a
+benchmark, benchmarks/cli_speed.py; these tests keep the known costs from coming back)."""
+
+from __future__ import annotations
+
+import ast
+import importlib.metadata
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pydantic
+
+import ojai_setup
+from ojai_setup.core.pydantic_plugins import LOADER
+
+MACHINES = Path(__file__).parent / "machines"
+
+
+def imported(*argv: str, env: dict[str, str] | None = None) -> set[str]:
+    """The modules ``python -X importtime`` reports for ``argv`` run in a fresh process."""
+    run_env = {k: v for k, v in os.environ.items() if k != "PYDANTIC_DISABLE_PLUGINS"}
+    run_env.update(env or {})
+    proc = subprocess.run([sys.executable, "-X", "importtime", *argv], capture_output=True,
+                          text=True, env=run_env)
+    names = {line.split("|")[2].strip() for line in proc.stderr.splitlines()
+             if line.startswith("import time:") and "self [us]" not in line}
+    assert names, proc.stderr
+    return names
+
+
+def run_python(code: str, **env: str) -> str:
+    run_env = {k: v for k, v in os.environ.items() if k != "PYDANTIC_DISABLE_PLUGINS"}
+    run_env.update(env)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=run_env)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.strip()
+
+
+def test_pydantic_imports_only_get_plugins_from_its_loader() -> None:
+    """The stand-in provides only ``get_plugins``: a pydantic release that takes more from its
+    loader module fails here first."""
+    taken = set()
+    for path in (Path(pydantic.__file__).parent / "plugin").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module in ("_loader", LOADER):
+                taken.update(alias.name for alias in node.names)
+    assert taken == {"get_plugins"}
+
+
+def test_the_stand_in_answers_as_pydantics_own_loader() -> None:
+    real = run_python("from pydantic.plugin._loader import get_plugins; "
+                      "print(repr(tuple(get_plugins())))", PYDANTIC_DISABLE_PLUGINS="__all__")
+    ours = run_python("from ojai_setup.core.pydantic_plugins import skip_plugin_search; "
+                      "assert skip_plugin_search(); "
+                      "from pydantic.plugin._loader import get_plugins; "
+                      "from pydantic import BaseModel\n"
+                      "class M(BaseModel):\n x: int\n"
+                      "assert M(x=1).x == 1\n"
+                      "import sys; assert 'importlib.metadata' not in sys.modules\n"
+                      "print(repr(tuple(get_plugins())))", PYDANTIC_DISABLE_PLUGINS="__all__")
+    assert real == ours == "()"
+
+
+def test_no_stand_in_unless_every_plugin_is_disabled() -> None:
+    for value in (None, "logfire", ""):
+        env = {} if value is None else {"PYDANTIC_DISABLE_PLUGINS": value}
+        out = run_python("import sys; from ojai_setup.core.pydantic_plugins import "
+                         f"skip_plugin_search; print(skip_plugin_search(), {LOADER!r} in "
+                         "sys.modules)", **env)
+        assert out == "False False", (value, out)
+
+
+def test_the_version_has_one_home() -> None:
+    assert importlib.metadata.version("ojai") == ojai_setup.__version__
+
+
+def test_doctor_json_imports_no_metadata_rich_or_actions() -> None:
+    names = imported("-m", "ojai_setup.cli", "doctor", "--json", "--root",
+                     str(MACHINES / "ojai-fresh"))
+    assert "ojai_setup.domain.checks" in names  # it ran
+    assert not names & {"importlib.metadata", "rich.console", "ojai_setup.model.actions",
+                        "ojai_setup.planning.plan", "jinja2.environment"}
+
+
+def test_setup_json_imports_no_metadata_and_no_rich(tmp_path: Path) -> None:
+    names = imported("-m", "ojai_setup.cli", "setup", "--json", "--root",
+                     str(MACHINES / "ojai-fresh"), "--llamacpp", "none")
+    assert "ojai_setup.planning.plan" in names  # it planned
+    assert not names & {"importlib.metadata", "rich.console"}
