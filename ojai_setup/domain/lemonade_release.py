@@ -24,13 +24,13 @@ digest, and only then handed to ``apt-get``.
 from __future__ import annotations
 
 import re
-import urllib.parse
 from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict
 
 from ojai_setup.core.errors import RemoteError
 from ojai_setup.core.paths import DEB_CACHE
+from ojai_setup.formats.github_release import release_file
 
 if TYPE_CHECKING:  # made only when planning; doctor reads the advice below
     from ojai_setup.model.actions import InstallPackage, RunCommand
@@ -44,7 +44,6 @@ PACKAGE = "lemonade-server"
 TAG_RE = re.compile(r"^v?\d+(\.\d+){1,3}$")
 #: the Debian 13 amd64 package of a release (arm64 is the other architecture built)
 DEB_RE = re.compile(r"^lemonade-server_(?P<version>[0-9][0-9A-Za-z.+~]*)-debian13_amd64\.deb$")
-DIGEST_RE = re.compile(r"^sha256:(?P<hex>[0-9a-f]{64})$")
 
 ENABLE = ("systemctl", "enable", "--now", "lemond")
 
@@ -102,19 +101,9 @@ def pick_deb(release: object) -> LemonadeDeb:
             "--lemonade distro")
     asset, match = chosen[0]
     name = match.group(0)
-    digest = asset.get("digest")
-    hexdigest = DIGEST_RE.match(digest.lower()) if isinstance(digest, str) else None
-    if hexdigest is None:
-        raise LemonadeReleaseError(
-            f"GitHub gives no sha256 digest for {name} in release {tag} (digest: {digest!r}); "
-            "refusing to install a package that cannot be verified")
-    url, size = asset.get("browser_download_url"), asset.get("size")
-    if not isinstance(url, str) or urllib.parse.urlsplit(url).scheme not in ("http", "https"):
-        raise LemonadeReleaseError(f"{name} in release {tag} has no usable download URL: {url!r}")
-    if not isinstance(size, int) or size <= 0:
-        raise LemonadeReleaseError(f"{name} in release {tag} has no usable size: {size!r}")
-    return LemonadeDeb(tag=tag, name=name, version=match["version"], url=url, size=size,
-                       sha256=hexdigest["hex"])
+    checked = release_file(asset, name, tag, kind="a package", error=LemonadeReleaseError)
+    return LemonadeDeb(tag=tag, name=name, version=match["version"], url=checked.url,
+                       size=checked.size, sha256=checked.sha256)
 
 
 def release_refusal(distro_id: str, like: list[str]) -> str | None:

@@ -60,9 +60,6 @@ TAG_RE = re.compile(r"^b\d{4,}$")
 ASSET_RE = re.compile(r"^llama-(?P<tag>b\d{4,})-ubuntu-rocm-(?P<family>gfx[0-9a-zA-Z]+)-x64\.zip$")
 
 
-DIGEST_RE = re.compile(r"^sha256:(?P<hex>[0-9a-f]{64})$")
-
-
 class NightlyError(ApplyError, RemoteError):
     """A nightly release could not be resolved or installed; the message says why and what to do."""
 

@@ -14,9 +14,9 @@ from collections.abc import Mapping
 
 from ojai_setup.core.paths import USER_AGENT
 from ojai_setup.domain.lemonade_release import LemonadeDeb
+from ojai_setup.formats.github_release import release_file
 from ojai_setup.domain.nightly import (
     ASSET_RE,
-    DIGEST_RE,
     RELEASES_PAGE,
     REPO,
     TAG_RE,
@@ -77,19 +77,9 @@ def _pick_asset(release: dict, family: str) -> NightlyAsset:
             f"release {tag} of {REPO} has no {wanted}; it offers "
             f"{', '.join(offered) if offered else 'no Ubuntu ROCm builds'} "
             f"(see {RELEASES_PAGE}/tag/{tag}); pick another tag or build from source")
-    digest = asset.get("digest")
-    match = DIGEST_RE.match(digest.lower()) if isinstance(digest, str) else None
-    if match is None:
-        raise NightlyError(
-            f"GitHub gives no sha256 digest for {wanted} in release {tag} (digest: {digest!r}); "
-            "refusing to install an archive that cannot be verified")
-    url = asset.get("browser_download_url")
-    size = asset.get("size")
-    if not isinstance(url, str) or urllib.parse.urlsplit(url).scheme not in ("http", "https"):
-        raise NightlyError(f"{wanted} in release {tag} has no usable download URL: {url!r}")
-    if not isinstance(size, int) or size <= 0:
-        raise NightlyError(f"{wanted} in release {tag} has no usable size: {size!r}")
-    return NightlyAsset(tag=tag, name=wanted, url=url, size=size, sha256=match["hex"])
+    checked = release_file(asset, wanted, tag, kind="an archive", error=NightlyError)
+    return NightlyAsset(tag=tag, name=wanted, url=checked.url, size=checked.size,
+                        sha256=checked.sha256)
 
 
 def _get_json(url: str, *, what: str, repo: str = REPO, page: str = RELEASES_PAGE,
