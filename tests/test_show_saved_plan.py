@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from ojai_setup.cli import app
-from ojai_setup.model.settings import Settings
+from ojai_setup.model.settings import OPTIONS as OPTIONS_OF_FIELDS, Settings
 
 #: a plan made with options: every one must come back in the hints
 OPTIONS = ["--profile", "ojai", "--gpu-memory", "40", "--llamacpp", "none", "--host", "localhost",
@@ -138,6 +138,7 @@ def test_settings_give_back_their_options_for_every_field(tmp_path, machine):
                      user_catalog=str(catalog), host="0.0.0.0", port=9000, systemd=True,
                      npu=False, lemonade_downloads=True, lemonade="release", lemonade_tag="v11.7.0",
                      api_key_file=str(key))
+    assert sorted(f for f, _ in OPTIONS_OF_FIELDS) == sorted(Settings.model_fields)
     default = Settings()
     assert all(getattr(every, f) != getattr(default, f) for f in Settings.model_fields), \
         "a field was left at its default: the test would not see its option"

@@ -83,30 +83,10 @@ class Settings(BaseModel):
         order ``ojai setup --help`` lists them. Parsing them gives back an equal Settings."""
         default = Settings()
         opts: list[str] = []
-
-        def add(field: str, flag: str, value: object | None = None) -> None:
-            if getattr(self, field) != getattr(default, field):
-                opts.extend([flag] if value is None else [flag, str(value)])
-
-        add("profile", "--profile", self.profile)
-        add("gpu_memory_gib", "--gpu-memory", self.gpu_memory_gib)
-        add("llamacpp", "--llamacpp", self.llamacpp)
-        add("llamacpp_tag", "--llamacpp-tag", self.llamacpp_tag)
-        add("llamacpp_src", "--llamacpp-src", self.llamacpp_src)
-        add("llamacpp_ref", "--llamacpp-ref", self.llamacpp_ref)
-        add("llamacpp_backend", "--backend", self.llamacpp_backend)
-        add("gpu_target", "--gpu-target", self.gpu_target)
-        add("model", "--model", self.model)
-        add("models_dir", "--models-dir", self.models_dir)
-        add("host", "--host", self.host)
-        add("api_key_file", "--api-key-file", self.api_key_file)
-        add("port", "--port", self.port)
-        add("systemd", "--systemd")
-        add("npu", "--no-npu")
-        add("user_catalog", "--catalog", self.user_catalog)
-        add("lemonade", "--lemonade", self.lemonade)
-        add("lemonade_tag", "--lemonade-tag", self.lemonade_tag)
-        add("lemonade_downloads", "--lemonade-downloads")
+        for field, flag in OPTIONS:
+            value = getattr(self, field)
+            if value != getattr(default, field):
+                opts.extend([flag] if isinstance(value, bool) else [flag, str(value)])
         return opts
 
     def command(self, *extra: str, root: str = "/", program: str = "ojai") -> str:
@@ -116,3 +96,29 @@ class Settings(BaseModel):
 
         words = [program, "setup"] + (["--root", root] if root != "/" else [])
         return shlex.join(words + self.options() + list(extra))
+
+
+#: each field's ``ojai setup`` option, in the order ``ojai setup --help`` lists them; a boolean
+#: field's option stands alone and is given when the value differs from the default
+#: (``--systemd`` when true, ``--no-npu`` when false)
+OPTIONS: tuple[tuple[str, str], ...] = (
+    ("profile", "--profile"),
+    ("gpu_memory_gib", "--gpu-memory"),
+    ("llamacpp", "--llamacpp"),
+    ("llamacpp_tag", "--llamacpp-tag"),
+    ("llamacpp_src", "--llamacpp-src"),
+    ("llamacpp_ref", "--llamacpp-ref"),
+    ("llamacpp_backend", "--backend"),
+    ("gpu_target", "--gpu-target"),
+    ("model", "--model"),
+    ("models_dir", "--models-dir"),
+    ("host", "--host"),
+    ("api_key_file", "--api-key-file"),
+    ("port", "--port"),
+    ("systemd", "--systemd"),
+    ("npu", "--no-npu"),
+    ("user_catalog", "--catalog"),
+    ("lemonade", "--lemonade"),
+    ("lemonade_tag", "--lemonade-tag"),
+    ("lemonade_downloads", "--lemonade-downloads"),
+)
