@@ -16,17 +16,14 @@ from pathlib import Path
 
 import pytest
 from support import stand_ins
-from support.fake_hub import FakeHub, fake_hub  # noqa: F401 - fake_hub is a fixture
+from support.fake_hub import fake_hub  # noqa: F401 - a fixture
+from support.tiny_route import ROUTE, catalog  # noqa: F401 - catalog is a fixture
 from support.llama import llama_server_bin  # noqa: F401 - a fixture
 from support.server import llama_server
-from support.stand_ins import route_toml
-from support.tiny_models import write_mtp_pair
 from typer.testing import CliRunner
 
 from ojai_setup.cli import app
 
-REPO = "ojai-test/tiny-gemma4-GGUF"
-ROUTE = "tiny-gemma"
 COMMANDS = ("systemctl restart lemond",)
 
 
@@ -95,18 +92,6 @@ class Lemonade117:
     def __exit__(self, *exc: object) -> None:
         self.server.shutdown()
         self.server.server_close()
-
-
-@pytest.fixture
-def catalog(tmp_path: Path, fake_hub: FakeHub) -> Path:
-    pair = write_mtp_pair(tmp_path / "published")
-    assert pair.draft is not None
-    fake_hub.add_path(REPO, pair.main.name, pair.main)
-    fake_hub.add_path(REPO, pair.draft.name, pair.draft)
-    path = tmp_path / "catalog.toml"
-    path.write_text(route_toml(ROUTE, REPO, pair.main, pair.draft, context_size=2048,
-                               draft_n_max=3))
-    return path
 
 
 @pytest.mark.slow

@@ -18,12 +18,11 @@ from pathlib import Path
 
 import pytest
 from support import stand_ins
-from support.fake_hub import FakeHub, fake_hub  # noqa: F401 - fake_hub is a fixture
+from support.fake_hub import fake_hub  # noqa: F401 - a fixture
+from support.tiny_route import REPO, ROUTE, catalog  # noqa: F401 - catalog is a fixture
 from support.lemond import Lemond, lemond, lemond_version
 from support.llama import llama_server_bin  # noqa: F401 - a fixture
 from support.sid import ensure_sid_chroot, run_in_chroot
-from support.stand_ins import route_toml
-from support.tiny_models import write_mtp_pair
 from typer.testing import CliRunner
 
 from ojai_setup.cli import app
@@ -34,8 +33,6 @@ from ojai_setup.model.facts import Facts
 
 pytestmark = pytest.mark.slow
 
-REPO = "ojai-test/tiny-gemma4-GGUF"
-ROUTE = "tiny-gemma"
 MODELS = f"/var/lib/ojai/models/{REPO}"
 PROMPT = "the of and to in is that it for on was with as at by be this"
 COMMANDS = ("systemctl restart lemond",)
@@ -54,18 +51,6 @@ def version() -> str:
 @pytest.fixture(scope="module")
 def cli_version() -> str:
     return run_in_chroot(ensure_sid_chroot(), ["lemonade", "--version"]).stdout
-
-
-@pytest.fixture
-def catalog(tmp_path: Path, fake_hub: FakeHub) -> Path:
-    pair = write_mtp_pair(tmp_path / "published")
-    assert pair.draft is not None
-    fake_hub.add_path(REPO, pair.main.name, pair.main)
-    fake_hub.add_path(REPO, pair.draft.name, pair.draft)
-    path = tmp_path / "catalog.toml"
-    path.write_text(route_toml(ROUTE, REPO, pair.main, pair.draft, context_size=2048,
-                               draft_n_max=3))
-    return path
 
 
 @pytest.fixture

@@ -21,21 +21,18 @@ from pathlib import Path
 
 import pytest
 from support import stand_ins
-from support.fake_hub import FakeHub, fake_hub  # noqa: F401 - fake_hub is a fixture
+from support.fake_hub import fake_hub  # noqa: F401 - a fixture
+from support.tiny_route import ROUTE, catalog  # noqa: F401 - catalog is a fixture
 from support.lemond import Lemond, lemond, lemond_version, service_ids
 from support.llama import llama_server_bin  # noqa: F401 - a fixture
 from support.npu_stand_in import NAMESPACE_DEV, NpuStandIn, make_npu_stand_in
 from support.sid import ensure_sid_chroot, run_in_chroot
-from support.stand_ins import route_toml
-from support.tiny_models import write_mtp_pair
 from typer.testing import CliRunner
 
 from ojai_setup.cli import app
 
 pytestmark = pytest.mark.slow
 
-REPO = "ojai-test/tiny-gemma4-GGUF"
-ROUTE = "tiny-gemma"
 NPU_MODEL = "gemma4-it-e4b-FLM"
 NPU_TAG = "gemma4-it:e4b"
 #: the commands the plan runs on the box (answered by captures when ojai applies)
@@ -61,18 +58,6 @@ def flm_version() -> str:
     text = run_in_chroot(ensure_sid_chroot(), [
         "cat", "/usr/share/lemonade-server/resources/backend_versions.json"]).stdout
     return json.loads(text)["flm"]["npu"].lstrip("v")
-
-
-@pytest.fixture
-def catalog(tmp_path: Path, fake_hub: FakeHub) -> Path:
-    pair = write_mtp_pair(tmp_path / "published")
-    assert pair.draft is not None
-    fake_hub.add_path(REPO, pair.main.name, pair.main)
-    fake_hub.add_path(REPO, pair.draft.name, pair.draft)
-    path = tmp_path / "catalog.toml"
-    path.write_text(route_toml(ROUTE, REPO, pair.main, pair.draft, context_size=2048,
-                               draft_n_max=3))
-    return path
 
 
 @pytest.fixture
