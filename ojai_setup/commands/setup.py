@@ -1,4 +1,7 @@
-"""``ojai setup`` and ``ojai rollback``: plan, show, save, apply, verify."""
+"""``ojai setup`` and ``ojai rollback``: plan, show, save, apply, verify. What they show is a
+report (:class:`PlanReport`, :class:`SavedPlanReport`, :class:`ApplyReport`,
+:class:`NothingToApply`, :class:`RollbackPreviewReport`, :class:`RollbackReport`) printed by
+:meth:`Terminal.show`; the functions here decide, ask and exit."""
 
 from __future__ import annotations
 
