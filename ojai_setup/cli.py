@@ -266,6 +266,7 @@ def verify(
 @app.command()
 def rollback(
     root: RootOpt = Path("/"),
+    json_out: JsonOpt = False,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Roll back without asking.")] = False,
     force: Annotated[bool, typer.Option("--force", help="Restore even files changed since the apply.")] = False,
     remove_downloads: Annotated[bool, typer.Option(
@@ -275,11 +276,12 @@ def rollback(
     """Undo the last `ojai setup --apply`: shows what it will restore (with diffs) and asks
     unless --yes, restores the files from their backups, runs the follow-up commands
     (update-grub, the initramfs) and says when a reboot is needed. Downloaded models and
-    installed builds stay unless --remove-downloads."""
+    installed builds stay unless --remove-downloads. With --json (and --yes), one JSON
+    document says what was restored."""
     from ojai_setup.commands.setup import run_rollback
     from ojai_setup.commands.terminal import Terminal
 
-    term = Terminal()
+    term = Terminal(json_mode=json_out)
     _run(term, root, lambda: run_rollback(term, root, force=force, yes=yes,
                                           remove_downloads=remove_downloads))
 

@@ -118,3 +118,138 @@ def test_models_shows_download_sizes_and_completion_can_be_installed():
     table = CliRunner().invoke(app, ["models", "--root", machine], env={"COLUMNS": "120"}).stdout
     assert "16.2 GiB (est.) to download" in table
     assert "--install-completion" in CliRunner().invoke(app, ["--help"]).stdout
+
+
+def _schema_first(result, schema: str) -> dict:
+    import json
+
+    assert result.stdout.lstrip().startswith('{\n  "schema": "' + schema + '"'), result.output
+    return json.loads(result.stdout)
+
+
+def test_every_json_output_of_a_change_names_its_schema_first(machine, tmp_path):
+    """Setup's dry run, its saved plan, its apply and rollback: one document each, ``schema``
+    first (doctor and models: the test above)."""
+    root = str(machine("strix-halo-dkms"))
+    plan = str(tmp_path / "plan.json")
+    no_llama = ["--llamacpp", "none", "--no-npu"]
+    run = CliRunner().invoke
+    dry = _schema_first(run(app, ["setup", "--root", root, "--json", "--out", plan, *no_llama]),
+                        "ojai.setup/1")
+    assert dry["exit_code"] == 2
+    saved = _schema_first(run(app, ["setup", "--root", root, "--plan", plan, "--json"]),
+                          "ojai.setup/1")
+    assert saved["saved_plan"]["fresh"] is True
+    applied = _schema_first(run(app, ["setup", "--root", root, "--apply", "--plan", plan, "--json"]),
+                            "ojai.apply/1")
+    assert applied["changed"] is True
+    again = _schema_first(run(app, ["setup", "--root", root, "--apply", "--yes", "--json", *no_llama]),
+                          "ojai.apply/1")
+    assert again["changed"] is False
+    undone = _schema_first(run(app, ["rollback", "--root", root, "--yes", "--json"]),
+                           "ojai.rollback/1")
+    assert sorted(undone["restored"]) == ["/etc/default/grub", "/etc/modprobe.d/ttm.conf"]
+
+
+def test_verify_json_names_its_schema_first(tmp_path):
+    from support.machine_state import record_state
+    from support.server import free_port
+
+    from ojai_setup.core.root import Root
+
+    record_state(Root(tmp_path), "routes", {"gone": {"host": "127.0.0.1", "port": free_port()}})
+    result = CliRunner().invoke(app, ["verify", "--root", str(tmp_path), "--json", "--timeout", "0.5"])
+    assert result.exit_code == 1
+    routes = _schema_first(result, "ojai.verify/1")["routes"]
+    assert [(r["route"], r["healthy"]) for r in routes] == [("gone", False)]
+
+
+# -- one way to print ------------------------------------------------------------------------
+
+COMMANDS = REPO / "ojai_setup/commands"
+
+
+def _is_report(node) -> bool:
+    """A report class: it names its ``schema`` and has both ``to_json`` and ``render``."""
+    import ast
+
+    names = {n.name for n in node.body if isinstance(n, ast.FunctionDef)}
+    schema = any(isinstance(n, (ast.Assign, ast.AnnAssign)) and "schema" in
+                 {t.id for t in (n.targets if isinstance(n, ast.Assign) else [n.target])
+                  if isinstance(t, ast.Name)} for n in node.body)
+    return schema and {"to_json", "render"} <= names
+
+
+def printing_outside_reports(source: str, filename: str = "<source>") -> list[str]:
+    """Where ``source`` prints on a terminal (``term.print``, ``term.console.print``,
+    ``term.emit_json``) other than in the ``render`` method of a report class; JSON is only
+    printed by :meth:`Terminal.show`."""
+    import ast
+
+    found: list[str] = []
+
+    def visit(node, allowed: bool) -> None:
+        if isinstance(node, ast.ClassDef):
+            for child in node.body:
+                visit(child, _is_report(node) and isinstance(child, ast.FunctionDef)
+                      and child.name == "render")
+            return
+        if isinstance(node, ast.Attribute) and node.attr in ("print", "emit_json"):
+            base = node.value
+            while isinstance(base, ast.Attribute):
+                base = base.value
+            if isinstance(base, ast.Name) and base.id == "term" and (
+                    node.attr == "emit_json" or not allowed):
+                found.append(f"{filename}:{node.lineno}: term...{node.attr}")
+        for child in ast.iter_child_nodes(node):
+            visit(child, allowed)
+
+    visit(ast.parse(source), False)
+    return found
+
+
+def test_commands_print_only_through_reports():
+    checked = 0
+    problems: list[str] = []
+    for path in sorted(COMMANDS.rglob("*.py")):
+        if path.name == "terminal.py":
+            continue
+        source = path.read_text()
+        problems += printing_outside_reports(source, str(path.relative_to(REPO)))
+        checked += source.count("term.print")
+    assert not problems, "print through a report and Terminal.show:\n" + "\n".join(problems)
+    assert checked > 40  # the rule looked at the renderers, it did not pass by finding nothing
+
+
+@pytest.mark.parametrize("source, bad", [
+    ("class R:\n    schema = 'ojai.x/1'\n    def to_json(self): return {}\n"
+     "    def render(self, term):\n        term.print('ok')\n", 0),
+    ("class R:\n    schema = 'ojai.x/1'\n    def to_json(self): return {}\n"
+     "    def render(self, term):\n        p = term.print\n        p('ok')\n", 0),
+    ("def run(term):\n    term.print('applied')\n", 1),
+    ("def run(term, data):\n    term.emit_json(data, schema='ojai.x/1')\n", 1),
+    ("def run(term):\n    term.console.print('applied')\n", 1),
+    ("class NotAReport:\n    def render(self, term):\n        term.print('x')\n", 1),
+    ("class R:\n    schema = 'ojai.x/1'\n    def to_json(self): return {}\n"
+     "    def render(self, term): ...\n    def other(self, term):\n        term.print('x')\n", 1),
+])
+def test_the_printing_rule_catches_printing_outside_a_report(source, bad):
+    assert len(printing_outside_reports(source)) == bad
+
+
+def test_json_output_does_not_import_rich():
+    code = ("import io, sys\n"
+            "from ojai_setup.commands.terminal import Terminal\n"
+            "class R:\n"
+            "    schema = 'ojai.x/1'\n"
+            "    def to_json(self): return {'a': 1}\n"
+            "    def render(self, term): term.print('a')\n"
+            "out = io.StringIO()\n"
+            "Terminal(json_mode=sys.argv[1] == 'json', stdout=out).show(R())\n"
+            "print(out.getvalue().split()[:3], any(m.split('.')[0] == 'rich' for m in sys.modules))\n")
+    def run(mode: str) -> str:
+        return subprocess.run([sys.executable, "-c", code, mode], capture_output=True, text=True,
+                              check=True, cwd=REPO, env={"PYTHONPATH": str(REPO)}).stdout.strip()
+
+    assert run("json") == """['{', '"schema":', '"ojai.x/1",'] False"""
+    assert run("rich") == "['a'] True"

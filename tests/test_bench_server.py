@@ -126,6 +126,8 @@ def test_bench_uses_running_routes_and_leaves_them_running(tmp_path, llama_serve
 
     compared = CliRunner().invoke(app, ["bench", "compare", first["folder"], second["folder"], "--json"])
     assert compared.exit_code == 0, compared.output
+    assert compared.stdout.startswith('{\n  "schema": "ojai.bench-compare/1",'), compared.stdout
+    assert by_route.stdout.startswith('{\n  "schema": "ojai.bench/1",'), by_route.stdout
     diff = json.loads(compared.stdout)
     assert diff["figures"]["pairs"] == [2, 2]
     assert "score_command" in diff["changed"]

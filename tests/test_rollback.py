@@ -72,6 +72,28 @@ def test_rollback_yes_restores_runs_the_follow_ups_and_says_reboot(machine):
     assert again.exit_code == 1 and "nothing to roll back" in again.stderr
 
 
+def test_rollback_json_is_one_document_of_what_was_restored(machine):
+    root = machine("strix-halo-dkms")
+    grub, conf = root / "etc/default/grub", root / "etc/modprobe.d/ttm.conf"
+    before = grub.read_bytes(), conf.read_bytes()
+    applied(root)
+    refused = ojai("rollback", "--root", root, "--json")  # no question asked on a JSON stream
+    assert refused.exit_code == 1 and refused.stdout == ""
+    assert "ojai rollback --yes --json" in refused.stderr
+    assert (grub.read_bytes(), conf.read_bytes()) != before
+    result = ojai("rollback", "--root", root, "--yes", "--json")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert list(report)[0] == "schema" and report["schema"] == "ojai.rollback/1"
+    assert sorted((f["path"], f["decision"]) for f in report["files"]) == [
+        ("/etc/default/grub", "restore"), ("/etc/modprobe.d/ttm.conf", "restore")]
+    assert sorted(report["restored"]) == ["/etc/default/grub", "/etc/modprobe.d/ttm.conf"]
+    assert report["handlers_run"] == ["update-grub", "initramfs"]
+    assert report["reboot_required"] is True and report["conflicts"] == []
+    assert report["journal_id"] == _last_rollback(root)
+    assert (grub.read_bytes(), conf.read_bytes()) == before
+
+
 def test_rollback_refuses_a_file_changed_since_the_apply_before_asking(machine):
     root = machine("ojai-fresh")
     applied(root)

@@ -90,6 +90,7 @@ def test_a_backend_that_collapses_is_marked_unsafe_and_never_chosen(tmp_path, ll
         "tune", MODEL, "--root", str(m.root), "--lengths", "1,2", "--binary", str(llama_server_bin),
         "--binary", str(fake), "--seeds", "1", "--tokens", "48", "--confirm-seeds", "1",
         "--confirm-tokens", "48", "--long-tokens", "600", "--collapse-ratio", "0.3", "--raw", "--synthetic-acceptance", "0.8", "--json"])
+    assert result.stdout.startswith('{\n  "schema": "ojai.tune/1",'), result.stdout
     data = json.loads(result.stdout)
     real, vulkan = data["backends"]
     assert vulkan["binary"] == str(fake)

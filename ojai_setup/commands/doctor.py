@@ -24,6 +24,8 @@ DOCTOR_SCHEMA = "ojai.doctor/1"
 
 
 class DoctorReport:
+    schema = DOCTOR_SCHEMA
+
     def __init__(self, facts: Facts, profile: Profile, forced: bool, findings: list[Finding]):
         self.facts, self.profile, self.forced, self.findings = facts, profile, forced, findings
 
@@ -37,13 +39,38 @@ class DoctorReport:
 
     def to_json(self) -> dict:
         return {
-            "schema": DOCTOR_SCHEMA,
             "ojai_version": __version__,
             "profile": {"id": self.profile.id, "name": self.profile.name, "forced": self.forced},
             "result": self.result.label,
             "findings": [f.model_dump(mode="json") for f in self.findings],
             "facts": self.facts.model_dump(mode="json"),
         }
+
+    def render(self, term: Terminal) -> None:
+        from rich.table import Table
+
+        facts_table = Table(title=f"Machine ({self.facts.root})", show_header=False, title_justify="left")
+        facts_table.add_column("fact", style="bold")
+        facts_table.add_column("value")
+        for k, v in fact_rows(self.facts):
+            facts_table.add_row(k, v)
+        term.print(facts_table)
+        how = "forced" if self.forced else "detected"
+        table = Table(title=f"Checks for profile {self.profile.id} ({how}): {self.profile.name}",
+                      title_justify="left")
+        table.add_column("", no_wrap=True)
+        table.add_column("check")
+        table.add_column("evidence")
+        for f in self.findings:
+            table.add_row(term.styled(f.severity), f"{f.title}\n[dim]{f.id}[/]", f.evidence)
+        term.print(table)
+        todo = [f for f in self.findings if f.severity in ("warn", "fail") and f.fix]
+        for f in todo:
+            term.print(f"{term.styled(f.severity)} [bold]{f.id}[/]: {f.fix}"
+                       + (f"\n      see {f.link}" if f.link else ""))
+        counts = {s: sum(1 for f in self.findings if f.severity == s) for s in ("pass", "info", "warn", "fail")}
+        term.print(f"result: {term.styled(self.result.label)}  "
+                   + ", ".join(f"{v} {k}" for k, v in counts.items()))
 
 
 def diagnose(root: Root, profile_name: str | None = None) -> DoctorReport:
@@ -59,10 +86,7 @@ def run_doctor(term: Terminal, root_dir: Path, *, profile_name: str | None = Non
                capture: Path | None = None) -> int:
     root = Root(root_dir)
     report = diagnose(root, profile_name)
-    if term.json_mode:
-        term.emit_json(report.to_json())
-    else:
-        render(term, report)
+    term.show(report)
     if capture is not None:
         from ojai_setup.commands.capture import write_capture
 
@@ -128,30 +152,3 @@ def fact_rows(facts: Facts) -> list[tuple[str, str]]:
     for name, reason in facts.unknown.items():
         rows.append((name, f"unknown: {reason}"))
     return rows
-
-
-def render(term: Terminal, report: DoctorReport) -> None:
-    from rich.table import Table
-
-    facts_table = Table(title=f"Machine ({report.facts.root})", show_header=False, title_justify="left")
-    facts_table.add_column("fact", style="bold")
-    facts_table.add_column("value")
-    for k, v in fact_rows(report.facts):
-        facts_table.add_row(k, v)
-    term.print(facts_table)
-    how = "forced" if report.forced else "detected"
-    table = Table(title=f"Checks for profile {report.profile.id} ({how}): {report.profile.name}",
-                  title_justify="left")
-    table.add_column("", no_wrap=True)
-    table.add_column("check")
-    table.add_column("evidence")
-    for f in report.findings:
-        table.add_row(term.styled(f.severity), f"{f.title}\n[dim]{f.id}[/]", f.evidence)
-    term.print(table)
-    todo = [f for f in report.findings if f.severity in ("warn", "fail") and f.fix]
-    for f in todo:
-        term.print(f"{term.styled(f.severity)} [bold]{f.id}[/]: {f.fix}"
-                   + (f"\n      see {f.link}" if f.link else ""))
-    counts = {s: sum(1 for f in report.findings if f.severity == s) for s in ("pass", "info", "warn", "fail")}
-    term.print(f"result: {term.styled(report.result.label)}  "
-               + ", ".join(f"{v} {k}" for k, v in counts.items()))

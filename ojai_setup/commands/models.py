@@ -45,26 +45,38 @@ def model_rows(root: Root, settings: Settings) -> list[dict]:
     return rows
 
 
-def run_models(term: Terminal, root_dir: Path, settings: Settings) -> int:
-    rows = model_rows(Root(root_dir), settings)
-    if term.json_mode:
-        term.emit_json({"routes": rows}, schema="ojai.models/1")
-        return 0
-    from rich.table import Table
+class ModelsReport:
+    """The catalog's routes against this machine (:func:`model_rows`): a table for people."""
 
-    budget = rows[0]["budget_bytes"] if rows else 0
-    table = Table(title=f"Routes (GPU budget {budget / GIB:.0f} GiB; models in {settings.models_dir})",
-                  title_justify="left")
-    for col in ("route", "MTP", "context", "needs", "fits", "downloaded"):
-        table.add_column(col, no_wrap=col in ("MTP", "context", "fits", "downloaded"),
-                         min_width=15 if col == "route" else None)
-    for r in rows:
-        fits = "yes" if r["fits"] else (f"no (ctx {r['max_ctx']} fits)" if r["max_ctx"] else "no")
-        need = f"{r['need_bytes'] / GIB:.1f} GiB" + (" (est.)" if r["sizes_estimated"] else "")
-        size = f"{r['download_bytes'] / GIB:.1f} GiB" + (" (est.)" if r["sizes_estimated"] else "")
-        table.add_row(f"{r['name']}\n[dim]{r['title']}\n{size} to download[/]",
-                      r["mtp"].replace("_", "-"), str(r["context_size"]), need, fits,
-                      r["downloaded"])
-    term.print(table)
-    term.print("Set one up with: ojai setup --model NAME")
+    schema = "ojai.models/1"
+
+    def __init__(self, rows: list[dict], models_dir: str) -> None:
+        self.rows, self.models_dir = rows, models_dir
+
+    def to_json(self) -> dict:
+        return {"routes": self.rows}
+
+    def render(self, term: Terminal) -> None:
+        from rich.table import Table
+
+        rows = self.rows
+        budget = rows[0]["budget_bytes"] if rows else 0
+        table = Table(title=f"Routes (GPU budget {budget / GIB:.0f} GiB; models in {self.models_dir})",
+                      title_justify="left")
+        for col in ("route", "MTP", "context", "needs", "fits", "downloaded"):
+            table.add_column(col, no_wrap=col in ("MTP", "context", "fits", "downloaded"),
+                             min_width=15 if col == "route" else None)
+        for r in rows:
+            fits = "yes" if r["fits"] else (f"no (ctx {r['max_ctx']} fits)" if r["max_ctx"] else "no")
+            need = f"{r['need_bytes'] / GIB:.1f} GiB" + (" (est.)" if r["sizes_estimated"] else "")
+            size = f"{r['download_bytes'] / GIB:.1f} GiB" + (" (est.)" if r["sizes_estimated"] else "")
+            table.add_row(f"{r['name']}\n[dim]{r['title']}\n{size} to download[/]",
+                          r["mtp"].replace("_", "-"), str(r["context_size"]), need, fits,
+                          r["downloaded"])
+        term.print(table)
+        term.print("Set one up with: ojai setup --model NAME")
+
+
+def run_models(term: Terminal, root_dir: Path, settings: Settings) -> int:
+    term.show(ModelsReport(model_rows(Root(root_dir), settings), settings.models_dir))
     return 0

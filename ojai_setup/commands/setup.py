@@ -1,4 +1,7 @@
-"""``ojai setup`` and ``ojai rollback``: plan, show, save, apply, verify."""
+"""``ojai setup`` and ``ojai rollback``: plan, show, save, apply, verify. What they show is a
+report (:class:`PlanReport`, :class:`SavedPlanReport`, :class:`ApplyReport`,
+:class:`NothingToApply`, :class:`RollbackPreviewReport`, :class:`RollbackReport`) printed by
+:meth:`Terminal.show`; the functions here decide, ask and exit."""
 
 from __future__ import annotations
 
@@ -15,7 +18,7 @@ from ojai_setup.planning.gather import gather
 from ojai_setup.planning.plan import Plan, PlanFileError, check_fresh, make_plan
 
 if TYPE_CHECKING:  # the apply layer is imported only by the commands that change something
-    from ojai_setup.apply.journal import RollbackPreview
+    from ojai_setup.apply.journal import RollbackPreview, RollbackResult
 
 
 def build_plan(root: Root, settings: Settings) -> Plan:
@@ -42,42 +45,55 @@ def plan_json(plan: Plan) -> dict:
     return data
 
 
-def show_plan(term: Terminal, plan: Plan) -> None:
-    if term.json_mode:
-        term.emit_json(plan_json(plan), schema="ojai.setup/1")
-        return
-    from rich.markup import escape
+class PlanReport:
+    """The dry run: doctor's findings that matter here, every step with its actions, the
+    follow-up commands, the diffs, and whether a reboot is needed; ``owed`` says what an earlier
+    apply left to do."""
 
-    from ojai_setup.commands.diffview import diff_lines
+    schema = "ojai.setup/1"
 
-    if plan.preconditions:
-        term.print("[bold]Doctor's findings on this machine[/] (`ojai doctor` for all):")
-        for f in plan.preconditions:
-            pad = " " * (9 - len(SYMBOLS.get(f.severity, f.severity)))
-            term.print(f"{pad}{term.styled(f.severity)} {escape(f.title)}: {escape(f.evidence)}")
-            if f.fix:
-                term.print(f"{'':>10} fix: {escape(f.fix)}")
-    for r in plan.steps:
-        pad = " " * (9 - len(SYMBOLS.get(r.status, r.status)))
-        term.print(f"{pad}{term.styled(r.status)} [bold]{escape(r.step)}[/]: {escape(r.sentence)}")
-        for a in r.actions:
-            root_mark = " (root)" if a.needs_root else ""
-            term.print(f"{'':>10} - {escape(a.describe())}{root_mark}")
-        for warning in r.warnings:
-            term.print(f"{'':>10} [bold yellow]warning[/]: {escape(warning)}")
-    for name, cmd in plan.handlers.items():
-        term.print(f"{'':>10} then, if something changed: {escape(cmd.describe())}  [dim]({name})[/]")
-    for diff in plan.unified_diffs():
-        for line in diff_lines(diff):
-            # one line each, never cropped: the terminal wraps what is wider than it
-            term.print(line, soft_wrap=True)
-    reasons = plan.reboot_reasons()
-    if reasons:
-        term.print("[bold]A reboot is needed after applying:[/] " + escape("; ".join(reasons)))
-    code = plan.exit_code
-    summary = {ExitStatus.OK: "nothing to do", ExitStatus.CHANGES: "changes pending",
-               ExitStatus.FAILED: "blocked: fix the step(s) above first"}[code]
-    term.print(f"plan: {summary}")
+    def __init__(self, plan: Plan, owed: str = "") -> None:
+        self.plan, self.owed = plan, owed
+
+    def to_json(self) -> dict:
+        return plan_json(self.plan)
+
+    def render(self, term: Terminal) -> None:
+        from rich.markup import escape
+
+        from ojai_setup.commands.diffview import diff_lines
+
+        plan = self.plan
+        if plan.preconditions:
+            term.print("[bold]Doctor's findings on this machine[/] (`ojai doctor` for all):")
+            for f in plan.preconditions:
+                pad = " " * (9 - len(SYMBOLS.get(f.severity, f.severity)))
+                term.print(f"{pad}{term.styled(f.severity)} {escape(f.title)}: {escape(f.evidence)}")
+                if f.fix:
+                    term.print(f"{'':>10} fix: {escape(f.fix)}")
+        for r in plan.steps:
+            pad = " " * (9 - len(SYMBOLS.get(r.status, r.status)))
+            term.print(f"{pad}{term.styled(r.status)} [bold]{escape(r.step)}[/]: {escape(r.sentence)}")
+            for a in r.actions:
+                root_mark = " (root)" if a.needs_root else ""
+                term.print(f"{'':>10} - {escape(a.describe())}{root_mark}")
+            for warning in r.warnings:
+                term.print(f"{'':>10} [bold yellow]warning[/]: {escape(warning)}")
+        for name, cmd in plan.handlers.items():
+            term.print(f"{'':>10} then, if something changed: {escape(cmd.describe())}  [dim]({name})[/]")
+        for diff in plan.unified_diffs():
+            for line in diff_lines(diff):
+                # one line each, never cropped: the terminal wraps what is wider than it
+                term.print(line, soft_wrap=True)
+        reasons = plan.reboot_reasons()
+        if reasons:
+            term.print("[bold]A reboot is needed after applying:[/] " + escape("; ".join(reasons)))
+        code = plan.exit_code
+        summary = {ExitStatus.OK: "nothing to do", ExitStatus.CHANGES: "changes pending",
+                   ExitStatus.FAILED: "blocked: fix the step(s) above first"}[code]
+        term.print(f"plan: {summary}")
+        if self.owed:
+            term.print(self.owed)
 
 
 def apply_report(plan: Plan, result, *, handler_commands: dict[str, list[str]] | None = None,
@@ -109,6 +125,53 @@ def apply_report(plan: Plan, result, *, handler_commands: dict[str, list[str]] |
     }
 
 
+class ApplyReport:
+    """What ``ojai setup --apply`` did (:func:`apply_report`), and for a person: what it
+    finished first, the summary, the journal, and how to start and check each route."""
+
+    schema = "ojai.apply/1"
+
+    def __init__(self, plan: Plan, result, root: Root, *, handler_commands: dict[str, list[str]]
+                 | None = None, journal: str | None = None, exit_code: int = 0,
+                 owed: str = "") -> None:
+        self.plan, self.result, self.root, self.owed = plan, result, root, owed
+        self.handler_commands, self.journal, self.exit_code = handler_commands, journal, exit_code
+
+    def to_json(self) -> dict:
+        return apply_report(self.plan, self.result, handler_commands=self.handler_commands,
+                            journal=self.journal, exit_code=self.exit_code)
+
+    def render(self, term: Terminal) -> None:
+        from ojai_setup.commands.verify import next_steps
+
+        if self.owed:
+            term.print("every step is satisfied, but " + self.owed[0].lower() + self.owed[1:])
+        if self.result.recovered:
+            term.print(f"finished first: {self.result.recovered}")
+        term.print(f"applied: {self.result.message}")
+        if self.journal:
+            term.print(f"journal: {self.journal}")
+        for line in next_steps(self.root):
+            term.print(line, markup=False)
+
+
+class NothingToApply:
+    """``ojai setup --apply`` on a machine where every step is satisfied and nothing is owed."""
+
+    schema = ApplyReport.schema
+
+    def __init__(self, plan: Plan) -> None:
+        self.plan = plan
+
+    def to_json(self) -> dict:
+        from ojai_setup.apply.executor import ApplyResult
+
+        return apply_report(self.plan, ApplyResult(apply_id=None))
+
+    def render(self, term: Terminal) -> None:
+        term.print("nothing to do: every step is satisfied; nothing was changed")
+
+
 def run_setup(term: Terminal, root_dir: Path, settings: Settings, *, apply: bool, yes: bool,
               plan_file: Path | None, out: Path | None) -> int:
     from ojai_setup.facts.state import JournalError, read_apply_status, read_state
@@ -137,23 +200,22 @@ def run_setup(term: Terminal, root_dir: Path, settings: Settings, *, apply: bool
         plan = build_plan(root, settings)
         if out is not None:
             plan.save(out)
-        if not (apply and term.json_mode):  # with --apply, --json prints the apply's report
-            show_plan(term, plan)
-        if out is not None and not term.json_mode:
-            from ojai_setup.planning.plan import apply_command
-
-            term.note(f"plan saved to {out}; show it again (and whether it is still fresh) "
-                      f"with `{apply_command(plan, str(out), apply=False)}`; apply exactly it "
-                      f"with `{apply_command(plan, str(out))}`")
     try:
         status = read_apply_status(root)
     except JournalError as exc:
         term.error(str(exc))
         return ExitStatus.FAILED
     owed_note = _owed_note(status)
+    if plan_file is None:
+        if not (apply and term.json_mode):  # with --apply, --json prints the apply's report
+            term.show(PlanReport(plan, owed="" if apply else owed_note))
+        if out is not None and not term.json_mode:
+            from ojai_setup.planning.plan import apply_command
+
+            term.note(f"plan saved to {out}; show it again (and whether it is still fresh) "
+                      f"with `{apply_command(plan, str(out), apply=False)}`; apply exactly it "
+                      f"with `{apply_command(plan, str(out))}`")
     if not apply:
-        if owed_note and not term.json_mode:
-            term.print(owed_note)
         if owed_note and plan.exit_code == ExitStatus.OK:
             return ExitStatus.CHANGES
         return int(plan.exit_code)
@@ -169,17 +231,9 @@ def run_setup(term: Terminal, root_dir: Path, settings: Settings, *, apply: bool
     except JournalError as exc:
         term.error(str(exc))
         return ExitStatus.FAILED
-    if plan.exit_code == ExitStatus.OK:
-        if not owed_note:
-            if term.json_mode:
-                from ojai_setup.apply.executor import ApplyResult
-
-                term.emit_json(apply_report(plan, ApplyResult(apply_id=None)), schema="ojai.apply/1")
-            else:
-                term.print("nothing to do: every step is satisfied; nothing was changed")
-            return ExitStatus.OK
-        if not term.json_mode:
-            term.print("every step is satisfied, but " + owed_note[0].lower() + owed_note[1:])
+    if plan.exit_code == ExitStatus.OK and not owed_note:
+        term.show(NothingToApply(plan))
+        return ExitStatus.OK
     root_arg = "/" if root.is_host else str(root.path)
     if plan_file is None and not yes and plan.exit_code == ExitStatus.CHANGES and not _reviewed(
             term, "Apply this plan?", declined="nothing was applied",
@@ -211,20 +265,9 @@ def run_setup(term: Terminal, root_dir: Path, settings: Settings, *, apply: bool
     journal = None
     if result.journal:
         journal = str(result.journal if root.is_host else root.machine_path(result.journal))
-    if term.json_mode:
-        term.emit_json(apply_report(plan, result, handler_commands=owed, journal=journal,
-                                    exit_code=int(ExitStatus.FAILED if leftover else ExitStatus.OK)),
-                       schema="ojai.apply/1")
-    else:
-        if result.recovered:
-            term.print(f"finished first: {result.recovered}")
-        term.print(f"applied: {result.message}")
-        if journal:
-            term.print(f"journal: {journal}")
-        from ojai_setup.commands.verify import next_steps
-
-        for line in next_steps(root):
-            term.print(line, markup=False)
+    term.show(ApplyReport(plan, result, root, handler_commands=owed, journal=journal,
+                          exit_code=int(ExitStatus.FAILED if leftover else ExitStatus.OK),
+                          owed=owed_note if plan.exit_code == ExitStatus.OK else ""))
     if leftover:
         term.error("after applying, a new plan is not empty: "
                    + "; ".join(f"{r.step}: {r.sentence}" for r in leftover))
@@ -283,47 +326,64 @@ def saved_plan_status(root: Root, plan: Plan, plan_file: Path) -> dict:
             "made_with": remake_command(plan, path), "apply_command": apply_command(plan, path)}
 
 
-def show_saved(term: Terminal, root: Root, plan_file: Path) -> int:
-    """``ojai setup --plan FILE``: the saved plan as the dry run showed it, then whether it is
-    still fresh for this machine. Exit code: the plan's own (0, 2, or 1 when blocked) while it
-    is fresh; 1 when it is stale."""
-    from rich.markup import escape
+class SavedPlanReport:
+    """A saved plan (``ojai setup --plan FILE``) as the dry run showed it, then whether it is
+    still fresh for this machine (:func:`saved_plan_status`) and the command to run next."""
 
+    schema = PlanReport.schema
+
+    def __init__(self, plan: Plan, status: dict) -> None:
+        self.plan, self.status = plan, status
+
+    @property
+    def exit_code(self) -> int:
+        """The plan's own (0, 2, or 1 when blocked) while it is fresh; 1 when it is stale."""
+        return int(self.plan.exit_code if self.status["fresh"] else ExitStatus.FAILED)
+
+    def to_json(self) -> dict:
+        data = plan_json(self.plan)
+        data["saved_plan"] = self.status
+        data["exit_code"] = self.exit_code
+        return data
+
+    def render(self, term: Terminal) -> None:
+        from rich.markup import escape
+
+        plan, status = self.plan, self.status
+        PlanReport(plan).render(term)
+        made = plan.created.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+        term.print(f"[bold]saved plan[/] {escape(status['path'])}, made {made} by ojai "
+                   f"{escape(plan.ojai_version)} with:")
+        term.print(f"  {status['made_with']}", markup=False, soft_wrap=True)
+        if status["fresh"] and self.exit_code == ExitStatus.FAILED:
+            term.print("[green]fresh[/]: nothing it read or writes changed since, and ojai plans "
+                       "the same now; but a step is blocked, so it cannot be applied: fix the "
+                       "step(s) above, then make a new plan with:")
+            term.print(f"  {status['made_with']}", markup=False, soft_wrap=True)
+            return
+        if status["fresh"]:
+            term.print("[green]fresh[/]: nothing it read or writes changed since, and ojai plans "
+                       "the same now. Apply exactly it with:")
+            term.print(f"  {status['apply_command']}", markup=False, soft_wrap=True)
+            return
+        term.print("[bold red]stale[/]: it no longer matches this machine:")
+        for line in status["changes"] + status["steps_differ"]:
+            term.print(f"  - {escape(line)}")
+        term.print("Make and review a new plan with:")
+        term.print(f"  {status['made_with']}", markup=False, soft_wrap=True)
+
+
+def show_saved(term: Terminal, root: Root, plan_file: Path) -> int:
+    """``ojai setup --plan FILE``: the saved plan and whether it is still fresh
+    (:class:`SavedPlanReport`), with its exit code."""
     try:
         plan = Plan.load(plan_file)
     except PlanFileError as exc:
         term.error(str(exc))
         return ExitStatus.FAILED
-    status = saved_plan_status(root, plan, plan_file)
-    code = plan.exit_code if status["fresh"] else ExitStatus.FAILED
-    if term.json_mode:
-        data = plan_json(plan)
-        data["saved_plan"] = status
-        data["exit_code"] = int(code)
-        term.emit_json(data, schema="ojai.setup/1")
-        return int(code)
-    show_plan(term, plan)
-    made = plan.created.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    term.print(f"[bold]saved plan[/] {escape(status['path'])}, made {made} by ojai "
-               f"{escape(plan.ojai_version)} with:")
-    term.print(f"  {status['made_with']}", markup=False, soft_wrap=True)
-    if status["fresh"] and code == ExitStatus.FAILED:
-        term.print("[green]fresh[/]: nothing it read or writes changed since, and ojai plans "
-                   "the same now; but a step is blocked, so it cannot be applied: fix the "
-                   "step(s) above, then make a new plan with:")
-        term.print(f"  {status['made_with']}", markup=False, soft_wrap=True)
-        return int(code)
-    if status["fresh"]:
-        term.print("[green]fresh[/]: nothing it read or writes changed since, and ojai plans "
-                   "the same now. Apply exactly it with:")
-        term.print(f"  {status['apply_command']}", markup=False, soft_wrap=True)
-        return int(code)
-    term.print("[bold red]stale[/]: it no longer matches this machine:")
-    for line in status["changes"] + status["steps_differ"]:
-        term.print(f"  - {escape(line)}")
-    term.print("Make and review a new plan with:")
-    term.print(f"  {status['made_with']}", markup=False, soft_wrap=True)
-    return int(code)
+    report = SavedPlanReport(plan, saved_plan_status(root, plan, plan_file))
+    term.show(report)
+    return report.exit_code
 
 
 def _owed_note(status) -> str:
@@ -352,27 +412,69 @@ def _reviewed(term: Terminal, question: str, *, unattended: str, declined: str) 
     return True
 
 
-def show_rollback(term: Terminal, preview: RollbackPreview, root: Root) -> None:
-    from rich.markup import escape
+class RollbackPreviewReport:
+    """What ``ojai rollback`` will do, for review before it does it: each path with what
+    happens to it and why, the follow-up commands, the diffs, the conflicts, the reboot."""
 
-    from ojai_setup.commands.diffview import diff_lines
+    schema = "ojai.rollback/1"
 
-    entry = preview.entry
-    term.print(f"rollback of apply {escape(entry.apply_id)} ({entry.status}, "
-               f"{entry.started:%Y-%m-%d %H:%M} UTC):")
-    for record, decision, why in preview.items:
-        verb = "skip" if decision == "none" else decision
-        term.print(f"  {verb:>8} {escape(record.path)}  [dim]({escape(why)})[/]")
-    for handler in preview.handlers:
-        term.print(f"  then run: {escape(' '.join(handler.argv))}  [dim]({handler.name})[/]")
-    for diff in preview.diffs(root):
-        for line in diff_lines(diff):  # as the plan's diffs: one line each, never cropped
-            term.print(line, soft_wrap=True)
-    for conflict in preview.conflicts:
-        term.print(f"[bold yellow]changed since the apply:[/] {escape(conflict)}")
-    if preview.reboot:
-        term.print("[bold]A reboot is needed after rolling back:[/] "
-                   + escape("; ".join(preview.reboot)))
+    def __init__(self, preview: RollbackPreview, root: Root) -> None:
+        self.preview, self.root = preview, root
+
+    def to_json(self) -> dict:
+        p = self.preview
+        return {"apply_id": p.entry.apply_id,
+                "files": [{"path": record.path, "decision": decision, "why": why}
+                          for record, decision, why in p.items],
+                "handlers": [{"name": h.name, "command": " ".join(h.argv)} for h in p.handlers],
+                "conflicts": list(p.conflicts)}
+
+    def render(self, term: Terminal) -> None:
+        from rich.markup import escape
+
+        from ojai_setup.commands.diffview import diff_lines
+
+        preview = self.preview
+        entry = preview.entry
+        term.print(f"rollback of apply {escape(entry.apply_id)} ({entry.status}, "
+                   f"{entry.started:%Y-%m-%d %H:%M} UTC):")
+        for record, decision, why in preview.items:
+            verb = "skip" if decision == "none" else decision
+            term.print(f"  {verb:>8} {escape(record.path)}  [dim]({escape(why)})[/]")
+        for handler in preview.handlers:
+            term.print(f"  then run: {escape(' '.join(handler.argv))}  [dim]({handler.name})[/]")
+        for diff in preview.diffs(self.root):
+            for line in diff_lines(diff):  # as the plan's diffs: one line each, never cropped
+                term.print(line, soft_wrap=True)
+        for conflict in preview.conflicts:
+            term.print(f"[bold yellow]changed since the apply:[/] {escape(conflict)}")
+        if preview.reboot:
+            term.print("[bold]A reboot is needed after rolling back:[/] "
+                       + escape("; ".join(preview.reboot)))
+
+
+class RollbackReport:
+    """What ``ojai rollback`` did: the preview it acted on (``files``, ``handlers``,
+    ``conflicts``), then what it restored, removed and left, the follow-ups it ran and whether
+    a reboot is needed."""
+
+    schema = RollbackPreviewReport.schema
+
+    def __init__(self, preview: RollbackPreview, result: RollbackResult, root: Root) -> None:
+        self.preview, self.result, self.root = preview, result, root
+
+    def to_json(self) -> dict:
+        r = self.result
+        return {**RollbackPreviewReport(self.preview, self.root).to_json(),
+                "message": r.message, "nothing": r.nothing, "restored": list(r.restored),
+                "removed": list(r.removed), "left": list(r.left), "handlers_run": list(r.handlers),
+                "reboot_required": bool(r.reboot), "reboot_reasons": list(r.reboot),
+                "journal_id": r.journal_id, "exit_code": int(ExitStatus.OK)}
+
+    def render(self, term: Terminal) -> None:
+        term.print(self.result.message)
+        if self.result.reboot and not self.result.nothing:
+            term.print("[bold]Reboot now[/] to make the restored settings active.")
 
 
 def run_rollback(term: Terminal, root_dir: Path, *, force: bool, yes: bool = False,
@@ -389,12 +491,17 @@ def run_rollback(term: Terminal, root_dir: Path, *, force: bool, yes: bool = Fal
     if preview.settled is not None:
         term.note(preview.settled.message)
     if preview.nothing:
-        term.print(rollback(root, term.progress(), preview=preview).message)
+        term.show(RollbackReport(preview, rollback(root, term.progress(), preview=preview), root))
         return ExitStatus.OK
-    show_rollback(term, preview, root)
+    if not term.json_mode:  # with --json, the report after the rollback carries the preview
+        term.show(RollbackPreviewReport(preview, root))
     if preview.conflicts and not force:
         term.error("files changed since the apply; nothing was restored. Look at the change, "
                    "then run `ojai rollback --force` to restore anyway")
+        return ExitStatus.FAILED
+    if not yes and term.json_mode:  # a question would break the one JSON document
+        term.error("refusing to roll back without review: --json prints only what was done. "
+                   "Review `ojai rollback` first, then run `ojai rollback --yes --json`")
         return ExitStatus.FAILED
     if not yes and not _reviewed(
             term, "Roll back?", declined="nothing was restored",
@@ -407,7 +514,5 @@ def run_rollback(term: Terminal, root_dir: Path, *, force: bool, yes: bool = Fal
     except (RollbackError, StateError, OSError) as exc:
         term.error(str(exc))
         return ExitStatus.FAILED
-    term.print(result.message)
-    if result.reboot:
-        term.print("[bold]Reboot now[/] to make the restored settings active.")
+    term.show(RollbackReport(preview, result, root))
     return ExitStatus.OK

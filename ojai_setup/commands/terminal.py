@@ -1,6 +1,9 @@
 """All output goes through one :class:`Terminal`: rich for people, JSON for programs.
 
-Rich is imported only when something is printed for a person, which keeps ``--json`` fast.
+A command builds a :class:`Report` (what it found or did) and hands it to
+:meth:`Terminal.show`, which prints the report's JSON document under ``--json`` and its rich
+rendering otherwise; commands decide, reports render. Rich is imported only when something is
+printed for a person, which keeps ``--json`` fast.
 ``NO_COLOR``, ``TERM=dumb`` and output that is not a terminal turn colour off.
 """
 
@@ -10,12 +13,25 @@ import json
 import os
 import sys
 from functools import cached_property
-from typing import Any
+from typing import Any, ClassVar, Protocol
 
 STYLES = {"pass": "green", "info": "cyan", "warn": "yellow", "fail": "bold red",
           "satisfied": "green", "change": "yellow", "blocked": "bold red"}
 SYMBOLS = {"pass": "ok", "info": "info", "warn": "warn", "fail": "FAIL",
            "satisfied": "ok", "change": "change", "blocked": "BLOCKED"}
+
+
+class Report(Protocol):
+    """What a command found or did, in both its renderings: :meth:`to_json` is the document
+    ``--json`` prints (without its ``schema``, which :meth:`Terminal.show` puts first) and
+    :meth:`render` prints it for a person through the terminal it is given."""
+
+    #: the JSON document's name and version, ``ojai.<command>/<version>``
+    schema: ClassVar[str]
+
+    def to_json(self) -> dict: ...
+
+    def render(self, term: Terminal) -> None: ...
 
 
 class Terminal:
@@ -55,6 +71,14 @@ class Terminal:
 
         return Console(file=self._stderr, no_color=not self.color, highlight=False, emoji=False,
                        soft_wrap=not self.color)
+
+    def show(self, report: Report) -> None:
+        """The one way a command's result is printed: ``report``'s JSON document (``schema``
+        first) under ``--json``, else its rich rendering."""
+        if self.json_mode:
+            self.emit_json(report.to_json(), schema=report.schema)
+        else:
+            report.render(self)
 
     # -- primitives --------------------------------------------------------------------------
     def emit_json(self, data: Any, schema: str | None = None) -> None:

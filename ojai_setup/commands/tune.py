@@ -404,43 +404,55 @@ def _choose_and_write(root: Root, arms, config: TuneConfig, result: TuneResult, 
     result.written = str(path)
 
 
-def render_tune(term, result: TuneResult) -> None:
-    from rich.table import Table
+class TuneReport:
+    """What ``ojai tune`` measured and chose (:class:`TuneResult`): a table per backend."""
 
-    if result.stopped:
-        term.print(f"[yellow]stopped:[/] {result.stopped}")
-    for b in result.backends:
-        table = Table(title=f"{b.binary} ({b.version or 'version unknown'})")
-        for col in ("g", "pairs", "measured", "interval", "predicted", "tokens/step", "a"):
-            table.add_column(col, justify="right")
-        for lr in b.lengths:
-            m = lr.measured
-            table.add_row(str(lr.g) + (" *" if lr.g == b.best_g else ""), str(len(lr.pairs)),
-                          f"{m.mean:.3f}x" if m else "-",
-                          f"{m.ci_low:.2f}-{m.ci_high:.2f}" if m and m.ci_low is not None else "-",
-                          f"{lr.predicted:.3f}x" if lr.predicted is not None else "-",
-                          f"{lr.mean_accepted_length:.2f}" if lr.mean_accepted_length else "-",
-                          f"{lr.acceptance:.2f}" if lr.acceptance is not None else "-")
-        term.print(table)
-        if b.acceptance is not None and b.draft_cost is not None:
-            err = f"; predictions within {b.max_prediction_error:.0%} of measured" if b.max_prediction_error is not None else ""
-            term.print(f"fit: a = {b.acceptance:.3f}, c = {b.draft_cost:.3f}, a pass's base cost "
-                       f"{b.pass_base:.2f} plain tokens{err}")
-        if b.stopped_early:
-            term.print(f"stopped early: {b.stopped_early}")
-        if b.long_checked:
-            term.print("long generation: " + (f"[bold red]unsafe for MTP[/]: {b.long_collapse}" if b.long_collapse
-                                              else "no collapse"))
-        if b.confirmed:
-            term.print(f"confirmed at g = {b.best_g}: {(b.confirmed.mean - 1) * 100:+.1f}% over {b.confirmed.n} pairs"
-                       + (f" ({b.confirmed.ci_level:.0%} interval {(b.confirmed.ci_low - 1) * 100:+.1f}% to "
-                          f"{(b.confirmed.ci_high - 1) * 100:+.1f}%)" if b.confirmed.ci_low is not None else ""))
-    if result.chosen_g is not None:
-        term.print(f"choice: --spec-draft-n-max {result.chosen_g} with {result.chosen_binary} "
-                   f"(measured {(result.chosen_speedup - 1) * 100:+.1f}%)")
-        if result.written:
-            term.print(f"written to {result.written}; `ojai setup` shows the change to the launch scripts "
-                       "and Lemonade's options, `ojai setup --apply` makes it")
-    else:
-        term.print("no choice made: no backend finished its sweep, long-generation check and confirmation")
+    schema = "ojai.tune/1"
+
+    def __init__(self, result: TuneResult) -> None:
+        self.result = result
+
+    def to_json(self) -> dict:
+        return self.result.dump()
+
+    def render(self, term) -> None:
+        from rich.table import Table
+
+        result = self.result
+        if result.stopped:
+            term.print(f"[yellow]stopped:[/] {result.stopped}")
+        for b in result.backends:
+            table = Table(title=f"{b.binary} ({b.version or 'version unknown'})")
+            for col in ("g", "pairs", "measured", "interval", "predicted", "tokens/step", "a"):
+                table.add_column(col, justify="right")
+            for lr in b.lengths:
+                m = lr.measured
+                table.add_row(str(lr.g) + (" *" if lr.g == b.best_g else ""), str(len(lr.pairs)),
+                              f"{m.mean:.3f}x" if m else "-",
+                              f"{m.ci_low:.2f}-{m.ci_high:.2f}" if m and m.ci_low is not None else "-",
+                              f"{lr.predicted:.3f}x" if lr.predicted is not None else "-",
+                              f"{lr.mean_accepted_length:.2f}" if lr.mean_accepted_length else "-",
+                              f"{lr.acceptance:.2f}" if lr.acceptance is not None else "-")
+            term.print(table)
+            if b.acceptance is not None and b.draft_cost is not None:
+                err = f"; predictions within {b.max_prediction_error:.0%} of measured" if b.max_prediction_error is not None else ""
+                term.print(f"fit: a = {b.acceptance:.3f}, c = {b.draft_cost:.3f}, a pass's base cost "
+                           f"{b.pass_base:.2f} plain tokens{err}")
+            if b.stopped_early:
+                term.print(f"stopped early: {b.stopped_early}")
+            if b.long_checked:
+                term.print("long generation: " + (f"[bold red]unsafe for MTP[/]: {b.long_collapse}" if b.long_collapse
+                                                  else "no collapse"))
+            if b.confirmed:
+                term.print(f"confirmed at g = {b.best_g}: {(b.confirmed.mean - 1) * 100:+.1f}% over {b.confirmed.n} pairs"
+                           + (f" ({b.confirmed.ci_level:.0%} interval {(b.confirmed.ci_low - 1) * 100:+.1f}% to "
+                              f"{(b.confirmed.ci_high - 1) * 100:+.1f}%)" if b.confirmed.ci_low is not None else ""))
+        if result.chosen_g is not None:
+            term.print(f"choice: --spec-draft-n-max {result.chosen_g} with {result.chosen_binary} "
+                       f"(measured {(result.chosen_speedup - 1) * 100:+.1f}%)")
+            if result.written:
+                term.print(f"written to {result.written}; `ojai setup` shows the change to the launch scripts "
+                           "and Lemonade's options, `ojai setup --apply` makes it")
+        else:
+            term.print("no choice made: no backend finished its sweep, long-generation check and confirmation")
 

@@ -273,6 +273,48 @@ def next_steps(root: Root) -> list[str]:
     return lines
 
 
+class VerifyReport:
+    """Each route's check (:class:`RouteCheck`); for people, a line each with how to start a
+    route that does not answer and a warning when the draft head looks mismatched."""
+
+    schema = "ojai.verify/1"
+
+    def __init__(self, results: list[RouteCheck], root: Root, routes: dict[str, dict]) -> None:
+        self.results, self.root, self.routes = results, root, routes
+
+    def to_json(self) -> dict:
+        return {"draft_cost_assumed": DRAFT_COST,
+                "routes": [r.model_dump(mode="json") for r in self.results]}
+
+    def render(self, term: Terminal) -> None:
+        root, routes = self.root, self.routes
+        for r in self.results:
+            if not r.healthy or r.error:
+                term.print(f"{term.styled('fail')} {r.route} ({r.url}): {r.error}")
+                if not r.healthy and "API key" not in (r.error or ""):
+                    term.print(f"{'':>5}is it running? start it with: "
+                               f"{how_to_start(root, r.route, routes.get(r.route, {}))}")
+                continue
+            if r.predicted_n is None:
+                term.print(f"{term.styled('pass')} {r.route} ({r.url}): ready")
+                continue
+            line = f"{term.styled('pass')} {r.route} ({r.url}): {r.predicted_n} tokens at " \
+                   f"{r.tokens_per_second or 0:.1f} tokens/s"
+            if r.draft_n is not None:
+                line += (f"; drafted {r.draft_n}, accepted {r.draft_n_accepted} "
+                         f"({(r.accepted_fraction or 0) * 100:.0f}% of drafted tokens)")
+            if r.predicted_speedup is not None:
+                line += (f"; {r.tokens_per_step:.2f} tokens per verification step -> per-token "
+                         f"acceptance a = {r.acceptance_estimate:.2f} at g = {r.draft_n_max}; "
+                         f"predicted speedup {r.predicted_speedup:.2f}x (model, assuming draft cost "
+                         f"{DRAFT_COST}; not measured)")
+            term.print(line)
+            if r.acceptance_estimate is not None and r.acceptance_estimate < LOW_ACCEPTANCE:
+                term.print(f"{'':>5}{term.styled('warn')} per-token acceptance "
+                           f"{r.acceptance_estimate:.2f} is below {LOW_ACCEPTANCE}: the draft "
+                           "head may not match the model (check the pair with `ojai doctor`)")
+
+
 def run_verify(term: Terminal, root_dir: Path, *, only: str | None, timeout: float,
                n_predict: int) -> int:
     root = Root(root_dir)
@@ -300,33 +342,5 @@ def run_verify(term: Terminal, root_dir: Path, *, only: str | None, timeout: flo
         results.append(check_route(name, r.get("host", "127.0.0.1"), r["port"],
                                    r.get("draft_n_max"), timeout=timeout, n_predict=n_predict,
                                    api_key=key))
-    if term.json_mode:
-        term.emit_json(schema="ojai.verify/1", data={"draft_cost_assumed": DRAFT_COST,
-                        "routes": [r.model_dump(mode="json") for r in results]})
-    else:
-        for r in results:
-            if not r.healthy or r.error:
-                term.print(f"{term.styled('fail')} {r.route} ({r.url}): {r.error}")
-                if not r.healthy and "API key" not in (r.error or ""):
-                    term.print(f"{'':>5}is it running? start it with: "
-                               f"{how_to_start(root, r.route, routes.get(r.route, {}))}")
-                continue
-            if r.predicted_n is None:
-                term.print(f"{term.styled('pass')} {r.route} ({r.url}): ready")
-                continue
-            line = f"{term.styled('pass')} {r.route} ({r.url}): {r.predicted_n} tokens at " \
-                   f"{r.tokens_per_second or 0:.1f} tokens/s"
-            if r.draft_n is not None:
-                line += (f"; drafted {r.draft_n}, accepted {r.draft_n_accepted} "
-                         f"({(r.accepted_fraction or 0) * 100:.0f}% of drafted tokens)")
-            if r.predicted_speedup is not None:
-                line += (f"; {r.tokens_per_step:.2f} tokens per verification step -> per-token "
-                         f"acceptance a = {r.acceptance_estimate:.2f} at g = {r.draft_n_max}; "
-                         f"predicted speedup {r.predicted_speedup:.2f}x (model, assuming draft cost "
-                         f"{DRAFT_COST}; not measured)")
-            term.print(line)
-            if r.acceptance_estimate is not None and r.acceptance_estimate < LOW_ACCEPTANCE:
-                term.print(f"{'':>5}{term.styled('warn')} per-token acceptance "
-                           f"{r.acceptance_estimate:.2f} is below {LOW_ACCEPTANCE}: the draft "
-                           "head may not match the model (check the pair with `ojai doctor`)")
+    term.show(VerifyReport(results, root, routes))
     return 0 if all(r.healthy and not r.error for r in results) else 1

@@ -60,7 +60,7 @@ def bench(
     from ojai_setup.commands.bench.campaign import PARTS, BenchConfig
     from ojai_setup.commands.bench.command import run_bench
     from ojai_setup.commands.bench.prompts import BUILTIN, PromptFileError, load_prompts
-    from ojai_setup.commands.bench.report import LiveObserver, render_result
+    from ojai_setup.commands.bench.report import BenchReport, LiveObserver
     from ojai_setup.commands.bench.servers import BenchError
 
     term = Terminal(json_mode=json_out)
@@ -93,10 +93,7 @@ def bench(
     except KeyboardInterrupt:
         term.error("interrupted before any pair finished; nothing saved")
         raise typer.Exit(INTERRUPTED)
-    if json_out:
-        term.emit_json({**result.dump(), "folder": str(folder) if folder else None})
-    else:
-        render_result(term, result, folder)
+    term.show(BenchReport(result, folder))
     raise typer.Exit(INTERRUPTED if result.interrupted else 0)
 
 
@@ -111,7 +108,7 @@ def bench_compare(
     from ojai_setup.core.root import Root
     from ojai_setup.commands.terminal import Terminal
     from ojai_setup.commands.bench.command import load_result, resolve_run
-    from ojai_setup.commands.bench.report import compare, render_compare
+    from ojai_setup.commands.bench.report import CompareReport, compare
     from ojai_setup.commands.bench.servers import BenchError
 
     term = Terminal(json_mode=json_out)
@@ -121,11 +118,7 @@ def bench_compare(
     except BenchError as exc:
         term.error(str(exc))
         raise typer.Exit(1)
-    diff = compare(ra, rb)
-    if json_out:
-        term.emit_json(diff)
-    else:
-        render_compare(term, diff)
+    term.show(CompareReport(compare(ra, rb)))
 
 
 def _lengths(text: str) -> tuple[int, ...]:
@@ -169,7 +162,7 @@ def tune(
 
     from ojai_setup.core.root import Root
     from ojai_setup.commands.terminal import Terminal
-    from ojai_setup.commands.tune import TuneConfig, render_tune, run_tune
+    from ojai_setup.commands.tune import TuneConfig, TuneReport, run_tune
     from ojai_setup.formats.tuning import TuningError
     from ojai_setup.commands.bench.prompts import BUILTIN, PromptFileError, load_prompts
     from ojai_setup.commands.bench.servers import BenchError
@@ -191,8 +184,5 @@ def tune(
     except (BenchError, TuningError, OSError) as exc:
         term.error(str(exc))
         raise typer.Exit(1)
-    if json_out:
-        term.emit_json(result.dump())
-    else:
-        render_tune(term, result)
+    term.show(TuneReport(result))
     raise typer.Exit(INTERRUPTED if result.interrupted else (0 if result.chosen_g is not None else 1))

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from ojai_setup.commands.bench.campaign import Observer
-from ojai_setup.commands.bench.results import BenchResult, Pair
+from ojai_setup.commands.bench.results import SCHEMA, BenchResult, Pair
 
 
 def _pct(x: float | None) -> str:
@@ -79,73 +79,85 @@ class LiveObserver(Observer):
         self.live.update(self._render())
 
 
-def render_result(term, result: BenchResult, folder) -> None:
-    from rich.table import Table
+class BenchReport:
+    """A finished ``ojai bench`` run (:class:`BenchResult`) and the folder it was saved in."""
 
-    p = term.print
-    if result.stopped:
-        p(f"[yellow]stopped early:[/] {result.stopped}")
-    p(f"pairing: {result.pairing}")
-    for s in result.servers:
-        who = "started by ojai bench" if s.started_by_bench else "already running"
-        p(f"{s.arm}: {s.route or s.url} ({who}; {s.slots or '?'} slot(s); "
-          f"{s.version or s.build_info or 'version unknown'})")
-    if result.pairs and not term.color:  # the live table was not drawn
-        table = Table(title="paired runs")
-        for c in PAIR_COLUMNS:
-            table.add_column(c, justify="left" if c == "prompt" else "right", no_wrap=True)
-        for pair in result.pairs:
-            table.add_row(*pair_row(pair))
-        p(table)
-    s = result.summary
-    if s:
-        ci = "" if s.ci_low is None else f", {s.ci_level:.0%} interval {_pct(s.ci_low)} to {_pct(s.ci_high)}"
-        sd = "" if s.sd is None else f", sd {s.sd * 100:.1f} points"
-        p(f"speedup over {s.n} pair(s): mean {_pct(s.mean)} (range {_pct(s.low)} to {_pct(s.high)}{sd}{ci})")
-    m = result.model
-    if m:
-        p(f"acceptance: {_num(m.accepted_fraction and m.accepted_fraction * 100, '.1f')}% of drafted "
-          f"tokens accepted; {_num(m.mean_accepted_length, '.2f')} tokens per verification step; "
-          f"per-token a = {_num(m.acceptance, '.3f')} at g = {m.draft_n_max}")
-        if m.implied_mean_length is not None:
-            p(f"synthetic rates on the server imply {m.implied_mean_length:.2f} tokens per step; "
-              f"measured {_num(m.mean_accepted_length, '.2f')}")
-        p(f"model: draft cost c = {_num(m.draft_cost, '.3f')} (from the timings); predicted "
-          f"speedup {_pct(m.predicted_speedup)}, measured {_pct(m.measured_speedup)}")
-    t = result.temperature0
-    if t:
-        p(f"temperature 0: {t.identical} of {t.compared} pair(s) byte-identical"
-          + (f"; {t.truncated_both} hit the token budget in both arms" if t.truncated_both else ""))
-    sc = result.scoring
-    if sc:
-        p(f"scores ({sc.command}): {sc.differing_pairs} of {sc.scored_pairs} scored pair(s) differ; "
-          f"mean MTP {_num(sc.mtp_mean, '.3f')}, plain {_num(sc.plain_mean, '.3f')}")
-    lg = result.long
-    if lg:
-        for arm in (lg.mtp, lg.plain):
-            if arm is None:
-                continue
-            rates = ", ".join(f"{r:.0f}" for r in arm.rates)
-            p(f"long generation, {arm.arm}: {arm.tokens} tokens at {_num(arm.server_tps)} tokens/s; "
-              f"per {arm.window} tokens: {rates}")
-            p(f"  {'[bold red]COLLAPSE[/] ' if arm.collapse.detected else ''}{arm.collapse.reason}")
-    c = result.concurrency
-    if c and c.points:
-        table = Table(title="parallel streams (aggregate tokens/s)")
-        for col in ("k", "MTP", "plain", "MTP/plain"):
-            table.add_column(col, justify="right")
-        by = {(pt.arm, pt.k): pt for pt in c.points}
-        for k in sorted({pt.k for pt in c.points}):
-            m_, pl = by.get(("mtp", k)), by.get(("plain", k))
-            ratio = _pct(m_.aggregate_tps / pl.aggregate_tps) if m_ and pl else "-"
-            table.add_row(str(k), _num(m_ and m_.aggregate_tps), _num(pl and pl.aggregate_tps), ratio)
-        p(table)
-        p(f"concurrency: {c.note}")
-    if result.verdict:
-        style = {"adopt": "green", "do not adopt": "bold red"}.get(result.verdict.decision, "yellow")
-        p(f"verdict: [{style}]{result.verdict.decision}[/] ({result.verdict.reason})")
-    if folder is not None:
-        p(f"saved: {folder}/results.json" + (f" and {result.plot}" if result.plot else ""))
+    schema = SCHEMA
+
+    def __init__(self, result: BenchResult, folder) -> None:
+        self.result, self.folder = result, folder
+
+    def to_json(self) -> dict:
+        return {**self.result.dump(), "folder": str(self.folder) if self.folder else None}
+
+    def render(self, term) -> None:
+        from rich.table import Table
+
+        result, folder = self.result, self.folder
+        p = term.print
+        if result.stopped:
+            p(f"[yellow]stopped early:[/] {result.stopped}")
+        p(f"pairing: {result.pairing}")
+        for s in result.servers:
+            who = "started by ojai bench" if s.started_by_bench else "already running"
+            p(f"{s.arm}: {s.route or s.url} ({who}; {s.slots or '?'} slot(s); "
+              f"{s.version or s.build_info or 'version unknown'})")
+        if result.pairs and not term.color:  # the live table was not drawn
+            table = Table(title="paired runs")
+            for c in PAIR_COLUMNS:
+                table.add_column(c, justify="left" if c == "prompt" else "right", no_wrap=True)
+            for pair in result.pairs:
+                table.add_row(*pair_row(pair))
+            p(table)
+        s = result.summary
+        if s:
+            ci = "" if s.ci_low is None else f", {s.ci_level:.0%} interval {_pct(s.ci_low)} to {_pct(s.ci_high)}"
+            sd = "" if s.sd is None else f", sd {s.sd * 100:.1f} points"
+            p(f"speedup over {s.n} pair(s): mean {_pct(s.mean)} (range {_pct(s.low)} to {_pct(s.high)}{sd}{ci})")
+        m = result.model
+        if m:
+            p(f"acceptance: {_num(m.accepted_fraction and m.accepted_fraction * 100, '.1f')}% of drafted "
+              f"tokens accepted; {_num(m.mean_accepted_length, '.2f')} tokens per verification step; "
+              f"per-token a = {_num(m.acceptance, '.3f')} at g = {m.draft_n_max}")
+            if m.implied_mean_length is not None:
+                p(f"synthetic rates on the server imply {m.implied_mean_length:.2f} tokens per step; "
+                  f"measured {_num(m.mean_accepted_length, '.2f')}")
+            p(f"model: draft cost c = {_num(m.draft_cost, '.3f')} (from the timings); predicted "
+              f"speedup {_pct(m.predicted_speedup)}, measured {_pct(m.measured_speedup)}")
+        t = result.temperature0
+        if t:
+            p(f"temperature 0: {t.identical} of {t.compared} pair(s) byte-identical"
+              + (f"; {t.truncated_both} hit the token budget in both arms" if t.truncated_both else ""))
+        sc = result.scoring
+        if sc:
+            p(f"scores ({sc.command}): {sc.differing_pairs} of {sc.scored_pairs} scored pair(s) differ; "
+              f"mean MTP {_num(sc.mtp_mean, '.3f')}, plain {_num(sc.plain_mean, '.3f')}")
+        lg = result.long
+        if lg:
+            for arm in (lg.mtp, lg.plain):
+                if arm is None:
+                    continue
+                rates = ", ".join(f"{r:.0f}" for r in arm.rates)
+                p(f"long generation, {arm.arm}: {arm.tokens} tokens at {_num(arm.server_tps)} tokens/s; "
+                  f"per {arm.window} tokens: {rates}")
+                p(f"  {'[bold red]COLLAPSE[/] ' if arm.collapse.detected else ''}{arm.collapse.reason}")
+        c = result.concurrency
+        if c and c.points:
+            table = Table(title="parallel streams (aggregate tokens/s)")
+            for col in ("k", "MTP", "plain", "MTP/plain"):
+                table.add_column(col, justify="right")
+            by = {(pt.arm, pt.k): pt for pt in c.points}
+            for k in sorted({pt.k for pt in c.points}):
+                m_, pl = by.get(("mtp", k)), by.get(("plain", k))
+                ratio = _pct(m_.aggregate_tps / pl.aggregate_tps) if m_ and pl else "-"
+                table.add_row(str(k), _num(m_ and m_.aggregate_tps), _num(pl and pl.aggregate_tps), ratio)
+            p(table)
+            p(f"concurrency: {c.note}")
+        if result.verdict:
+            style = {"adopt": "green", "do not adopt": "bold red"}.get(result.verdict.decision, "yellow")
+            p(f"verdict: [{style}]{result.verdict.decision}[/] ({result.verdict.reason})")
+        if folder is not None:
+            p(f"saved: {folder}/results.json" + (f" and {result.plot}" if result.plot else ""))
 
 
 def compare(a: BenchResult, b: BenchResult) -> dict:
@@ -183,25 +195,38 @@ def compare(a: BenchResult, b: BenchResult) -> dict:
             "figures": {k: (ha[k], hb[k]) for k in ha}, "changed": changed}
 
 
-def render_compare(term, diff: dict) -> None:
-    from rich.table import Table
+class CompareReport:
+    """What changed between two saved runs (:func:`compare`)."""
 
-    table = Table(title=f"A {diff['a']['started']} ({diff['a']['route']})  vs  "
-                        f"B {diff['b']['started']} ({diff['b']['route']})")
-    for col in ("figure", "A", "B"):
-        table.add_column(col, justify="left" if col == "figure" else "right")
+    schema = "ojai.bench-compare/1"
 
-    def fmt(v):
-        if isinstance(v, float):
-            return f"{v:.3f}"
-        return "-" if v is None else str(v)
+    def __init__(self, diff: dict) -> None:
+        self.diff = diff
 
-    for k, (x, y) in diff["figures"].items():
-        table.add_row(k + (" *" if x != y else ""), fmt(x), fmt(y))
-    term.print(table)
-    if diff["changed"]:
-        term.print("settings and servers that differ:")
-        for k, (x, y) in diff["changed"].items():
-            term.print(f"  {k}: {fmt(x)} -> {fmt(y)}")
-    else:
-        term.print("same settings and servers")
+    def to_json(self) -> dict:
+        return self.diff
+
+    def render(self, term) -> None:
+        from rich.table import Table
+
+        diff = self.diff
+
+        table = Table(title=f"A {diff['a']['started']} ({diff['a']['route']})  vs  "
+                            f"B {diff['b']['started']} ({diff['b']['route']})")
+        for col in ("figure", "A", "B"):
+            table.add_column(col, justify="left" if col == "figure" else "right")
+
+        def fmt(v):
+            if isinstance(v, float):
+                return f"{v:.3f}"
+            return "-" if v is None else str(v)
+
+        for k, (x, y) in diff["figures"].items():
+            table.add_row(k + (" *" if x != y else ""), fmt(x), fmt(y))
+        term.print(table)
+        if diff["changed"]:
+            term.print("settings and servers that differ:")
+            for k, (x, y) in diff["changed"].items():
+                term.print(f"  {k}: {fmt(x)} -> {fmt(y)}")
+        else:
+            term.print("same settings and servers")
