@@ -90,3 +90,52 @@ def test_setup_json_imports_no_metadata_and_no_rich(tmp_path: Path) -> None:
                      str(MACHINES / "ojai-fresh"), "--llamacpp", "none")
     assert "ojai_setup.planning.plan" in names  # it planned
     assert not names & {"importlib.metadata", "rich.console"}
+
+
+COUNT_COLLECTIONS = """
+import atexit, gc, sys
+runs = []
+gc.callbacks.append(lambda phase, info: runs.append(info["generation"]) if phase == "start" else None)
+atexit.register(lambda: print(len(runs), gc.isenabled(), file=sys.stderr))
+sys.argv = ["ojai", *sys.argv[1:]]
+from ojai_setup.entry import main
+main()
+"""
+
+
+def collections_and_state(*argv: str) -> tuple[int, bool]:
+    """How many collections ran in ``ojai ARGV``, and whether the collector was on at the end.
+    Run twice: compiling a module without its bytecode cache can start a collection of its
+    own, so the first run fills that cache."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    for _ in range(2):
+        proc = subprocess.run([sys.executable, "-c", COUNT_COLLECTIONS, *argv],
+                              capture_output=True, text=True, env=env)
+    count, enabled = proc.stderr.strip().splitlines()[-1].split()
+    return int(count), enabled == "True"
+
+
+def test_no_cycle_collection_while_doctor_or_a_dry_run_runs(tmp_path: Path) -> None:
+    fresh = str(MACHINES / "ojai-fresh")
+    assert collections_and_state("doctor", "--json", "--root", fresh) == (0, False)
+    assert collections_and_state("setup", "--root", fresh, "--llamacpp", "none") == (0, False)
+
+
+def test_the_collector_is_back_for_an_apply_and_other_commands(tmp_path: Path) -> None:
+    import shutil
+
+    machine = tmp_path / "m"
+    shutil.copytree(MACHINES / "ojai-fresh", machine, symlinks=True)
+    count, enabled = collections_and_state("setup", "--root", str(machine), "--llamacpp", "none",
+                                           "--apply", "--yes")
+    assert enabled and count > 0
+    assert collections_and_state("rollback", "--root", str(machine), "--yes")[1]
+
+
+def test_which_commands_are_short() -> None:
+    from ojai_setup.entry import is_short
+
+    assert is_short(["doctor", "--json"]) and is_short(["setup", "--root", "m"])
+    assert is_short(["models"])
+    assert not is_short(["setup", "--apply"]) and not is_short(["bench"])
+    assert not is_short([]) and not is_short(["verify"]) and not is_short(["rollback"])
