@@ -98,3 +98,24 @@ def test_changed_words_are_marked_when_colour_is_on():
     assert "\x1b[7" in out or ";7m" in out
     marked = [seg for seg in out.split("\x1b[") if seg.startswith(("7;", "32;7", "7m")) or ";7m" in seg[:8]]
     assert any("ttm.pages_limit=12582912" in seg for seg in marked), out
+
+
+def test_apply_json_in_a_real_terminal_refuses_instead_of_asking(box, tmp_path):
+    """``--apply --json`` prints no plan, so it cannot ask to apply one: in a real terminal it
+    refuses (naming the commands to review and to apply), and nothing changes."""
+    before = (box / "etc/default/grub").read_bytes()
+    env = {**os.environ, "COLUMNS": "80", "TERM": "xterm-256color"}
+    log = tmp_path / "typescript"
+    proc = subprocess.run(["script", "-q", "-e", "-c", _command(box) + " --apply --json",
+                           str(log)], env=env, capture_output=True, stdin=subprocess.DEVNULL,
+                          timeout=120)
+    import re
+
+    text = " ".join(re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", log.read_text(errors="replace"))
+                    .replace("\r", "").split())
+    assert proc.returncode == 1, text
+    assert "Apply this plan?" not in text
+    assert "refusing to apply without review: with --json, --apply prints only what was done" \
+        in text, text
+    assert "--apply --yes --json" in text
+    assert (box / "etc/default/grub").read_bytes() == before

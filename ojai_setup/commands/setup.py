@@ -235,7 +235,13 @@ def run_setup(term: Terminal, root_dir: Path, settings: Settings, *, apply: bool
         term.show(NothingToApply(plan))
         return ExitStatus.OK
     root_arg = "/" if root.is_host else str(root.path)
-    if plan_file is None and not yes and plan.exit_code == ExitStatus.CHANGES and not _reviewed(
+    unreviewed = plan_file is None and not yes and plan.exit_code == ExitStatus.CHANGES
+    if unreviewed and term.json_mode:  # the plan was not shown, and a question would break the JSON
+        term.error("refusing to apply without review: with --json, --apply prints only what "
+                   f"was done. Review `{settings.command(root=root_arg)}`, then run "
+                   f"`{settings.command('--apply', '--yes', '--json', root=root_arg)}`")
+        return ExitStatus.FAILED
+    if unreviewed and not _reviewed(
             term, "Apply this plan?", declined="nothing was applied",
             unattended="refusing to apply without review: no terminal to ask on. Review "
             f"`{settings.command(root=root_arg)}`, then run "
