@@ -256,3 +256,18 @@ def test_the_plan_lists_the_failing_preconditions_first(machine):
     data = CliRunner().invoke(app, ["setup", "--root", str(root), "--llamacpp", "none", "--json"])
     ids = [f["id"] for f in __import__("json").loads(data.stdout)["preconditions"]]
     assert "bios.min" in ids and not any(i.startswith("ttm.") for i in ids)
+
+
+def test_a_named_profile_is_forced_in_setup_as_in_doctor(machine):
+    """``--profile`` gives the same checks to setup's preconditions as to doctor: forced, the
+    TTM check runs on a machine without an AMD GPU instead of calling itself moot."""
+    root = machine("no-amd-gpu")
+    doctor = json.loads(ojai("doctor", "--root", str(root), "--json", "--profile", "ojai").stdout)
+    assert doctor["profile"]["forced"] is True
+    warned = {f["id"]: f["evidence"] for f in doctor["findings"] if f["severity"] in ("warn", "fail")}
+    assert "ttm.active" in warned
+    plan = json.loads(ojai("setup", "--root", str(root), "--json", "--profile", "ojai",
+                           "--llamacpp", "none", "--no-npu").stdout)
+    pre = {f["id"]: f["evidence"] for f in plan["preconditions"]}
+    assert pre["ttm.active"] == warned["ttm.active"]
+    assert "no AMD GPU" not in pre["ttm.active"]

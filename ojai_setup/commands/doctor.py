@@ -12,8 +12,7 @@ from ojai_setup.domain.checks import (
     Finding,
     Profile,
     Severity,
-    detect_profile,
-    load_profile,
+    chosen_profile,
     overall,
     run_checks,
 )
@@ -75,10 +74,7 @@ class DoctorReport:
 
 def diagnose(root: Root, profile_name: str | None = None) -> DoctorReport:
     facts = collect(root)
-    if profile_name:
-        profile = load_profile(profile_name).model_copy(update={"forced": True})
-    else:
-        profile = detect_profile(facts)
+    profile = chosen_profile(facts, profile_name)
     return DoctorReport(facts, profile, profile_name is not None, run_checks(facts, profile))
 
 

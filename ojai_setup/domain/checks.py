@@ -165,6 +165,15 @@ def _validated(model, data: dict, path: Path):
         raise ProfileError(f"{path}: field {loc}: {err['msg']}") from exc
 
 
+def chosen_profile(facts: Facts, name: str | None) -> Profile:
+    """The profile a command works with: ``--profile NAME``, forced (its checks run even where
+    the hardware does not look like it), else the one detected from ``facts``. doctor, setup
+    and models all choose it here, so the same flag gives the same checks everywhere."""
+    if name:
+        return load_profile(name).model_copy(update={"forced": True})
+    return detect_profile(facts)
+
+
 def load_profile(name: str, directory: Path | None = None) -> Profile:
     directory = directory or checks_dir()
     path = directory / f"{name}.toml"

@@ -20,7 +20,7 @@ from ojai_setup.core.errors import OjaiError, RemoteError, UsageError
 from ojai_setup.core.paths import API_KEY_VARIABLE, LLAMA_SERVER, LLAMACPP_CURRENT, LLAMACPP_DIR
 from ojai_setup.core.root import Root
 from ojai_setup.domain.catalog import Catalog, CatalogError, Footprint, Route, load_catalog
-from ojai_setup.domain.checks import Profile, detect_profile, load_profile
+from ojai_setup.domain.checks import Profile, chosen_profile
 from ojai_setup.domain.lemonade import detect_layout
 from ojai_setup.domain.lemonade_release import LemonadeDeb, offline_advice
 from ojai_setup.domain.nightly import (
@@ -72,8 +72,9 @@ class Remote:
 
 
 def resolve_profile(facts: Facts, settings: Settings) -> Profile:
-    """``--profile`` or the detected one (raises :class:`ProfileError` for an unknown name)."""
-    return load_profile(settings.profile) if settings.profile else detect_profile(facts)
+    """``--profile`` (forced) or the detected one (raises :class:`ProfileError` for an unknown
+    name)."""
+    return chosen_profile(facts, settings.profile)
 
 
 def budget_gib(facts: Facts, settings: Settings, profile: Profile) -> int:
