@@ -29,6 +29,25 @@ def test_the_import_contracts_hold():
     assert "2 kept, 0 broken" in result.stdout
 
 
+def test_the_contracts_name_every_step_and_every_top_level_module():
+    """A new step or top-level module is under the contracts from its first commit."""
+    import tomllib
+
+    contracts = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["importlinter"][
+        "contracts"]
+    layers = {part.strip() for c in contracts if c["type"] == "layers" for layer in c["layers"]
+              for part in layer.split("|")}
+    independent = {m for c in contracts if c["type"] == "independence" for m in c["modules"]}
+    package = REPO / "ojai_setup"
+    steps = {f"ojai_setup.steps.{p.stem}" for p in (package / "steps").glob("*.py")
+             if p.stem != "__init__"}
+    assert independent == steps
+    top = {f"ojai_setup.{p.stem}" for p in package.glob("*.py") if p.stem != "__init__"} | {
+        f"ojai_setup.{p.name}" for p in package.iterdir()
+        if p.is_dir() and (p / "__init__.py").exists()}
+    assert top == layers
+
+
 @pytest.mark.parametrize("module, bad_import, contract", [
     ("ojai_setup/steps/npu.py", "from ojai_setup.steps import ttm", "A step never imports another step"),
     ("ojai_setup/formats/grub.py", "from ojai_setup.apply import executor", "Layers"),
