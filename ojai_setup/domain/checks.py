@@ -11,8 +11,6 @@ function returns a :class:`Outcome` (holds or not, plus the evidence it saw); th
 it into a :class:`Finding`. Severities are ordered, so the overall result is their maximum.
 """
 
-from __future__ import annotations
-
 import math
 import tomllib
 from collections.abc import Callable

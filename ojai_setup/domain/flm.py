@@ -1,7 +1,5 @@
 """FastFlowLM models that fit next to the GPU budget, and what is missing for the NPU stack."""
 
-from __future__ import annotations
-
 from ojai_setup.core.errors import InputError
 from ojai_setup.formats.flm import MIN_COLUMNS, FlmStatus, _Model
 

@@ -17,8 +17,6 @@ out: download, verify, check every zip entry, unpack next to the destination, re
 into place, switch the link. A failure at any point leaves the previous install and link as
 they were and removes what it had started."""
 
-from __future__ import annotations
-
 import hashlib
 import os
 import re

@@ -28,8 +28,6 @@ printed in red as ``[ERROR]  ...`` lines on stderr.
 does :func:`probe_tags`. That endpoint lists every known tag in Ollama's shape
 ``{"models": [{"name": "llama3.2:3b", ...}]}`` (ROCm/FastFlowLM ``src/include/model_list.hpp``)."""
 
-from __future__ import annotations
-
 import json
 import re
 from typing import Literal

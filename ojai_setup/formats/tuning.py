@@ -18,8 +18,6 @@ value came from. One table per route (the catalog's model name)::
 A damaged file is an error naming the file and the field, never silently ignored.
 """
 
-from __future__ import annotations
-
 import tomllib
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError

@@ -6,8 +6,6 @@ and which follow-up handlers (``update-grub``, ``initramfs``) it notifies when i
 something.
 """
 
-from __future__ import annotations
-
 from typing import Annotated, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field

@@ -6,8 +6,6 @@ The JSON form of :class:`Facts` is part of ``ojai doctor --json`` (schema versio
 :data:`FACTS_SCHEMA`).
 """
 
-from __future__ import annotations
-
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field

@@ -1,7 +1,5 @@
 """What the user asked ``ojai setup`` for: options of the command line, as one model."""
 
-from __future__ import annotations
-
 import re
 from typing import Literal
 

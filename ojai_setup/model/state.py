@@ -1,7 +1,5 @@
 """The records of ``state.json`` and of the journal: what each apply changed and what it still owes."""
 
-from __future__ import annotations
-
 from datetime import datetime
 from typing import Any, Literal
 
