@@ -1,8 +1,6 @@
 """The ``ojai`` command line. Commands parse options, call the library, and hand results to
 the :class:`~ojai_setup.commands.terminal.Terminal`; heavy modules are imported inside commands."""
 
-from __future__ import annotations
-
 import copy
 import os
 import sys
