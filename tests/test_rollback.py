@@ -79,7 +79,8 @@ def test_rollback_json_is_one_document_of_what_was_restored(machine):
     applied(root)
     refused = ojai("rollback", "--root", root, "--json")  # no question asked on a JSON stream
     assert refused.exit_code == 1 and refused.stdout == ""
-    assert "ojai rollback --yes --json" in refused.stderr
+    hint = " ".join(refused.stderr.split())
+    assert f"run `ojai rollback --root {root} --yes --json`" in hint, hint
     assert (grub.read_bytes(), conf.read_bytes()) != before
     result = ojai("rollback", "--root", root, "--yes", "--json")
     assert result.exit_code == 0, result.output
@@ -102,7 +103,7 @@ def test_rollback_refuses_a_file_changed_since_the_apply_before_asking(machine):
     result = ojai("rollback", "--root", root, "--yes")
     assert result.exit_code == 1
     assert "changed since the apply" in result.stdout + result.stderr
-    assert "ojai rollback --force" in result.stderr
+    assert f"ojai rollback --root {root} --force" in " ".join(result.stderr.split())
     assert grub.read_text().endswith("# by hand\n")
 
 

@@ -196,6 +196,9 @@ def test_read_only_grub_file_fails_cleanly(machine):
         assert result.exit_code == 1
         assert "apply failed" in result.stderr and "/etc/default/grub" in result.stderr
         assert "not permitted" in result.stderr.replace("\n", " ")
+        said = " ".join(result.stderr.split())
+        assert f"run `ojai setup --root {root} {' '.join(NO_LLAMA)} --apply` again to finish, or " \
+            f"`ojai rollback --root {root}` to undo" in said, said
         assert grub.read_bytes() == original
         assert [p.name for p in grub.parent.iterdir()] == ["grub"]
     finally:

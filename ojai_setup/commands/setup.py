@@ -263,8 +263,12 @@ def run_setup(term: Terminal, root_dir: Path, settings: Settings, *, apply: bool
         term.error(str(exc))
         return ExitStatus.FAILED
     except (ApplyError, OSError, ValueError) as exc:
-        term.error(f"apply failed: {exc}. Changed files were backed up; run `ojai setup --apply` "
-                   "again to finish, or `ojai rollback` to undo")
+        from ojai_setup.planning.plan import apply_command
+
+        finish = (apply_command(plan, str(plan_file)) if plan_file is not None
+                  else settings.command("--apply", root=root_arg))
+        term.error(f"apply failed: {exc}. Changed files were backed up; run `{finish}` again to "
+                   f"finish, or `{_rollback_command(root)}` to undo")
         return ExitStatus.FAILED
     after = build_plan(root, settings if plan_file is None else Settings(**plan.settings))
     leftover = [r for r in after.steps if r.status != "satisfied"]
@@ -483,6 +487,14 @@ class RollbackReport:
             term.print("[bold]Reboot now[/] to make the restored settings active.")
 
 
+def _rollback_command(root: Root, *options: str) -> str:
+    """``ojai rollback`` for ``root`` (``--root`` given unless it is this machine), shell-quoted."""
+    import shlex
+
+    return shlex.join(["ojai", "rollback", *([] if root.is_host else ["--root", str(root.path)]),
+                       *options])
+
+
 def run_rollback(term: Terminal, root_dir: Path, *, force: bool, yes: bool = False,
                  remove_downloads: bool = False) -> int:
     from ojai_setup.apply.journal import RollbackError, preview_rollback, rollback
@@ -501,18 +513,21 @@ def run_rollback(term: Terminal, root_dir: Path, *, force: bool, yes: bool = Fal
         return ExitStatus.OK
     if not term.json_mode:  # with --json, the report after the rollback carries the preview
         term.show(RollbackPreviewReport(preview, root))
+    again = _rollback_command(root, *(["--remove-downloads"] if remove_downloads else []))
     if preview.conflicts and not force:
         term.error("files changed since the apply; nothing was restored. Look at the change, "
-                   "then run `ojai rollback --force` to restore anyway")
+                   f"then run `{again} --force` to restore anyway")
         return ExitStatus.FAILED
+    if force:
+        again += " --force"
     if not yes and term.json_mode:  # a question would break the one JSON document
         term.error("refusing to roll back without review: --json prints only what was done. "
-                   "Review `ojai rollback` first, then run `ojai rollback --yes --json`")
+                   f"Review `{again}` first, then run `{again} --yes --json`")
         return ExitStatus.FAILED
     if not yes and not _reviewed(
             term, "Roll back?", declined="nothing was restored",
             unattended="refusing to roll back without review: no terminal to ask on. Review "
-            "the above, then run `ojai rollback --yes`"):
+            f"the above, then run `{again} --yes`"):
         return ExitStatus.FAILED
     try:
         result = rollback(root, term.progress(), force=force, remove_downloads=remove_downloads,
