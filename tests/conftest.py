@@ -32,9 +32,9 @@ def pytest_collection_modifyitems(config, items):
     had every processor second the other tests left. ``OJAI_HIP_BUILD=0`` leaves them out for a
     quick loop on a machine without that build."""
     hip = [i for i in items if i.get_closest_marker("hip_build") is not None]
+    rest = [i for i in items if i.get_closest_marker("hip_build") is None]
     if os.environ.get("OJAI_HIP_BUILD") == "0":
         if hip:
             config.hook.pytest_deselected(items=hip)
-        items[:] = [i for i in items if i.get_closest_marker("hip_build") is None]
-        return
-    items[:] = [i for i in items if i.get_closest_marker("hip_build") is None] + hip
+        hip = []
+    items[:] = rest + hip

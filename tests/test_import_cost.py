@@ -18,12 +18,17 @@ from ojai_setup.core.pydantic_plugins import LOADER
 MACHINES = Path(__file__).parent / "machines"
 
 
-def imported(*argv: str, env: dict[str, str] | None = None) -> set[str]:
+def environment(**env: str) -> dict[str, str]:
+    """This process's environment without the variables the tests set themselves: pydantic's
+    plugin switch, and the one that stops Python writing its bytecode cache."""
+    dropped = {"PYDANTIC_DISABLE_PLUGINS", "PYTHONDONTWRITEBYTECODE"}
+    return {**{k: v for k, v in os.environ.items() if k not in dropped}, **env}
+
+
+def imported(*argv: str) -> set[str]:
     """The modules ``python -X importtime`` reports for ``argv`` run in a fresh process."""
-    run_env = {k: v for k, v in os.environ.items() if k != "PYDANTIC_DISABLE_PLUGINS"}
-    run_env.update(env or {})
     proc = subprocess.run([sys.executable, "-X", "importtime", *argv], capture_output=True,
-                          text=True, env=run_env)
+                          text=True, env=environment())
     names = {line.split("|")[2].strip() for line in proc.stderr.splitlines()
              if line.startswith("import time:") and "self [us]" not in line}
     assert names, proc.stderr
@@ -31,10 +36,8 @@ def imported(*argv: str, env: dict[str, str] | None = None) -> set[str]:
 
 
 def run_python(code: str, **env: str) -> str:
-    run_env = {k: v for k, v in os.environ.items() if k != "PYDANTIC_DISABLE_PLUGINS"}
-    run_env.update(env)
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          env=run_env)
+                          env=environment(**env))
     assert proc.returncode == 0, proc.stderr
     return proc.stdout.strip()
 
@@ -85,7 +88,7 @@ def test_doctor_json_imports_no_metadata_rich_or_actions() -> None:
                         "ojai_setup.planning.plan", "jinja2.environment"}
 
 
-def test_setup_json_imports_no_metadata_and_no_rich(tmp_path: Path) -> None:
+def test_setup_json_imports_no_metadata_and_no_rich() -> None:
     names = imported("-m", "ojai_setup.cli", "setup", "--json", "--root",
                      str(MACHINES / "ojai-fresh"), "--llamacpp", "none")
     assert "ojai_setup.planning.plan" in names  # it planned
@@ -107,15 +110,14 @@ def collections_and_state(*argv: str) -> tuple[int, bool]:
     """How many collections ran in ``ojai ARGV``, and whether the collector was on at the end.
     Run twice: compiling a module without its bytecode cache can start a collection of its
     own, so the first run fills that cache."""
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     for _ in range(2):
         proc = subprocess.run([sys.executable, "-c", COUNT_COLLECTIONS, *argv],
-                              capture_output=True, text=True, env=env)
+                              capture_output=True, text=True, env=environment())
     count, enabled = proc.stderr.strip().splitlines()[-1].split()
     return int(count), enabled == "True"
 
 
-def test_no_cycle_collection_while_doctor_or_a_dry_run_runs(tmp_path: Path) -> None:
+def test_no_cycle_collection_while_doctor_or_a_dry_run_runs() -> None:
     fresh = str(MACHINES / "ojai-fresh")
     assert collections_and_state("doctor", "--json", "--root", fresh) == (0, False)
     assert collections_and_state("setup", "--root", fresh, "--llamacpp", "none") == (0, False)

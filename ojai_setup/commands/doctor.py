@@ -25,8 +25,14 @@ DOCTOR_SCHEMA = "ojai.doctor/1"
 class DoctorReport:
     schema = DOCTOR_SCHEMA
 
-    def __init__(self, facts: Facts, profile: Profile, forced: bool, findings: list[Finding]):
-        self.facts, self.profile, self.forced, self.findings = facts, profile, forced, findings
+    def __init__(self, facts: Facts, profile: Profile, findings: list[Finding]):
+        self.facts, self.profile, self.findings = facts, profile, findings
+
+    @property
+    def forced(self) -> bool:
+        """``--profile`` named the profile (:func:`chosen_profile` forces it) rather than
+        detection."""
+        return self.profile.forced
 
     @property
     def result(self) -> Severity:
@@ -75,7 +81,7 @@ class DoctorReport:
 def diagnose(root: Root, profile_name: str | None = None) -> DoctorReport:
     facts = collect(root)
     profile = chosen_profile(facts, profile_name)
-    return DoctorReport(facts, profile, profile_name is not None, run_checks(facts, profile))
+    return DoctorReport(facts, profile, run_checks(facts, profile))
 
 
 def run_doctor(term: Terminal, root_dir: Path, *, profile_name: str | None = None,
