@@ -304,6 +304,26 @@ def test_needs_root_stops_before_the_first_change_with_the_sudo_command(tmp_path
     assert target.read_text() == "old\n"
 
 
+def test_needs_root_without_a_plan_file_names_the_options_it_can_read(tmp_path):
+    # the plan's settings are not ojai's (a toy model's keys): the sudo command falls back to
+    # no options rather than failing on them
+    target = tmp_path / "host-file"
+    target.write_text("old\n")
+
+    class HostStep:
+        name = "host"
+
+        def plan(self, ctx: PlanContext) -> StepResult:
+            return StepResult.change(self.name, "edit", [
+                WriteFile(path=str(target), before="old\n", after="new\n", needs_root=True)])
+
+    plan = make_plan(PlanContext(Root("/"), Facts(), Settings(pages=7)), [HostStep()])
+    with pytest.raises(NeedsRoot) as err:
+        apply(plan, Root("/"), NullProgress(), euid=1000)
+    assert err.value.command == "sudo ojai setup --apply"
+    assert target.read_text() == "old\n"
+
+
 def test_a_machine_folder_needs_no_privilege(tmp_path):
     root = _machine(tmp_path)
     assert apply(_plan(root), root, NullProgress(), euid=1000).changed

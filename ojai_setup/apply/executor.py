@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, Callable, TypeVar
 
-from pydantic import ValidationError
+from pydantic import ValidationError as InvalidModel
 
 from ojai_setup.apply import faults
 from ojai_setup.apply.journal import Interrupted, Journal, recover
@@ -469,7 +469,7 @@ def check_privileges(plan: Plan, root: Root, *, euid: int | None = None,
     else:  # the same options again: a bare `setup --apply` would plan with the defaults
         try:
             options = Settings(**plan.settings).options()
-        except (ValidationError, TypeError):
+        except (InvalidModel, TypeError):
             options = []
         command = "sudo " + shlex.join([_ojai_program(), "setup", *options, "--apply"])
     touched = ", ".join(dict.fromkeys(

@@ -6,15 +6,13 @@ import json
 import urllib.error
 import urllib.request
 
-from pydantic import Field
-
 from ojai_setup.formats.flm import _Model
 
 
 # -- readiness ---------------------------------------------------------------------------------
 class TagsProbe(_Model):
     ready: bool
-    tags: list[str] = Field(default_factory=list)
+    tags: list[str] = []
     detail: str = ""
 
 

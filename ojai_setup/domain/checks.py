@@ -19,7 +19,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ojai_setup.core.errors import UsageError
 from ojai_setup.core.paths import GIB, PAGE
@@ -48,7 +48,7 @@ class CheckSpec(BaseModel):
     severity: str = "fail"
     fix: str = ""
     link: str = ""
-    params: dict[str, Any] = Field(default_factory=dict)
+    params: dict[str, Any] = {}
 
 
 class Profile(BaseModel):
@@ -59,13 +59,13 @@ class Profile(BaseModel):
     #: a box profile: the family it belongs to (its checks and hardware ids come from there)
     family: str | None = None
     #: a box profile: substrings of its DMI vendor / product / board names, one of which must match
-    dmi_match: list[str] = Field(default_factory=list)
+    dmi_match: list[str] = []
     #: a family: the iGPUs' own gfx targets (checks/tables/igpus.toml says which PCI id is which)
-    gpu_targets: list[str] = Field(default_factory=list)
+    gpu_targets: list[str] = []
     #: the family's default target; detection sets the target of the machine in front
     gpu_target: str | None = None
-    pci_devices: list[str] = Field(default_factory=list)  # sysfs device ids of the iGPU
-    cpu_match: list[str] = Field(default_factory=list)  # substrings of the CPU model name
+    pci_devices: list[str] = []  # sysfs device ids of the iGPU
+    cpu_match: list[str] = []  # substrings of the CPU model name
     memory_gib: int | None = None
     apu: bool = True
     npu: bool = False
@@ -75,8 +75,8 @@ class Profile(BaseModel):
     gpu_share: float | None = None
     reserve_gib: int = 4  # without a share: memory left to the OS
     os_min_gib: int = 4  # the budget never leaves the OS less than this
-    include: list[str] = Field(default_factory=list)
-    checks: list[CheckSpec] = Field(default_factory=list)
+    include: list[str] = []
+    checks: list[CheckSpec] = []
     #: chosen with --profile rather than detected: checks that stand down on hardware they do
     #: not recognise (no AMD GPU) run anyway, as the person said this is such a machine
     forced: bool = False

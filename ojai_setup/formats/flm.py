@@ -32,7 +32,7 @@ import json
 import re
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict
 
 MIN_KERNEL = (6, 17)
 
@@ -83,10 +83,10 @@ class FlmStatus(_Model):
     firmware: Requirement
     columns: Requirement
     memlock: Requirement
-    devices: list[FlmDevice] = Field(default_factory=list)
-    errors: list[str] = Field(default_factory=list)  # the "[ERROR]" sentences, text form only
+    devices: list[FlmDevice] = []
+    errors: list[str] = []  # the "[ERROR]" sentences, text form only
     #: "[Linux]" / "[ERROR]" lines of the text form that none of the patterns above could read
-    unread: list[str] = Field(default_factory=list)
+    unread: list[str] = []
     ready: bool
 
     def requirements(self) -> dict[str, Requirement]:

@@ -74,7 +74,7 @@ class Symlink(_Action):
 class RunCommand(_Action):
     kind: Literal["run_command"] = "run_command"
     argv: tuple[str, ...]
-    env: dict[str, str] = Field(default_factory=dict)
+    env: dict[str, str] = {}
 
     def describe(self) -> str:
         import shlex
@@ -129,7 +129,7 @@ class BuildFromSource(_Action):
     backend: Literal["hip", "cpu"] = "hip"
     gpu_target: str | None = None
     cmake_args: tuple[str, ...] = ()
-    env: dict[str, str] = Field(default_factory=dict)
+    env: dict[str, str] = {}
     dest: str
     link: str | None = None
 

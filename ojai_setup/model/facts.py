@@ -8,7 +8,7 @@ The JSON form of :class:`Facts` is part of ``ojai doctor --json`` (schema versio
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict
 
 from ojai_setup.core.paths import GIB
 from ojai_setup.model.state import ApplyStatus
@@ -35,7 +35,7 @@ class RocmAgent(_Model):
     vendor_name: str | None = None
     device_type: str  # CPU, GPU, DSP (the XDNA NPU shows as DSP)
     compute_units: int | None = None
-    isas: list[str] = Field(default_factory=list)
+    isas: list[str] = []
     number: int | None = None  # the N of "Agent N"; None when the text had no agent headers
     chip_id: str | None = None  # "0x150e": the PCI device id of the silicon, whatever Name says
     #: the gfx target that Chip ID natively is (ojai's table of Ryzen AI iGPUs); differs from
@@ -53,11 +53,11 @@ class DrmCard(_Model):
 
 
 class Gpu(_Model):
-    agents: list[RocmAgent] = Field(default_factory=list)  # GPU agents from rocminfo
-    npu_agents: list[RocmAgent] = Field(default_factory=list)
+    agents: list[RocmAgent] = []  # GPU agents from rocminfo
+    npu_agents: list[RocmAgent] = []
     rocminfo_error: str | None = None
-    rocminfo_notes: list[str] = Field(default_factory=list)  # what an excerpt lacked or hid
-    cards: list[DrmCard] = Field(default_factory=list)  # AMD cards from sysfs
+    rocminfo_notes: list[str] = []  # what an excerpt lacked or hid
+    cards: list[DrmCard] = []  # AMD cards from sysfs
     hsa_override: str | None = None  # HSA_OVERRIDE_GFX_VERSION seen in the environment
     #: why the environment is not known (a capture without .ojai/environ); None when it was read
     environment_unknown: str | None = None
@@ -71,7 +71,7 @@ class Gpu(_Model):
 
 
 class Npu(_Model):
-    accel_devices: list[str] = Field(default_factory=list)
+    accel_devices: list[str] = []
     amdxdna_version: str | None = None
     firmware_version: str | None = None
     firmware_source: str | None = None  # which command told the firmware version
@@ -107,7 +107,7 @@ class Distro(_Model):
     id: str
     version: str = ""
     name: str = ""
-    like: list[str] = Field(default_factory=list)
+    like: list[str] = []
 
 
 class ModprobeSetting(_Model):
@@ -136,8 +136,8 @@ class Ttm(_Model):
     grub_key: str | None = None
     grub_file: str | None = None  # the file that puts the configured value on the command line
     grub_error: str | None = None
-    modprobe: list[ModprobeSetting] = Field(default_factory=list)
-    deprecated_gttsize: list[str] = Field(default_factory=list)  # amdgpu.gttsize / gtt_size tokens
+    modprobe: list[ModprobeSetting] = []
+    deprecated_gttsize: list[str] = []  # amdgpu.gttsize / gtt_size tokens
     record: TtmRecord | None = None
     boot_id: str | None = None
 
@@ -154,7 +154,7 @@ class GrubSource(_Model):
     """One file grub-mkconfig sources, and the command line variables after sourcing it."""
 
     path: str
-    assigns: list[str] = Field(default_factory=list)  # the cmdline variables it assigns
+    assigns: list[str] = []  # the cmdline variables it assigns
     linux: str | None = None  # GRUB_CMDLINE_LINUX after this file (None: unset)
     default: str | None = None  # GRUB_CMDLINE_LINUX_DEFAULT after this file
 
@@ -163,13 +163,13 @@ class GrubConfig(_Model):
     """The *configured* kernel command line: what grub-mkconfig computes from
     /etc/default/grub and /etc/default/grub.d/*.cfg (sourced by bash, in order)."""
 
-    files: list[GrubSource] = Field(default_factory=list)
+    files: list[GrubSource] = []
     linux: str | None = None
     default: str | None = None
     #: GRUB_CMDLINE_LINUX + GRUB_CMDLINE_LINUX_DEFAULT as kernel parameters
-    tokens: list[str] = Field(default_factory=list)
+    tokens: list[str] = []
     #: variable -> the file that decides it (the last one assigning it)
-    winners: dict[str, str] = Field(default_factory=dict)
+    winners: dict[str, str] = {}
     error: str | None = None  # bash could not source the files
 
 
@@ -181,7 +181,7 @@ class BootEntry(_Model):
     kernel: str | None = None
     release: str | None = None  # the kernel release it boots (from the kernel's file name)
     initrd: str | None = None
-    tokens: list[str] = Field(default_factory=list)  # the parameters on its kernel line
+    tokens: list[str] = []  # the parameters on its kernel line
 
 
 class Initramfs(_Model):
@@ -190,10 +190,10 @@ class Initramfs(_Model):
     image: str
     tool: str | None = None
     carries_ttm: bool | None = None  # the TTM module loads from the initramfs
-    modprobe_files: list[str] = Field(default_factory=list)  # modprobe.d files inside it
+    modprobe_files: list[str] = []  # modprobe.d files inside it
     pages: int | None = None  # the pages_limit inside it (lsinitrd -f only)
-    missing: list[str] = Field(default_factory=list)  # modprobe.d settings not inside it
-    older_than: list[str] = Field(default_factory=list)  # changed after the image was built
+    missing: list[str] = []  # modprobe.d settings not inside it
+    older_than: list[str] = []  # changed after the image was built
     error: str | None = None
 
 
@@ -217,7 +217,7 @@ class ModelPair(_Model):
     main: str
     draft: str | None = None
     ok: bool | None = None
-    reasons: list[str] = Field(default_factory=list)
+    reasons: list[str] = []
 
 
 class Facts(_Model):
@@ -238,7 +238,7 @@ class Facts(_Model):
     boot: Boot | None = None
     #: ojai's own applies on this machine: running, interrupted, follow-ups owed
     apply: ApplyStatus | None = None
-    tools: dict[str, Tool] = Field(default_factory=dict)
+    tools: dict[str, Tool] = {}
     amdgpu_dkms: bool | None = None
-    models: list[ModelPair] = Field(default_factory=list)
-    unknown: dict[str, str] = Field(default_factory=dict)
+    models: list[ModelPair] = []
+    unknown: dict[str, str] = {}

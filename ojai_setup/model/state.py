@@ -3,7 +3,7 @@
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict
 
 JOURNAL_FORMAT = "ojai-journal"
 
@@ -44,7 +44,7 @@ class HandlerRecord(BaseModel):
 
     name: str
     argv: tuple[str, ...]
-    env: dict[str, str] = Field(default_factory=dict)
+    env: dict[str, str] = {}
     exit_code: int | None = None
 
 
@@ -56,9 +56,9 @@ class PlannedRecord(BaseModel):
     step: str
     kind: str
     description: str
-    targets: list[str] = Field(default_factory=list)
+    targets: list[str] = []
     #: the follow-up commands this action owes once it changed something
-    notify: list[HandlerRecord] = Field(default_factory=list)
+    notify: list[HandlerRecord] = []
     status: Literal["pending", "running", "done", "failed"] = "pending"
     changed: bool | None = None
 
@@ -83,15 +83,15 @@ class JournalEntry(BaseModel):
     previous_apply: str | None = None  # the last apply when this one started
     rolls_back: str | None = None  # for a rollback: the apply it undid
     #: every action of the plan, on disk before the first change
-    planned: list[PlannedRecord] = Field(default_factory=list)
+    planned: list[PlannedRecord] = []
     #: follow-up commands owed by what changed so far and not yet run
-    owed: list[HandlerRecord] = Field(default_factory=list)
-    actions: list[ActionRecord] = Field(default_factory=list)
-    files: list[FileRecord] = Field(default_factory=list)
-    handlers: list[HandlerRecord] = Field(default_factory=list)
-    reboot: list[str] = Field(default_factory=list)
+    owed: list[HandlerRecord] = []
+    actions: list[ActionRecord] = []
+    files: list[FileRecord] = []
+    handlers: list[HandlerRecord] = []
+    reboot: list[str] = []
     #: state records this entry set, with their previous values (None: was unset)
-    records_before: dict[str, Any] = Field(default_factory=dict)
+    records_before: dict[str, Any] = {}
 
     @property
     def changed(self) -> bool:
@@ -104,9 +104,9 @@ class State(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     last_apply: str | None = None
-    records: dict[str, Any] = Field(default_factory=dict)
+    records: dict[str, Any] = {}
     #: handlers that were due when an apply failed; the next apply runs them
-    pending_handlers: list[HandlerRecord] = Field(default_factory=list)
+    pending_handlers: list[HandlerRecord] = []
     #: the apply or rollback under way (set before its first change, cleared when it ends);
     #: still set while nobody holds the lock means it was interrupted
     running: str | None = None
@@ -126,4 +126,4 @@ class ApplyStatus(BaseModel):
     done: int = 0
     total: int = 0
     #: follow-up commands owed (update-grub, update-initramfs) and not yet run
-    owed: list[str] = Field(default_factory=list)
+    owed: list[str] = []

@@ -23,7 +23,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal, Mapping, Protocol, Sequence
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from ojai_setup import __version__
 from ojai_setup.core.atomic import write_text
@@ -150,7 +150,7 @@ class Plan(BaseModel):
     facts: dict[str, Any]
     steps: tuple[StepResult, ...]
     #: follow-up commands by name (``update-grub``), run once at the end of an apply
-    handlers: dict[str, RunCommand] = Field(default_factory=dict)
+    handlers: dict[str, RunCommand] = {}
     fingerprint: Fingerprint
     #: doctor's findings of severity warn or fail on this machine, shown above the steps
     preconditions: tuple[Finding, ...] = ()

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, model_validator
 
 from ojai_setup.model.actions import Action, RunCommand
 
@@ -40,10 +40,10 @@ class StepResult(BaseModel):
     reboot: tuple[str, ...] = ()
     #: follow-up commands by name, run once at the end of an apply if an action notifying them
     #: changed something (``{"update-grub": RunCommand(argv=("update-grub",), ...)}``)
-    handlers: dict[str, RunCommand] = Field(default_factory=dict)
+    handlers: dict[str, RunCommand] = {}
     #: records saved in ``/var/lib/ojai/state.json`` under their key when applying the step's
     #: actions changed something; dict values get the apply's ``boot_id`` and ``apply_id`` added
-    records: dict[str, Any] = Field(default_factory=dict)
+    records: dict[str, Any] = {}
     #: what a person should know before applying (a server open to the network), whatever
     #: the status; shown with the plan
     warnings: tuple[str, ...] = ()
