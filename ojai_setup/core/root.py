@@ -22,15 +22,14 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from typing import NamedTuple
 
 COMMANDS_DIR = ".ojai/commands"
 NOT_FOUND = 127
 
 
-@dataclass(frozen=True)
-class CommandResult:
+class CommandResult(NamedTuple):
     argv: tuple[str, ...]
     exit_code: int
     stdout: str

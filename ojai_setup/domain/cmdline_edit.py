@@ -25,8 +25,8 @@ anything is written (``ojai_setup.apply.validate``).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import PurePosixPath
+from typing import NamedTuple
 
 from ojai_setup.formats.grub import (
     CMDLINE_VARS,
@@ -42,8 +42,7 @@ from ojai_setup.formats.grub import (
 )
 
 
-@dataclass(frozen=True)
-class Token:
+class Token(NamedTuple):
     """One parameter of the effective command line and the assignment that wrote it."""
 
     text: str
@@ -52,25 +51,23 @@ class Token:
     opaque: bool = False  # written as a $OTHER reference: its value is only known to bash
 
 
-@dataclass
-class FileEdit:
+class FileEdit(NamedTuple):
     path: str
     before: str | None
     after: str
 
 
-@dataclass
-class CmdlineEdit:
+class CmdlineEdit(NamedTuple):
     """What to change so the effective command line holds exactly one ``key=value``."""
 
     param: str  # the wanted parameter, ``ttm.pages_limit=12582912``
     target: str  # the file that carries it afterwards
     target_var: str
     why: str  # why that file (it decides the variable ...)
-    edits: list[FileEdit] = field(default_factory=list)
+    edits: list[FileEdit]
     #: (parameter, file) pairs the edit removes, and (old, new, file) it rewrites
-    removed: list[tuple[str, str]] = field(default_factory=list)
-    rewritten: list[tuple[str, str, str]] = field(default_factory=list)
+    removed: list[tuple[str, str]]
+    rewritten: list[tuple[str, str, str]]
 
     def said(self) -> list[str]:
         """Every parameter removed or rewritten, as phrases for the step's sentence."""
@@ -196,12 +193,11 @@ def plan_cmdline_edit(files: Sequence[tuple[str, str]], key: str, value: str,
             else:
                 text = remove_kernel_param(text, k, var=var, source=path)
         new_texts[path] = text
-    edit = CmdlineEdit(param=param, target=target, target_var=target_var, why=why,
-                       removed=plan_removed, rewritten=plan_rewritten)
     order = [p for p, _ in files] + [p for p in new_texts if p not in texts]
-    for path in order:
-        if path in new_texts and new_texts[path] != texts.get(path):
-            edit.edits.append(FileEdit(path=path, before=texts.get(path), after=new_texts[path]))
+    edit = CmdlineEdit(param=param, target=target, target_var=target_var, why=why,
+                       edits=[FileEdit(path=p, before=texts.get(p), after=new_texts[p])
+                              for p in order if p in new_texts and new_texts[p] != texts.get(p)],
+                       removed=plan_removed, rewritten=plan_rewritten)
     # the edited files, followed again, must give exactly what was asked
     after_files = [(p, new_texts.get(p, texts.get(p, ""))) for p in order]
     after = effective(simulate(after_files))

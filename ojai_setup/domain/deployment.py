@@ -17,7 +17,7 @@ llama.cpp's loader reads it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from ojai_setup.core.paths import GIB
 from ojai_setup.domain.catalog import CacheType, Fit, Footprint, KvLayout, Route, fit
@@ -107,8 +107,7 @@ def _gib(n: int) -> str:
     return f"{n / GIB:.1f} GiB"
 
 
-@dataclass(frozen=True)
-class Deployment:
+class Deployment(NamedTuple):
     """The GPU routes of one catalog model fitted to the GPU budget, alone and together."""
 
     budget_bytes: int
@@ -120,7 +119,7 @@ class Deployment:
     plain_asked_ctx: int
     source: str
     #: routes (by name) whose units must conflict, each with the routes it cannot run beside
-    conflicts: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    conflicts: dict[str, tuple[str, ...]]
 
     @property
     def together_bytes(self) -> int:
@@ -181,7 +180,7 @@ def fit_gpu_routes(route: Route, budget_bytes: int, *, footprint: Footprint | No
                      draft=False, footprint=size, name=plain_name)
                  if plain.max_ctx is not None else None)
     deployment = Deployment(budget_bytes=budget_bytes, mtp=mtp, plain=plain,
-                            plain_asked_ctx=asked, source=size.source)
+                            plain_asked_ctx=asked, source=size.source, conflicts={})
     if plain is not None and not deployment.together:
         return Deployment(budget_bytes=budget_bytes, mtp=mtp, plain=plain, plain_asked_ctx=asked,
                           source=size.source,

@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import re
 import urllib.parse
-from dataclasses import dataclass
+from typing import NamedTuple
 
 DIGEST_RE = re.compile(r"^sha256:(?P<hex>[0-9a-f]{64})$")
 
 
-@dataclass(frozen=True)
-class ReleaseFile:
+class ReleaseFile(NamedTuple):
     url: str
     size: int
     sha256: str

@@ -43,8 +43,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from ojai_setup.core.errors import InputError
 from ojai_setup.core.paths import GRUB_DEFAULT
@@ -245,8 +244,7 @@ def _skip_word(text: str, i: int, source: str) -> int:
     return min(i, n)
 
 
-@dataclass(frozen=True)
-class Assignment:
+class Assignment(NamedTuple):
     """One ``NAME=word`` (or ``NAME+=word``) in the file; offsets index the file's text."""
 
     name: str
@@ -257,8 +255,7 @@ class Assignment:
     raw_value: str
 
 
-@dataclass(frozen=True)
-class Param:
+class Param(NamedTuple):
     """One kernel parameter inside a command line variable.
 
     ``text`` is the parameter as the shell hands it to grub, with ``$VAR`` references left as
@@ -275,8 +272,7 @@ class Param:
         return param_key(self.text)
 
 
-@dataclass(frozen=True)
-class CmdlineValue:
+class CmdlineValue(NamedTuple):
     """The value of ``GRUB_CMDLINE_LINUX_DEFAULT`` or ``GRUB_CMDLINE_LINUX``."""
 
     var: str
@@ -303,8 +299,7 @@ class CmdlineValue:
         ) or any(own_value(p.text, self.var) for p in self.params)
 
 
-@dataclass(frozen=True)
-class GrubDefault:
+class GrubDefault(NamedTuple):
     """A parsed ``/etc/default/grub``: every assignment, and the command lines on demand."""
 
     text: str
@@ -404,8 +399,7 @@ def parse_grub_default(text: str, source: str = GRUB_DEFAULT_PATH) -> GrubDefaul
     return GrubDefault(text=text, source=source, assignments=tuple(found))
 
 
-@dataclass(frozen=True)
-class _Unit:
+class _Unit(NamedTuple):
     """One decoded character (or one whole ``$VAR`` reference) and its span in the file."""
 
     text: str

@@ -16,8 +16,8 @@ Words are split as GRUB's script reads them: whitespace separates, ``'...'`` is 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 from pathlib import PurePosixPath
+from typing import NamedTuple
 
 
 class GrubCfgError(ValueError):
@@ -66,15 +66,14 @@ def split_words(line: str) -> list[str]:
     return words
 
 
-@dataclass
-class MenuEntry:
-    """A ``menuentry`` (``children`` empty) or a ``submenu``."""
+class MenuEntry(NamedTuple):
+    """A ``menuentry`` (``children`` empty) or a ``submenu``; the parser fills its lists."""
 
     title: str
-    id: str | None = None
-    linux: list[str] = field(default_factory=list)  # kernel path then its parameters
-    initrd: list[str] = field(default_factory=list)
-    children: list[MenuEntry] = field(default_factory=list)
+    id: str | None
+    linux: list[str]  # kernel path then its parameters
+    initrd: list[str]
+    children: list[MenuEntry]
     submenu: bool = False
 
     @property
@@ -86,8 +85,7 @@ class MenuEntry:
         return self.linux[1:]
 
 
-@dataclass
-class GrubCfg:
+class GrubCfg(NamedTuple):
     entries: list[MenuEntry]
     defaults: list[str]  # every ``set default=`` value, in order
 
@@ -99,7 +97,8 @@ def _entry_head(words: list[str]) -> MenuEntry:
     for k, w in enumerate(words):
         if w in ("$menuentry_id_option", "--id") and k + 1 < len(words):
             ident = words[k + 1]
-    return MenuEntry(title=title, id=ident, submenu=kind == "submenu")
+    return MenuEntry(title=title, id=ident, linux=[], initrd=[], children=[],
+                     submenu=kind == "submenu")
 
 
 def parse_grub_cfg(text: str) -> GrubCfg:
@@ -127,9 +126,9 @@ def parse_grub_cfg(text: str) -> GrubCfg:
         elif head == "}" and depth_other:
             depth_other -= 1
         elif stack and not stack[-1].submenu and head in ("linux", "linux16", "linuxefi"):
-            stack[-1].linux = words[1:]
+            stack[-1].linux[:] = words[1:]
         elif stack and not stack[-1].submenu and head in ("initrd", "initrd16", "initrdefi"):
-            stack[-1].initrd = words[1:]
+            stack[-1].initrd[:] = words[1:]
         elif head == "set" and len(words) > 1 and words[1].startswith("default="):
             defaults.append(words[1][len("default="):])
     return GrubCfg(entries=top, defaults=defaults)
@@ -189,20 +188,22 @@ def kernel_release(kernel_path: str | None) -> str | None:
     return None
 
 
-@dataclass
-class BlsEntry:
+class BlsEntry(NamedTuple):
     name: str  # file name without .conf (the id grubenv's saved_entry names)
-    title: str = ""
-    version: str = ""
-    linux: str | None = None
-    initrd: list[str] = field(default_factory=list)
-    options: list[str] = field(default_factory=list)
+    title: str
+    version: str
+    linux: str | None
+    initrd: list[str]
+    options: list[str]
 
 
 def parse_bls_entry(name: str, text: str, env: dict[str, str] | None = None) -> BlsEntry:
     """One ``/boot/loader/entries/NAME.conf``; ``$var`` in options expands from grubenv."""
     env = env or {}
-    entry = BlsEntry(name=name)
+    title = version = ""
+    linux: str | None = None
+    initrd: list[str] = []
+    options: list[str] = []
     for line in text.splitlines():
         line = line.strip()
         if not line or line.startswith("#"):
@@ -210,17 +211,18 @@ def parse_bls_entry(name: str, text: str, env: dict[str, str] | None = None) -> 
         key, _, value = line.partition(" ")
         value = value.strip()
         if key == "title":
-            entry.title = value
+            title = value
         elif key == "version":
-            entry.version = value
+            version = value
         elif key == "linux":
-            entry.linux = value
+            linux = value
         elif key == "initrd":
-            entry.initrd.extend(value.split())
+            initrd.extend(value.split())
         elif key == "options":
             expanded = re.sub(r"\$\{?(\w+)\}?", lambda m: env.get(m.group(1), ""), value)
-            entry.options.extend(split_words(expanded))
-    return entry
+            options.extend(split_words(expanded))
+    return BlsEntry(name=name, title=title, version=version, linux=linux, initrd=initrd,
+                    options=options)
 
 
 def _version_key(text: str) -> list[tuple[int, int | str]]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from ojai_setup.core.errors import InputError
 from ojai_setup.model.facts import Cpu, Kernel, Memory, RocmAgent
@@ -107,12 +107,11 @@ def clean_terminal_text(text: str) -> str:
     return text.replace("\r\n", "\n").replace("\r", "\n")
 
 
-@dataclass(frozen=True)
-class RocminfoReport:
+class RocminfoReport(NamedTuple):
     """The agents read from a rocminfo text, and what could not be read or was left out."""
 
     agents: list[RocmAgent]
-    notes: list[str] = field(default_factory=list)
+    notes: list[str]
 
 
 def _chip_id(value: str | None) -> str | None:

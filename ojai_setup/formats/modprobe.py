@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from pathlib import PurePosixPath
+from typing import NamedTuple
 
 from ojai_setup.core.errors import InputError
 from ojai_setup.formats.grub import param_key, param_value
@@ -44,8 +44,7 @@ class ModprobeEditError(InputError):
     """A modprobe.d file cannot be edited safely; the message says why and what to do."""
 
 
-@dataclass(frozen=True)
-class _Unit:
+class _Unit(NamedTuple):
     """One character of a joined line and its span in the file's text."""
 
     char: str
@@ -53,8 +52,7 @@ class _Unit:
     end: int
 
 
-@dataclass(frozen=True)
-class ModuleOption:
+class ModuleOption(NamedTuple):
     """One ``key=value`` word of an ``options`` line; ``start``/``end`` index the file text."""
 
     text: str
@@ -71,8 +69,7 @@ class ModuleOption:
         return param_value(self.text)
 
 
-@dataclass(frozen=True)
-class OptionsLine:
+class OptionsLine(NamedTuple):
     """One ``options`` line (possibly continued over several physical lines)."""
 
     line: int
@@ -82,8 +79,7 @@ class OptionsLine:
     options: tuple[ModuleOption, ...]
 
 
-@dataclass(frozen=True)
-class OptionSetting:
+class OptionSetting(NamedTuple):
     """Where a module option is set: which file, which line, what value."""
 
     path: str

@@ -9,8 +9,7 @@ cases can be written as data.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping, NamedTuple
 
 from ojai_setup.core.paths import SERVICE_USER
 from ojai_setup.core.root import Root
@@ -33,8 +32,7 @@ KNOWN_PROGRAMS = ("update-grub", "grub-mkconfig", "grub2-mkconfig", "grubby",
                   "lemonade", "lemond")
 
 
-@dataclass(frozen=True)
-class LlamaBinary:
+class LlamaBinary(NamedTuple):
     """The llama-server the routes will run, and what it supports."""
 
     #: machine path (or a bare name known only from a capture); None: there is none
@@ -49,12 +47,11 @@ class LlamaBinary:
     note: str = ""
 
 
-@dataclass(frozen=True)
-class LemonadeView:
+class LemonadeView(NamedTuple):
     """Lemonade on this machine: where its config lives and what ``config.json`` says."""
 
     layout: LemonadeLayout
-    config: Mapping[str, Any] = field(default_factory=dict)
+    config: Mapping[str, Any]
 
     def config_value(self, key: str) -> Any:
         """A ``config.json`` value by its dotted name (``llamacpp.rocm_bin``), or None."""
@@ -68,8 +65,7 @@ class LemonadeView:
         return node
 
 
-@dataclass(frozen=True)
-class Context:
+class Context(NamedTuple):
     """What every step sees. Built by :func:`ojai_setup.planning.gather.gather`."""
 
     root: Root

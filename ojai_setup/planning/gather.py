@@ -12,9 +12,8 @@ answers instead of the network.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, NamedTuple
 
 from ojai_setup.core.errors import OjaiError, RemoteError, UsageError
 from ojai_setup.core.paths import API_KEY_VARIABLE, LLAMA_SERVER, LLAMACPP_CURRENT, LLAMACPP_DIR
@@ -54,8 +53,7 @@ def _no_lemonade_lookup(tag: str | None) -> LemonadeDeb:
     raise RemoteError("no lookup of Lemonade's releases was given")
 
 
-@dataclass(frozen=True)
-class Remote:
+class Remote(NamedTuple):
     """Where remote facts come from: ``release(tag, family)`` finds a nightly release,
     ``lemonade_release(tag)`` the lemonade-server .deb of a Lemonade release (without one, the
     lookup fails as if GitHub could not be reached)."""

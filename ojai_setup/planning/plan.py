@@ -18,10 +18,9 @@ import json
 import os
 import shlex
 import stat
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Literal, Mapping, Protocol, Sequence
+from typing import Any, Literal, Mapping, NamedTuple, Protocol, Sequence
 
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
@@ -329,8 +328,7 @@ def apply_command(plan: Plan, plan_path: str, *, apply: bool = True) -> str:
     return shlex.join(words + (["--apply"] if apply else []) + ["--plan", plan_path])
 
 
-@dataclass(frozen=True)
-class StalePlan:
+class StalePlan(NamedTuple):
     """Why a saved plan no longer matches the machine."""
 
     changes: tuple[str, ...]
