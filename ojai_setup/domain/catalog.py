@@ -151,10 +151,13 @@ class KvLayout(_Model):
                 + self.state_bytes * slots * (1 + rollback))
 
 
+# Footprint and Fit are built (defer_build) when a route is first fitted: most runs fit none.
 class Footprint(_Model):
     """What serving a route costs besides its context: the weights (main, and the MTP sidecar
     when it is loaded), the layout of its KV cache, and fixed overhead. From the catalog
     (:meth:`Route.footprint`) or, once downloaded, from the GGUF files themselves."""
+
+    model_config = ConfigDict(defer_build=True)
 
     main_bytes: int = Field(ge=0)
     draft_bytes: int = Field(default=0, ge=0)
@@ -331,6 +334,8 @@ def load_catalog(user_file: Path | None = None) -> Catalog:
 
 class Fit(_Model):
     """Whether a route fits a memory budget at a context size, and what would fit if not."""
+
+    model_config = ConfigDict(defer_build=True)
 
     route: str
     ctx_size: int

@@ -49,8 +49,9 @@ SYSTEM_CONFIG_DIR = "/var/lib/lemonade"
 
 
 # -- where the config lives --------------------------------------------------------------------
+# The models here are built (defer_build) on first use: a machine without Lemonade needs none.
 class LemonadeLayout(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     mode: Literal["system-service", "user-service", "standalone"]
     config_dir: str  # machine path
@@ -166,7 +167,7 @@ def recipe_options_action(root: Root, layout: LemonadeLayout, model_id: str, ctx
 class LemonadeRoute(BaseModel):
     """What :func:`lemonade_commands` needs of a route."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     name: str
     engine: Literal["llamacpp", "flm"]
@@ -177,7 +178,7 @@ class OwnLlamaServer(BaseModel):
     Lemonade backend it serves as (``rocm`` for a nightly zip or a HIP build, ``cpu`` for a CPU
     build)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     executable: str
     install: Literal["nightly", "source"]
@@ -191,7 +192,7 @@ class LemonadeSettings(BaseModel):
     own; ``system_flm``: an ``flm`` is installed system-wide (the fastflowlm deb).
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     layout: LemonadeLayout
     llama_server: OwnLlamaServer | None = None

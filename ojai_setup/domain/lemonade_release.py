@@ -52,10 +52,11 @@ class LemonadeReleaseError(RemoteError):
     """The release or its .deb could not be found or verified; the message says what to do."""
 
 
+# Built (defer_build) on first use: only `--lemonade release` needs it.
 class LemonadeDeb(BaseModel):
     """The ``lemonade-server`` .deb of one release, as GitHub's release API describes it."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     tag: str
     name: str

@@ -62,10 +62,11 @@ class NightlyError(ApplyError, RemoteError):
     """A nightly release could not be resolved or installed; the message says why and what to do."""
 
 
+# Built (defer_build) on first use: only runs that install or look at a nightly build need them.
 class NightlyAsset(BaseModel):
     """One zip of one nightly release, as GitHub's release API describes it."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     tag: str
     name: str
@@ -84,7 +85,7 @@ class NightlyAsset(BaseModel):
 class InstallRecord(BaseModel):
     """What ``ojai-install.json`` inside an install folder says about it."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     tag: str | None
     family: str | None

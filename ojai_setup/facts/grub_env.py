@@ -60,10 +60,9 @@ def source_grub_files(etc_dir: Path, *, timeout: float = 20.0) -> list[tuple[str
     grub-mkconfig does; return ``(real path, GRUB_CMDLINE_LINUX, GRUB_CMDLINE_LINUX_DEFAULT)``
     after each file (None: unset). Raises :class:`GrubEditError` when bash stops."""
     etc_dir = Path(etc_dir).resolve()
-    argv = ["env", "-i", "LC_ALL=C", "bash", "--noprofile", "--norc", "-c", _SOURCE_CHAIN, "_",
-            str(etc_dir)]
-    try:
-        proc = subprocess.run(argv, capture_output=True, timeout=timeout,
+    argv = ["bash", "--noprofile", "--norc", "-c", _SOURCE_CHAIN, "_", str(etc_dir)]
+    try:  # an empty environment but the locale, as `env -i LC_ALL=C` gives (without its exec)
+        proc = subprocess.run(argv, capture_output=True, timeout=timeout, env={"LC_ALL": "C"},
                               stdin=subprocess.DEVNULL, cwd="/")
     except subprocess.TimeoutExpired as exc:
         raise GrubEditError(f"bash did not finish sourcing {etc_dir}/default/grub and its "

@@ -45,10 +45,11 @@ class GGUFError(InputError):
     """A file could not be read as GGUF; the text names the file."""
 
 
+# The models here are built (defer_build) when a GGUF file is first read: most runs read none.
 class ModelInfo(BaseModel):
     """What pairing needs to know about one GGUF file."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     path: str
     file_size: int
@@ -84,7 +85,7 @@ class ModelInfo(BaseModel):
 
 
 class PairVerdict(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     ok: bool
     reasons: tuple[str, ...] = ()

@@ -195,6 +195,7 @@ def merge_config(existing_text: str | None, values: dict[str, Any], *,
 
 
 # -- lemond --version -----------------------------------------------------------------------------
+# Built (defer_build) when a version is first parsed: a machine without Lemonade has none.
 class LemonadeVersion(BaseModel):
     """What ``lemond --version`` / ``lemonade --version`` printed, parsed.
 
@@ -202,7 +203,7 @@ class LemonadeVersion(BaseModel):
     calendar versions (``lemond version 2026.39.1-2`` in Debian, a Debian revision after the
     dash)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     text: str
     numbers: tuple[int, ...]

@@ -29,8 +29,9 @@ class TuningError(InputError):
     """The tuned settings file is unreadable or invalid; the text says where."""
 
 
+# Built (defer_build) when a tuned file is first read: only a model route or ojai tune reads one.
 class BackendTuning(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     safe: bool
     reason: str = ""
@@ -39,7 +40,7 @@ class BackendTuning(BaseModel):
 
 
 class RouteTuning(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     draft_n_max: int = Field(ge=1)
     date: str
@@ -54,7 +55,7 @@ class RouteTuning(BaseModel):
 
 
 class Tuning(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     routes: dict[str, RouteTuning] = {}
 

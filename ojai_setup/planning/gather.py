@@ -33,7 +33,6 @@ from ojai_setup.facts.collect import collect, environment
 from ojai_setup.facts.disk import free_bytes
 from ojai_setup.facts.probe import ProbeError, probe
 from ojai_setup.facts.state import read_state
-from ojai_setup.facts.tuning import load_tuning
 from ojai_setup.model.facts import Facts
 from ojai_setup.model.settings import Settings
 from ojai_setup.model.state import State
@@ -217,6 +216,8 @@ def gather(root: Root, settings: Settings, *, facts: Facts | None = None,
             route_error = str(exc)
     draft_source = None
     if route is not None:
+        from ojai_setup.facts.tuning import load_tuning  # only a model route reads it
+
         try:
             tuned = load_tuning(root).routes.get(route.name)
         except OjaiError as exc:
