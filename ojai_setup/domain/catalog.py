@@ -20,13 +20,11 @@ with ``sizes_estimated = true`` says its byte counts are estimates. A file with 
 ``sha256`` must also carry its exact ``size``.
 """
 
-from __future__ import annotations
 
 import math
 import re
 import tomllib
 from collections.abc import Iterable
-from importlib import resources
 from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
@@ -121,7 +119,7 @@ class KvLayout(_Model):
     mtp_layers: int = Field(default=0, ge=0)
 
     @model_validator(mode="after")
-    def _swa_complete(self) -> KvLayout:
+    def _swa_complete(self) -> "KvLayout":
         if self.swa_layers and not (self.swa_kv_heads and self.swa_head_dim and self.swa_window):
             raise ValueError("swa_layers needs swa_kv_heads, swa_head_dim and swa_window")
         return self
@@ -208,7 +206,7 @@ class Route(_Model):
     note: str = ""
 
     @model_validator(mode="after")
-    def _consistent(self) -> Route:
+    def _consistent(self) -> "Route":
         if self.mtp == "sidecar" and self.draft is None:
             raise ValueError("mtp = 'sidecar' needs a draft file")
         if self.mtp == "in_file" and self.draft is not None:
@@ -268,7 +266,7 @@ class Catalog(_Model):
 # -- loading ---------------------------------------------------------------------------------
 
 def _builtin_text() -> str:
-    return resources.files(__package__).joinpath("catalog.toml").read_text(encoding="utf-8")
+    return Path(__file__).with_name("catalog.toml").read_text(encoding="utf-8")
 
 
 def _parse_toml(text: str, source: str) -> dict[str, dict[str, Any]]:

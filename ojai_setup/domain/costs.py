@@ -13,7 +13,7 @@ from __future__ import annotations
 import tomllib
 from dataclasses import dataclass
 from functools import cache
-from importlib import resources
+from pathlib import Path
 
 #: the cores the plan states the time for (the OJAI box has 24 threads; CI has 2)
 REFERENCE_CORES = 2
@@ -32,8 +32,7 @@ class Measured:
 
 @cache
 def measured() -> dict[str, Measured]:
-    data = tomllib.loads(resources.files(__package__).joinpath("build-costs.toml")
-                         .read_text(encoding="utf-8"))
+    data = tomllib.loads(Path(__file__).with_name("build-costs.toml").read_text(encoding="utf-8"))
     found: dict[str, Measured] = {}
     if "cpu" in data:
         found["cpu"] = Measured("cpu", **data["cpu"])

@@ -1,7 +1,6 @@
 """Asking an installed ``llama-server`` what it supports (``--version``, ``--help``): the one place a
 binary is run to learn a fact; the parsing is :mod:`ojai_setup.formats.llama_help`."""
 
-from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
@@ -28,7 +27,7 @@ class ProbeError(BaseModel):
 
 
 # -- reading ---------------------------------------------------------------------------------
-def probe(root: Root, binary: str, *, timeout: float = 60.0) -> Dialect | ProbeError:
+def probe(root: Root, binary: str, *, timeout: float = 60.0) -> "Dialect | ProbeError":
     """Run ``binary --version`` and ``binary --help`` on the machine and parse both.
 
     ``binary`` is a machine path (or a program name on the machine's PATH).

@@ -10,7 +10,6 @@ The fingerprint holds a digest of every machine path the plan read or will write
 (:func:`path_digest`), a digest of the facts, and the ojai version.
 """
 
-from __future__ import annotations
 
 import difflib
 import hashlib
@@ -25,7 +24,6 @@ from typing import Any, Literal, Mapping, NamedTuple, Protocol, Sequence
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from ojai_setup import __version__
-from ojai_setup.core.atomic import write_text
 from ojai_setup.core.digest import sha256_file
 from ojai_setup.core.paths import PRIVATE_FILE_MODE
 from ojai_setup.core.root import Root
@@ -155,7 +153,7 @@ class Plan(BaseModel):
     preconditions: tuple[Finding, ...] = ()
 
     @model_validator(mode="after")
-    def _handlers_known(self) -> Plan:
+    def _handlers_known(self) -> "Plan":
         for planned in self.actions():
             for name in planned.action.notify:
                 if name not in self.handlers:
@@ -206,10 +204,12 @@ class Plan(BaseModel):
     # -- files ----------------------------------------------------------------------------
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write the plan as JSON, atomically (temp file in the same folder, then rename)."""
+        from ojai_setup.core.atomic import write_text  # only `--out` writes a plan
+
         write_text(Path(path), self.model_dump_json(indent=2) + "\n", mode=PRIVATE_FILE_MODE)
 
     @classmethod
-    def load(cls, path: str | os.PathLike[str]) -> Plan:
+    def load(cls, path: str | os.PathLike[str]) -> "Plan":
         """Read a saved plan; :class:`PlanFileError` says clearly why a file is not one."""
         src = Path(path)
         try:

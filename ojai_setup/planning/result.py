@@ -11,7 +11,6 @@ Three outcomes:
 - ``change``: ``actions`` says what to do; ``sentence`` summarises it.
 - ``blocked``: the step cannot be planned; ``sentence`` says why and what to do about it."""
 
-from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
@@ -49,7 +48,7 @@ class StepResult(BaseModel):
     warnings: tuple[str, ...] = ()
 
     @model_validator(mode="after")
-    def _consistent(self) -> StepResult:
+    def _consistent(self) -> "StepResult":
         if not self.sentence.strip():
             raise ValueError(f"step {self.step!r}: a result needs a sentence")
         if self.status == "change" and not self.actions:
@@ -63,19 +62,19 @@ class StepResult(BaseModel):
 
     @classmethod
     def satisfied(cls, step: str, sentence: str, *, reads: tuple[str, ...] = (),
-                  warnings: tuple[str, ...] = ()) -> StepResult:
+                  warnings: tuple[str, ...] = ()) -> "StepResult":
         """Nothing to do, and why."""
         return cls(step=step, status="satisfied", sentence=sentence, reads=reads,
                    warnings=warnings)
 
     @classmethod
-    def blocked(cls, step: str, sentence: str, *, reads: tuple[str, ...] = ()) -> StepResult:
+    def blocked(cls, step: str, sentence: str, *, reads: tuple[str, ...] = ()) -> "StepResult":
         """Cannot proceed: why, and what the user can do."""
         return cls(step=step, status="blocked", sentence=sentence, reads=reads)
 
     @classmethod
     def change(cls, step: str, sentence: str, actions: list[Any] | tuple[Any, ...],
-               **fields: Any) -> StepResult:
+               **fields: Any) -> "StepResult":
         """Actions to carry out (``reads``, ``reboot``, ``handlers``, ``records`` as keywords)."""
         return cls(step=step, status="change", sentence=sentence, actions=tuple(actions),
                    **fields)
@@ -87,6 +86,6 @@ class Step(Protocol):
 
     name: str
 
-    def plan(self, ctx: Context) -> StepResult:
+    def plan(self, ctx: "Context") -> StepResult:
         """Decide what (if anything) to change; never write or run anything."""
         ...
