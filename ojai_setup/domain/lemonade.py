@@ -382,35 +382,3 @@ def config_commands(layout: LemonadeLayout, commands: list[list[str]], handler: 
         handlers[handler] = RunCommand(argv=argv, needs_root=layout.mode == "system-service",
                                        reason="install the engine Lemonade will use")
     return actions, handlers, settings
-
-
-# -- installing Lemonade ---------------------------------------------------------------------------
-#: Lemonade's own .deb on its GitHub releases (``docs/guide/install/debian.md``)
-RELEASES_URL = "https://github.com/lemonade-sdk/lemonade/releases"
-
-
-def distro_install_commands(distro_id: str, like: list[str], version: str
-                            ) -> tuple[list[list[str]] | None, str]:
-    """The commands that install the distribution's ``lemonade-server`` package and start its
-    service, with a sentence saying where the package comes from; None (and why, with what to do
-    instead) where the distribution has none.
-
-    * Ubuntu (and derivatives): Lemonade's PPA, ``ppa:lemonade-team/stable``.
-    * Debian: the ``lemonade-server`` package of Debian unstable (2026.39.1-2); a numbered
-      stable release (12, 13) has none.
-    """
-    family = [distro_id, *like]
-    enable = ["systemctl", "enable", "--now", "lemond"]
-    if "ubuntu" in family:
-        return ([["add-apt-repository", "-y", "ppa:lemonade-team/stable"],
-                 ["apt-get", "update"], ["apt-get", "install", "-y", "lemonade-server"], enable],
-                "from Lemonade's PPA (ppa:lemonade-team/stable)")
-    if distro_id == "debian":
-        if version and version.split(".")[0].isdigit():
-            return None, (f"Debian {version} has no lemonade-server package (Debian unstable "
-                          f"has it); install Lemonade's .deb for Debian 13 from {RELEASES_URL} "
-                          "(sudo apt install ./lemonade-server_<version>-debian13_amd64.deb)")
-        return ([["apt-get", "install", "-y", "lemonade-server"], enable],
-                "from Debian's own lemonade-server package (unstable)")
-    return None, (f"ojai knows no lemonade-server package for {distro_id or 'this distribution'}; "
-                  f"see {RELEASES_URL} or https://lemonade-server.ai/docs/ to install it")

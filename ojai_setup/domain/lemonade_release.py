@@ -152,11 +152,36 @@ def offline_advice(error: str, tag: str | None) -> str:
             "at another API address")
 
 
+def distro_install_commands(distro_id: str, like: list[str], version: str
+                            ) -> tuple[list[list[str]] | None, str]:
+    """The commands that install the distribution's ``lemonade-server`` package and start its
+    service, with a sentence saying where the package comes from; None (and why, with what to do
+    instead) where the distribution has none.
+
+    * Ubuntu (and derivatives): Lemonade's PPA, ``ppa:lemonade-team/stable``.
+    * Debian: the ``lemonade-server`` package of Debian unstable (2026.39.1-2); a numbered
+      stable release (12, 13) has none.
+    """
+    family = [distro_id, *like]
+    enable = ["systemctl", "enable", "--now", "lemond"]
+    if "ubuntu" in family:
+        return ([["add-apt-repository", "-y", "ppa:lemonade-team/stable"],
+                 ["apt-get", "update"], ["apt-get", "install", "-y", "lemonade-server"], enable],
+                "from Lemonade's PPA (ppa:lemonade-team/stable)")
+    if distro_id == "debian":
+        if version and version.split(".")[0].isdigit():
+            return None, (f"Debian {version} has no lemonade-server package (Debian unstable "
+                          f"has it); install Lemonade's .deb for Debian 13 from {RELEASES_PAGE} "
+                          "(sudo apt install ./lemonade-server_<version>-debian13_amd64.deb)")
+        return ([["apt-get", "install", "-y", "lemonade-server"], enable],
+                "from Debian's own lemonade-server package (unstable)")
+    return None, (f"ojai knows no lemonade-server package for {distro_id or 'this distribution'}; "
+                  f"see {RELEASES_PAGE} or https://lemonade-server.ai/docs/ to install it")
+
+
 def install_choices(distro_id: str, like: list[str], version: str) -> list[str]:
     """The ``--lemonade`` values that can install Lemonade on this distribution (the ones the
     lemonade step would not refuse)."""
-    from ojai_setup.domain.lemonade import distro_install_commands
-
     choices = [] if release_refusal(distro_id, like) is not None else ["release"]
     if distro_install_commands(distro_id, like, version)[0] is not None:
         choices.append("distro")
@@ -166,8 +191,6 @@ def install_choices(distro_id: str, like: list[str], version: str) -> list[str]:
 def install_advice(distro_id: str, like: list[str], version: str) -> str:
     """What ``ojai doctor`` tells a machine without Lemonade: the ``ojai setup --lemonade``
     choices of :func:`install_choices`, or where to look when there is none."""
-    from ojai_setup.domain.lemonade import distro_install_commands
-
     choices = install_choices(distro_id, like, version)
     where = distro_install_commands(distro_id, like, version)[1]
     if not choices:

@@ -89,7 +89,6 @@ class LemonadeStep:
             LemonadeSettings,
             builtin_catalog_entry,
             config_action,
-            distro_install_commands,
             hidden_from_service,
             lemonade_commands,
             lemonade_config,
@@ -137,6 +136,8 @@ class LemonadeStep:
                             "trixie-backports" if distro and distro.version.startswith("13")
                             else "") + ")")
             else:
+                from ojai_setup.domain.lemonade_release import distro_install_commands
+
                 found, where = distro_install_commands(distro_id, like,
                                                        distro.version if distro else "")
                 if found is None:

@@ -47,7 +47,8 @@ def lemonade_layout_for(ctx: Context):
         return ctx.lemonade.layout
     if ctx.settings.lemonade == "none":
         return None
-    from ojai_setup.domain.lemonade import distro_install_commands, lemonade_layout
+    from ojai_setup.domain.lemonade import lemonade_layout
+    from ojai_setup.domain.lemonade_release import distro_install_commands
 
     distro = ctx.facts.distro
     distro_id, like = (distro.id, list(distro.like)) if distro else ("", [])
