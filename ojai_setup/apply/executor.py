@@ -62,7 +62,8 @@ from ojai_setup.model.actions import (
     WriteSecret,
 )
 from ojai_setup.model.settings import Settings
-from ojai_setup.model.state import ActionRecord, HandlerRecord, PlannedRecord
+from ojai_setup.model.journal import ActionRecord, PlannedRecord
+from ojai_setup.model.state import HandlerRecord
 from ojai_setup.planning.plan import (
     Plan,
     PlannedAction,

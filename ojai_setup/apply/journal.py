@@ -43,14 +43,8 @@ from ojai_setup.core.paths import (
 from ojai_setup.core.progress import Progress
 from ojai_setup.core.root import Root
 from ojai_setup.facts.state import JournalError, _load_state, read_boot_id, state_dir
-from ojai_setup.model.state import (
-    ActionRecord,
-    FileRecord,
-    HandlerRecord,
-    JournalEntry,
-    PlannedRecord,
-    State,
-)
+from ojai_setup.model.journal import ActionRecord, FileRecord, JournalEntry, PlannedRecord
+from ojai_setup.model.state import HandlerRecord, State
 from ojai_setup.planning.plan import describe_digest, ojai_version, path_digest, unified_diff
 
 ROLLBACK_FORCE_COMMAND = "ojai rollback --force"

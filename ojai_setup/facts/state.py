@@ -11,7 +11,7 @@ from pydantic import ValidationError
 from ojai_setup.core.errors import StateError
 from ojai_setup.core.paths import BOOT_ID, STATE_DIR
 from ojai_setup.core.root import Root
-from ojai_setup.model.state import ApplyStatus, JournalEntry, State
+from ojai_setup.model.state import ApplyStatus, State
 
 #: where ojai keeps its state on a machine
 
@@ -104,6 +104,8 @@ def read_apply_status(root: Root, *, euid: int | None = None) -> ApplyStatus:
         return status
     status.running = lock_is_held(directory)
     status.interrupted = None if status.running else state.running
+    from ojai_setup.model.journal import JournalEntry  # only an apply under way has one
+
     try:
         entry = JournalEntry.model_validate_json(
             (directory / "journal" / f"{state.running}.json").read_text(encoding="utf-8"))
