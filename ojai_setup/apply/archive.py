@@ -223,7 +223,7 @@ def _archive_name(url: str) -> str:
 
 def _write_record(staging: Path, action: InstallArchive) -> None:
     name = _archive_name(action.url)
-    match = ASSET_RE.match(name)
+    match = re.match(ASSET_RE, name)
     record = InstallRecord(
         tag=match["tag"] if match else None, family=match["family"] if match else None,
         asset=name, url=action.url, sha256=action.sha256.lower(),

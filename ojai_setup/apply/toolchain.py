@@ -66,7 +66,7 @@ class HipToolchain:
 
 def parse_supported_cpus(text: str) -> tuple[str, ...]:
     """The ``gfx`` names in the output of ``clang --print-supported-cpus``."""
-    return tuple(dict.fromkeys(_GFX.findall(text)))
+    return tuple(dict.fromkeys(re.findall(_GFX, text)))
 
 
 def split_targets(gpu_target: str) -> list[str]:

@@ -13,7 +13,7 @@ import re
 
 from rich.text import Text
 
-_WORDS = re.compile(r"\s+|[^\s]+")
+_WORDS = r"\s+|[^\s]+"
 
 REMOVED, ADDED, HUNK, HEADER = "red", "green", "cyan", "bold"
 CHANGED = "reverse"
@@ -21,7 +21,7 @@ CHANGED = "reverse"
 
 def _pair(old: str, new: str) -> tuple[Text, Text]:
     """A removed and an added line with the words that differ between them marked."""
-    a, b = _WORDS.findall(old[1:]), _WORDS.findall(new[1:])
+    a, b = re.findall(_WORDS, old[1:]), re.findall(_WORDS, new[1:])
     left, right = Text("-", style=REMOVED), Text("+", style=ADDED)
     for op, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
         same = op == "equal"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import ipaddress
 import re
 
-_LABEL = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?$")
+_LABEL = r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?$"
 
 
 class AddressError(ValueError):
@@ -29,7 +29,7 @@ def check_host(host: str) -> str:
     if len(host) > 253:
         raise AddressError(f"{host[:40]!r}...: a host name has at most 253 characters")
     labels = host.split(".")
-    if not all(_LABEL.match(label) for label in labels):
+    if not all(re.match(_LABEL, label) for label in labels):
         raise AddressError(f"{host!r} is neither an IP address nor a host name (letters, digits "
                            "and '-' in dot-separated labels)")
     if all(label.isdigit() for label in labels):

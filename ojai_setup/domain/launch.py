@@ -50,13 +50,13 @@ __all__ = [
 #: "default is 52625, same with the ollama server").
 FLM_DEFAULT_PORT = FLM_PORT
 
-_ROUTE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_USER_NAME = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
+_ROUTE_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+_ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
+_USER_NAME = r"^[a-z_][a-z0-9_-]{0,31}$"
 # systemd splits ExecStart= on whitespace and expands "%" specifiers and "$" variables, so a
 # path placed there must contain none of those (nor quotes or backslashes).
-_UNIT_SAFE_PATH = re.compile(r"^/[A-Za-z0-9._+/@:,=-]+$")
-_UNIT_NAME = re.compile(r"^ojai-[A-Za-z0-9][A-Za-z0-9._-]{0,63}\.service$")
+_UNIT_SAFE_PATH = r"^/[A-Za-z0-9._+/@:,=-]+$"
+_UNIT_NAME = r"^ojai-[A-Za-z0-9][A-Za-z0-9._-]{0,63}\.service$"
 _FLM_TAG = re.compile(r"^[a-z0-9][a-z0-9._-]*:[a-z0-9][a-z0-9._-]*$")
 
 
@@ -99,7 +99,7 @@ def _render(template: str, **values: object) -> str:
 
 # -- checks on the values ----------------------------------------------------------------------
 def _check_route_name(route_name: str) -> None:
-    if not _ROUTE_NAME.match(route_name):
+    if not re.match(_ROUTE_NAME, route_name):
         raise LaunchError(
             f"route name {route_name!r} is not usable in a file or unit name: use letters, "
             "digits, '.', '_' and '-' (at most 64, starting with a letter or digit)")
@@ -111,14 +111,14 @@ def _check_absolute(what: str, path: str) -> None:
 
 
 def _check_unit_path(what: str, path: str) -> None:
-    if not _UNIT_SAFE_PATH.match(path) or ".." in PurePosixPath(path).parts:
+    if not re.match(_UNIT_SAFE_PATH, path) or ".." in PurePosixPath(path).parts:
         raise LaunchError(
             f"{what} {path!r} cannot be used in a systemd unit: it must be absolute and free of "
             "spaces, quotes, '%', '$' and backslashes")
 
 
 def _check_user(user: str) -> None:
-    if not _USER_NAME.match(user):
+    if not re.match(_USER_NAME, user):
         raise LaunchError(f"{user!r} is not a valid user name for a systemd unit")
 
 
@@ -130,7 +130,7 @@ def _check_args(args: list[str]) -> None:
 
 def _check_env(env: dict[str, str]) -> None:
     for name, value in env.items():
-        if not _ENV_NAME.match(name):
+        if not re.match(_ENV_NAME, name):
             raise LaunchError(f"{name!r} is not a valid environment variable name")
         if "\0" in value:
             raise LaunchError(f"the value of {name} contains a NUL byte")
@@ -199,7 +199,7 @@ def render_llama_unit(script: str, route_name: str, user: str = SERVICE_USER,
         _check_unit_path("the environment file", env_file)
     host = _check_host(host)
     for unit in conflicts:
-        if not _UNIT_NAME.match(unit):
+        if not re.match(_UNIT_NAME, unit):
             raise LaunchError(f"{unit!r} is not a unit name ojai writes (ojai-<route>.service)")
     return _render("llama-server.service.j2", script=script, route_name=route_name, user=user,
                    conflicts=list(conflicts),
@@ -220,7 +220,7 @@ def _check_host(host: str) -> str:
 
 
 #: what an API key may hold: it goes into a systemd environment file unquoted
-_SECRET = re.compile(r"^[A-Za-z0-9._~+/=:,@-]{16,512}$")
+_SECRET = r"^[A-Za-z0-9._~+/=:,@-]{16,512}$"
 
 
 def read_secret(path: str) -> str:
@@ -243,7 +243,7 @@ def read_secret(path: str) -> str:
         raise LaunchError(f"--api-key-file {path}: the file is empty")
     if "\n" in key or "\r" in key:
         raise LaunchError(f"--api-key-file {path}: the key must be a single line")
-    if not _SECRET.match(key):
+    if not re.match(_SECRET, key):
         raise LaunchError(f"--api-key-file {path}: the key must be 16 to 512 letters, digits or "
                           ". _ ~ + / = : , @ - (no spaces or quotes)")
     return key

@@ -41,9 +41,9 @@ PACKAGE = "lemonade-server"
 
 #: ``v11.7.0``; Lemonade moved to calendar versions after 11.8 (Debian packages 2026.39.1), so
 #: any dotted number is taken, with or without its ``v``
-TAG_RE = re.compile(r"^v?\d+(\.\d+){1,3}$")
+TAG_RE = r"^v?\d+(\.\d+){1,3}$"
 #: the Debian 13 amd64 package of a release (arm64 is the other architecture built)
-DEB_RE = re.compile(r"^lemonade-server_(?P<version>[0-9][0-9A-Za-z.+~]*)-debian13_amd64\.deb$")
+DEB_RE = r"^lemonade-server_(?P<version>[0-9][0-9A-Za-z.+~]*)-debian13_amd64\.deb$"
 
 ENABLE = ("systemctl", "enable", "--now", "lemond")
 
@@ -72,7 +72,7 @@ class LemonadeDeb(BaseModel):
 
 
 def check_tag(tag: str) -> str:
-    if not TAG_RE.match(tag):
+    if not re.match(TAG_RE, tag):
         raise LemonadeReleaseError(
             f"not a Lemonade release tag: {tag!r} (expected a version such as v11.7.0; see "
             f"{RELEASES_PAGE})")
@@ -87,10 +87,10 @@ def pick_deb(release: object) -> LemonadeDeb:
     if not isinstance(release, dict):
         raise LemonadeReleaseError(f"unexpected answer from the GitHub API for {REPO}")
     tag = release.get("tag_name")
-    if not isinstance(tag, str) or not TAG_RE.match(tag):
+    if not isinstance(tag, str) or not re.match(TAG_RE, tag):
         raise LemonadeReleaseError(f"release of {REPO} has an unexpected tag {tag!r}")
     assets = [a for a in release.get("assets") or [] if isinstance(a, dict)]
-    debs = [(a, m) for a in assets if (m := DEB_RE.match(str(a.get("name", ""))))]
+    debs = [(a, m) for a in assets if (m := re.match(DEB_RE, str(a.get("name", ""))))]
     exact = [(a, m) for a, m in debs if m["version"] == tag.removeprefix("v")]
     chosen = exact or debs
     if len(chosen) != 1:

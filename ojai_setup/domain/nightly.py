@@ -52,10 +52,10 @@ RECORD_NAME = "ojai-install.json"
 SERVER_NAME = "llama-server"
 
 
-TAG_RE = re.compile(r"^b\d{4,}$")
+TAG_RE = r"^b\d{4,}$"
 
 
-ASSET_RE = re.compile(r"^llama-(?P<tag>b\d{4,})-ubuntu-rocm-(?P<family>gfx[0-9a-zA-Z]+)-x64\.zip$")
+ASSET_RE = r"^llama-(?P<tag>b\d{4,})-ubuntu-rocm-(?P<family>gfx[0-9a-zA-Z]+)-x64\.zip$"
 
 
 class NightlyError(ApplyError, RemoteError):
@@ -76,7 +76,7 @@ class NightlyAsset(BaseModel):
 
     @property
     def family(self) -> str:
-        match = ASSET_RE.match(self.name)
+        match = re.match(ASSET_RE, self.name)
         if match is None:  # resolve_release only builds assets with matching names
             raise NightlyError(f"not a nightly asset name: {self.name!r}")
         return match["family"]
@@ -134,7 +134,7 @@ def install_action(asset: NightlyAsset) -> InstallArchive:
 
 
 def _check_tag(tag: str) -> None:
-    if not TAG_RE.match(tag):
+    if not re.match(TAG_RE, tag):
         raise NightlyError(f"not a nightly tag: {tag!r} (expected 'b' and a build number, e.g. b1311)")
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -65,14 +66,14 @@ def resolve_release(api_base: str | None, tag: str | None, family: str) -> Night
 
 def _pick_asset(release: dict, family: str) -> NightlyAsset:
     tag = release.get("tag_name")
-    if not isinstance(tag, str) or not TAG_RE.match(tag):
+    if not isinstance(tag, str) or not re.match(TAG_RE, tag):
         raise NightlyError(f"release of {REPO} has an unexpected tag {tag!r}")
     assets = [a for a in release.get("assets") or [] if isinstance(a, dict)]
     wanted = asset_name(tag, family)
     asset = next((a for a in assets if a.get("name") == wanted), None)
     if asset is None:
         offered = sorted({m["family"] for a in assets
-                          if (m := ASSET_RE.match(str(a.get("name", "")))) and m["tag"] == tag})
+                          if (m := re.match(ASSET_RE, str(a.get("name", "")))) and m["tag"] == tag})
         raise NightlyError(
             f"release {tag} of {REPO} has no {wanted}; it offers "
             f"{', '.join(offered) if offered else 'no Ubuntu ROCm builds'} "

@@ -118,10 +118,10 @@ _AMDXDNA = re.compile(r"^amdxdna version:?\s*(?P<v>\S+)(?P<bad>\s+is incompatibl
 _MEMLOCK = re.compile(r"^Memlock Limit:\s*(?:set to\s+)?(?P<v>infinity|\d+)\s*(?P<mb>MB)?$")
 
 
-_MEMLOCK_LOW = re.compile(r"^Memlock limit is too low \((?P<mb>\d+)\s*MB\)")
+_MEMLOCK_LOW = r"^Memlock limit is too low \((?P<mb>\d+)\s*MB\)"
 
 
-_COLS_LOW = re.compile(r"^NPU (?P<device>\S+) does not have enough columns \((?P<cols>\d+) < \d+\)")
+_COLS_LOW = r"^NPU (?P<device>\S+) does not have enough columns \((?P<cols>\d+) < \d+\)"
 
 
 def _version(text: str | None, parts: int) -> tuple[int, ...] | None:
@@ -243,9 +243,9 @@ def _parse_text(text: str, exit_code: int) -> FlmStatus:
                 fw_bad = True
             elif (mm := _AMDXDNA.match(line)) and mm.group("bad"):
                 drm, drm_bad = mm.group("v"), True
-            elif mm := _MEMLOCK_LOW.match(line):
+            elif mm := re.match(_MEMLOCK_LOW, line):
                 memlock, memlock_bad = str(int(mm.group("mb")) * 1024 * 1024), True
-            elif mm := _COLS_LOW.match(line):
+            elif mm := re.match(_COLS_LOW, line):
                 devices.setdefault(mm.group("device"), {})["columns"] = int(mm.group("cols"))
             else:
                 unread.append(f"[{header}] {line}")

@@ -12,7 +12,7 @@ import re
 import urllib.parse
 from typing import NamedTuple
 
-DIGEST_RE = re.compile(r"^sha256:(?P<hex>[0-9a-f]{64})$")
+DIGEST_RE = r"^sha256:(?P<hex>[0-9a-f]{64})$"
 
 
 class ReleaseFile(NamedTuple):
@@ -28,7 +28,7 @@ def release_file(asset: dict, name: str, tag: str, *, kind: str,
     ``kind`` says what the file is in the refusal ("an archive", "a package"); ``error`` is the
     exception raised when the digest, URL or size is missing or unusable."""
     digest = asset.get("digest")
-    match = DIGEST_RE.match(digest.lower()) if isinstance(digest, str) else None
+    match = re.match(DIGEST_RE, digest.lower()) if isinstance(digest, str) else None
     if match is None:
         raise error(f"GitHub gives no sha256 digest for {name} in release {tag} (digest: "
                     f"{digest!r}); refusing to install {kind} that cannot be verified")

@@ -61,10 +61,10 @@ GRUB_DEFAULT_PATH = GRUB_DEFAULT
 
 
 #: characters allowed in a key or value that this module writes (no quoting ever needed)
-_SAFE_KEY = re.compile(r"[A-Za-z0-9_.-]+")
+_SAFE_KEY = r"[A-Za-z0-9_.-]+"
 
 
-_SAFE_VALUE = re.compile(r"[A-Za-z0-9_.,:/+@%-]*")
+_SAFE_VALUE = r"[A-Za-z0-9_.,:/+@%-]*"
 
 
 _ASSIGN = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)(\+?)=")
@@ -79,7 +79,7 @@ _REF = re.compile(r"\$(?:[A-Za-z_][A-Za-z0-9_]*|\{[A-Za-z_][A-Za-z0-9_]*\})")
 _COND_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*):?\+\$(?:\1|\{\1\})([ \t]*)\}")
 
 
-_UNQUOTED_VALUE = re.compile(
+_UNQUOTED_VALUE = (
     r"(?:[A-Za-z0-9_.,:/=+@%-]|\$[A-Za-z_][A-Za-z0-9_]*|\$\{[A-Za-z_][A-Za-z0-9_]*\})*"
 )
 
@@ -473,7 +473,7 @@ def _decode_cmdline(text: str, a: Assignment, source: str) -> CmdlineValue:
         if "\n" in raw:
             raise _unsafe(source, a, "spans several lines")
         units = [_Unit(text[k], k, k + 1) for k in range(inner_start, inner_end)]
-    elif _UNQUOTED_VALUE.fullmatch(raw):
+    elif re.fullmatch(_UNQUOTED_VALUE, raw):
         quoting, inner_start, inner_end = "none", vs, ve
         units = []
         k = vs
@@ -606,9 +606,9 @@ def cmdline_param(tokens: Sequence[str], key: str) -> str | None:
 
 
 def _check_key_value(key: str, value: str | None) -> None:
-    if not _SAFE_KEY.fullmatch(key):
+    if not re.fullmatch(_SAFE_KEY, key):
         raise ValueError(f"not a kernel parameter name ojai writes: {key!r}")
-    if value is not None and not _SAFE_VALUE.fullmatch(value):
+    if value is not None and not re.fullmatch(_SAFE_VALUE, value):
         raise ValueError(f"not a kernel parameter value ojai writes: {value!r}")
 
 

@@ -68,10 +68,10 @@ def _entry(data: dict[str, Any], key: str, path: str) -> dict[str, Any]:
 
 
 # -- user_models.json --------------------------------------------------------------------------
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
 
 
-_CHECKPOINT = re.compile(r"^[^\s/:]+/[^\s/:]+:\S+$")
+_CHECKPOINT = r"^[^\s/:]+/[^\s/:]+:\S+$"
 
 #: ``source`` of a user model whose checkpoints are absolute file paths on this machine
 #: (``ModelManager::resolve_model_path`` in ``src/cpp/server/model_manager.cpp``: "Local-path
@@ -81,7 +81,7 @@ LOCAL_PATH = "local_path"
 
 def _bare_name(name: str) -> str:
     bare = name.removeprefix("user.")
-    if bare.startswith(("extra.", "builtin.")) or not _NAME.match(bare):
+    if bare.startswith(("extra.", "builtin.")) or not re.match(_NAME, bare):
         raise ConfigError(f"{name!r} cannot be a Lemonade user model name: use letters, digits, "
                           "'.', '_' and '-', without an 'extra.' or 'builtin.' prefix")
     return bare
@@ -93,7 +93,7 @@ def _check_checkpoint(what: str, checkpoint: str, source: str | None, path: str)
                 "/../" in checkpoint + "/":
             raise ConfigError(f"{what} checkpoint {checkpoint!r} of a local_path model must be an "
                               "absolute file path without spaces", path)
-    elif not _CHECKPOINT.match(checkpoint):
+    elif not re.match(_CHECKPOINT, checkpoint):
         raise ConfigError(f"{what} checkpoint {checkpoint!r} is not of the form "
                           "'org/repo:FILE.gguf' or 'org/repo:QUANT'", path)
 
@@ -214,13 +214,13 @@ class LemonadeVersion(BaseModel):
         return ".".join(map(str, self.numbers))
 
 
-_VERSION = re.compile(r"(?:^|\s|v)(\d+)\.(\d+)(?:\.(\d+))?(?:-[0-9A-Za-z.~+]+)?(?=\s|$)")
+_VERSION = r"(?:^|\s|v)(\d+)\.(\d+)(?:\.(\d+))?(?:-[0-9A-Za-z.~+]+)?(?=\s|$)"
 
 
 def parse_lemonade_version(text: str) -> LemonadeVersion | None:
     """:class:`LemonadeVersion` from a version line, None when there is no version in it."""
     for line in text.splitlines():
-        match = _VERSION.search(line.strip())
+        match = re.search(_VERSION, line.strip())
         if match:
             numbers = tuple(int(g) for g in match.groups() if g is not None)
             return LemonadeVersion(text=line.strip(), numbers=numbers, calendar=numbers[0] >= 2000)

@@ -95,7 +95,7 @@ _PAGER = re.compile(r"^\s*(?:--\s?More\s?--.*|\(END\)|:|~+|lines \d+-\d+(?:/\d+)
                     r"|Standard input|Press RETURN.*)\s*$", re.I)
 _AGENT = re.compile(r"^\s*Agent\s+(\d+)\s*$")
 _RULE = re.compile(r"^\s*[*=]{3,}\s*$")
-_GFX = re.compile(r"^gfx[0-9a-f]{3,4}(?::\S+)?$")
+_GFX = r"^gfx[0-9a-f]{3,4}(?::\S+)?$"
 
 
 def clean_terminal_text(text: str) -> str:
@@ -177,7 +177,7 @@ def _read_block(number: int | None, lines: list[str], notes: list[str]) -> RocmA
     label += f" ({name})"
     device_type = fields.get("Device Type")
     if not device_type:
-        if _GFX.match(name):
+        if re.match(_GFX, name):
             device_type = "GPU"
             notes.append(f"{label}: no Device Type line; read as a GPU by its gfx name")
         elif re.match(r"^aie\d", name):

@@ -203,7 +203,7 @@ def _check(module: str, key: str, value: str | None) -> None:
     for what, name in (("module", module), ("option", key)):
         if not _SAFE_NAME.fullmatch(name):
             raise ValueError(f"not a {what} name ojai writes: {name!r}")
-    if value is not None and not _SAFE_VALUE.fullmatch(value):
+    if value is not None and not re.fullmatch(_SAFE_VALUE, value):
         raise ValueError(f"not an option value ojai writes: {value!r}")
 
 
