@@ -61,10 +61,10 @@ GRUB_DEFAULT_PATH = GRUB_DEFAULT
 
 
 #: characters allowed in a key or value that this module writes (no quoting ever needed)
-_SAFE_KEY = r"[A-Za-z0-9_.-]+"
+SAFE_KEY = r"[A-Za-z0-9_.-]+"
 
 
-_SAFE_VALUE = r"[A-Za-z0-9_.,:/+@%-]*"
+SAFE_VALUE = r"[A-Za-z0-9_.,:/+@%-]*"
 
 
 _ASSIGN = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)(\+?)=")
@@ -606,9 +606,9 @@ def cmdline_param(tokens: Sequence[str], key: str) -> str | None:
 
 
 def _check_key_value(key: str, value: str | None) -> None:
-    if not re.fullmatch(_SAFE_KEY, key):
+    if not re.fullmatch(SAFE_KEY, key):
         raise ValueError(f"not a kernel parameter name ojai writes: {key!r}")
-    if value is not None and not re.fullmatch(_SAFE_VALUE, value):
+    if value is not None and not re.fullmatch(SAFE_VALUE, value):
         raise ValueError(f"not a kernel parameter value ojai writes: {value!r}")
 
 

@@ -25,7 +25,7 @@ from pathlib import PurePosixPath
 from typing import NamedTuple
 
 from ojai_setup.core.errors import InputError
-from ojai_setup.formats.grub import param_key, param_value
+from ojai_setup.formats.grub import SAFE_KEY, SAFE_VALUE, param_key, param_value
 
 MODPROBE_DIRS = (
     "/etc/modprobe.d",
@@ -35,8 +35,6 @@ MODPROBE_DIRS = (
     "/lib/modprobe.d",
 )
 
-_SAFE_NAME = re.compile(r"[A-Za-z0-9_.-]+")
-_SAFE_VALUE = re.compile(r"[A-Za-z0-9_.,:/+@%-]*")
 _BLANK = " \t"
 
 
@@ -201,9 +199,9 @@ def kmod_order(paths: Sequence[str]) -> list[str]:
 
 def _check(module: str, key: str, value: str | None) -> None:
     for what, name in (("module", module), ("option", key)):
-        if not _SAFE_NAME.fullmatch(name):
+        if not re.fullmatch(SAFE_KEY, name):
             raise ValueError(f"not a {what} name ojai writes: {name!r}")
-    if value is not None and not re.fullmatch(_SAFE_VALUE, value):
+    if value is not None and not re.fullmatch(SAFE_VALUE, value):
         raise ValueError(f"not an option value ojai writes: {value!r}")
 
 
