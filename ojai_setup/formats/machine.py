@@ -100,10 +100,13 @@ _GFX = r"^gfx[0-9a-f]{3,4}(?::\S+)?$"
 
 def clean_terminal_text(text: str) -> str:
     """Text as a person saw it: colour codes, overstrikes and carriage returns removed."""
-    text = _OSC.sub("", text)
-    text = _CSI.sub("", text)
-    text = _BARE_SGR.sub("", text)
-    text = _OVERSTRIKE.sub("", text)
+    if "\x1b" in text or "^[" in text:
+        text = _OSC.sub("", text)
+    if "[" in text:
+        text = _CSI.sub("", text)
+        text = _BARE_SGR.sub("", text)
+    if "\x08" in text:
+        text = _OVERSTRIKE.sub("", text)
     return text.replace("\r\n", "\n").replace("\r", "\n")
 
 
@@ -203,7 +206,7 @@ def read_rocminfo(text: str) -> RocminfoReport:
     kept: list[str] = []
     dropped = 0
     for raw in clean_terminal_text(text).split("\n"):
-        line = re.sub(r"^\s*>(?: |$)", "", raw)  # a Markdown quote
+        line = re.sub(r"^\s*>(?: |$)", "", raw) if ">" in raw else raw  # a Markdown quote
         if _PROMPT.match(line) or _PAGER.match(line):
             dropped += 1
             continue
@@ -213,8 +216,9 @@ def read_rocminfo(text: str) -> RocminfoReport:
                      "rocminfo output (shell prompts, pager lines)")
     blocks, preamble = _blocks(kept)
     agents = [a for a in (_read_block(n, lines, notes) for n, lines in blocks) if a is not None]
-    problems = [line.strip() for line in kept
-                if re.search(r"ROCk module is NOT loaded|HSA_STATUS_ERROR|hsa api call failure", line, re.I)]
+    problem = ("rock module is not loaded", "hsa_status_error", "hsa api call failure")
+    problems = [line.strip() for line in kept if any(p in line.lower() for p in problem)] \
+        if any(p in text.lower() for p in problem) else []
     if not agents:
         why = "; ".join(problems[:2]) or "no 'Agent N' block and no agent 'Name:' line"
         raise ParseError(f"no agent could be read from the rocminfo output ({why})")
