@@ -15,7 +15,6 @@ from ojai_setup.core.paths import SERVICE_USER
 from ojai_setup.core.root import Root
 from ojai_setup.domain.catalog import Catalog, Footprint, Route
 from ojai_setup.domain.checks import Profile
-from ojai_setup.domain.lemonade import LemonadeLayout
 from ojai_setup.domain.lemonade_release import LemonadeDeb
 from ojai_setup.domain.nightly import NightlyAsset
 from ojai_setup.model.actions import WriteFile
@@ -23,7 +22,9 @@ from ojai_setup.model.facts import Facts
 from ojai_setup.model.settings import Settings
 from ojai_setup.model.state import State
 
-if TYPE_CHECKING:  # parsed only when there is a llama-server (see gather.llama_binary)
+if TYPE_CHECKING:  # imported only where they are used: a llama-server's flags (see
+    # gather.llama_binary), Lemonade's layout where Lemonade is installed
+    from ojai_setup.domain.lemonade import LemonadeLayout
     from ojai_setup.formats.llama_help import Dialect
 
 #: the programs a step may ask about (``ctx.which``); gathered once, on the machine's PATH

@@ -20,7 +20,6 @@ from ojai_setup.core.paths import API_KEY_VARIABLE, LLAMA_SERVER, LLAMACPP_CURRE
 from ojai_setup.core.root import Root
 from ojai_setup.domain.catalog import Catalog, CatalogError, Footprint, Route, load_catalog
 from ojai_setup.domain.checks import Profile, chosen_profile
-from ojai_setup.domain.lemonade import detect_layout
 from ojai_setup.domain.lemonade_release import LemonadeDeb, offline_advice
 from ojai_setup.domain.nightly import (
     NightlyAsset,
@@ -179,6 +178,8 @@ def llama_binary(root: Root, settings: Settings, programs: dict[str, str | None]
 def lemonade_view(root: Root, facts: Facts, home: str) -> LemonadeView | None:
     if "lemonade" not in facts.tools and "lemond" not in facts.tools:
         return None
+    from ojai_setup.domain.lemonade import detect_layout  # only where Lemonade is installed
+
     layout = detect_layout(root, home)
     config: dict = {}
     path = f"{layout.config_dir}/config.json"

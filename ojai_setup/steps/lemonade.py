@@ -10,11 +10,15 @@ executable, on the channel that keeps the build's own libraries first), or plans
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ojai_setup.core.paths import GIB, LLAMA_SERVER, LLAMACPP_CURRENT
-from ojai_setup.domain.lemonade import STATE_KEY, OwnLlamaServer, config_commands, settings_done_before
 from ojai_setup.model.actions import InstallPackage, RunCommand
 from ojai_setup.planning.context import Context
 from ojai_setup.planning.result import StepResult
+
+if TYPE_CHECKING:
+    from ojai_setup.domain.lemonade import OwnLlamaServer
 
 
 def own_llama_server(ctx: Context) -> OwnLlamaServer | None:
@@ -24,6 +28,7 @@ def own_llama_server(ctx: Context) -> OwnLlamaServer | None:
     apply installed behind ``current`` (its install record says nightly or a source build,
     and a source build's backend)."""
     from ojai_setup.domain import build, nightly
+    from ojai_setup.domain.lemonade import OwnLlamaServer
 
     settings = ctx.settings
     if settings.llamacpp == "nightly":
@@ -84,32 +89,36 @@ class LemonadeStep:
     name = "lemonade"
 
     def plan(self, ctx: Context) -> StepResult:
-        from ojai_setup.domain.lemonade import (
-            LemonadeRoute,
-            LemonadeSettings,
-            builtin_catalog_entry,
-            config_action,
-            hidden_from_service,
-            lemonade_commands,
-            lemonade_config,
-            lemonade_layout,
-            recipe_options_action,
-            user_models_action,
-        )
-        from ojai_setup.formats.lemonade import LOCAL_PATH, ConfigError
-
         settings = ctx.settings
-        installs: list[RunCommand | InstallPackage] = []
-        install_note = ""
-        if ctx.lemonade is not None:
-            layout = ctx.lemonade.layout
-        elif settings.lemonade == "none":
+        if ctx.lemonade is None and settings.lemonade == "none":
             if not settings.model:
                 return StepResult.satisfied(self.name, "no model route asked for")
             return StepResult.satisfied(
                 self.name, "Lemonade is not installed, so only the launch scripts serve the "
                 "routes (to add it: ojai setup --lemonade distro or --lemonade release, or sudo "
                 "add-apt-repository ppa:lemonade-team/stable && sudo apt install lemonade-server)")
+
+        from ojai_setup.domain.lemonade import (
+            STATE_KEY,
+            LemonadeRoute,
+            LemonadeSettings,
+            builtin_catalog_entry,
+            config_action,
+            config_commands,
+            hidden_from_service,
+            lemonade_commands,
+            lemonade_config,
+            lemonade_layout,
+            recipe_options_action,
+            settings_done_before,
+            user_models_action,
+        )
+        from ojai_setup.formats.lemonade import LOCAL_PATH, ConfigError
+
+        installs: list[RunCommand | InstallPackage] = []
+        install_note = ""
+        if ctx.lemonade is not None:
+            layout = ctx.lemonade.layout
         else:
             distro = ctx.facts.distro
             distro_id = distro.id if distro else ""

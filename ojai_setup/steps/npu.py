@@ -5,11 +5,6 @@ from __future__ import annotations
 
 from ojai_setup.core.address import is_loopback
 from ojai_setup.core.paths import FLM_PORT, GIB, ROUTES_DIR, UNITS_DIR
-from ojai_setup.domain.lemonade import (
-    NPU_STATE_KEY,
-    config_commands,
-    settings_done_before,
-)
 from ojai_setup.model.actions import RunCommand
 from ojai_setup.planning.context import Context
 from ojai_setup.planning.result import StepResult
@@ -131,9 +126,12 @@ class NpuStep:
         layout = lemonade_layout_for(ctx)
         if layout is not None:
             from ojai_setup.domain.lemonade import (
+                NPU_STATE_KEY,
                 LemonadeRoute,
                 LemonadeSettings,
+                config_commands,
                 lemonade_commands,
+                settings_done_before,
             )
 
             commands = lemonade_commands(LemonadeRoute(name=tag, engine="flm"),
@@ -186,6 +184,8 @@ class NpuStep:
                                           for a in actions):
             sentence += (f"; register it with Lemonade as {registered} (lemonade pull "
                          f"{registered}), listed in Lemonade's /api/v1/models beside the MTP route")
+        from ojai_setup.domain.lemonade import NPU_STATE_KEY
+
         record = {"config": done, **({"model": registered} if registered else {})}
         return StepResult.change(self.name, sentence, actions, handlers=handlers,
                                  warnings=warnings,
