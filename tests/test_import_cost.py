@@ -80,19 +80,43 @@ def test_the_version_has_one_home() -> None:
     assert importlib.metadata.version("ojai") == ojai_setup.__version__
 
 
+#: what a machine without Lemonade, a journal or a model route never needs
+NOT_ASKED_FOR = {"importlib.metadata", "importlib.resources", "ojai_setup.domain.lemonade",
+                 "ojai_setup.formats.lemonade", "ojai_setup.model.journal",
+                 "ojai_setup.formats.tuning", "ojai_setup.domain.deployment"}
+
+
 def test_doctor_json_imports_no_metadata_rich_or_actions() -> None:
     names = imported("-m", "ojai_setup.cli", "doctor", "--json", "--root",
                      str(MACHINES / "ojai-fresh"))
     assert "ojai_setup.domain.checks" in names  # it ran
-    assert not names & {"importlib.metadata", "rich.console", "ojai_setup.model.actions",
-                        "ojai_setup.planning.plan", "jinja2.environment"}
+    assert not names & {"rich.console", "ojai_setup.model.actions", "ojai_setup.planning.plan",
+                        "jinja2.environment", *NOT_ASKED_FOR}
 
 
 def test_setup_json_imports_no_metadata_and_no_rich() -> None:
     names = imported("-m", "ojai_setup.cli", "setup", "--json", "--root",
                      str(MACHINES / "ojai-fresh"), "--llamacpp", "none")
     assert "ojai_setup.planning.plan" in names  # it planned
-    assert not names & {"importlib.metadata", "rich.console"}
+    assert not names & {"importlib.metadata", "rich.console", "ojai_setup.domain.catalog"}
+
+
+def test_a_dry_run_with_nothing_to_do_imports_only_what_it_uses(tmp_path: Path) -> None:
+    import shutil
+
+    machine = tmp_path / "m"
+    shutil.copytree(MACHINES / "ojai-fresh", machine, symlinks=True)
+    subprocess.run([sys.executable, "-m", "ojai_setup.cli", "setup", "--root", str(machine),
+                    "--llamacpp", "none", "--apply", "--yes"], check=True, capture_output=True)
+    names = imported("-m", "ojai_setup.cli", "setup", "--root", str(machine), "--llamacpp", "none")
+    assert "ojai_setup.planning.plan" in names and "rich.console" in names  # it planned, printed
+    assert not names & {"ojai_setup.domain.catalog", *NOT_ASKED_FOR}
+
+
+def test_a_model_route_reads_the_catalog() -> None:
+    names = imported("-m", "ojai_setup.cli", "setup", "--json", "--root",
+                     str(MACHINES / "ojai-fresh"), "--llamacpp", "none", "--model", "qwen3.6-27b")
+    assert {"ojai_setup.domain.catalog", "ojai_setup.domain.deployment"} <= names
 
 
 COUNT_COLLECTIONS = """

@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any, Mapping, NamedTuple
 
 from ojai_setup.core.paths import SERVICE_USER
 from ojai_setup.core.root import Root
-from ojai_setup.domain.catalog import Catalog, Footprint, Route
 from ojai_setup.domain.checks import Profile
 from ojai_setup.domain.lemonade_release import LemonadeDeb
 from ojai_setup.domain.nightly import NightlyAsset
@@ -23,7 +22,9 @@ from ojai_setup.model.settings import Settings
 from ojai_setup.model.state import State
 
 if TYPE_CHECKING:  # imported only where they are used: a llama-server's flags (see
-    # gather.llama_binary), Lemonade's layout where Lemonade is installed
+    # gather.llama_binary), Lemonade's layout where Lemonade is installed, the catalog for a
+    # model route
+    from ojai_setup.domain.catalog import Catalog, Footprint, Route
     from ojai_setup.domain.lemonade import LemonadeLayout
     from ojai_setup.formats.llama_help import Dialect
 
@@ -81,7 +82,8 @@ class Context(NamedTuple):
     user: str
     #: that user's home on the machine
     home: str
-    #: the built-in catalog plus the user's; None with ``catalog_error`` when it cannot be read
+    #: the built-in catalog plus the user's, read for a model route (``--model``) or a
+    #: ``--catalog`` file; None without them, or with ``catalog_error`` when it cannot be read
     catalog: Catalog | None
     catalog_error: str | None
     #: the route ``--model`` names (None: no route asked for, or ``route_error``)

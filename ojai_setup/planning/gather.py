@@ -13,12 +13,11 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Callable, NamedTuple
+from typing import TYPE_CHECKING, Callable, NamedTuple
 
 from ojai_setup.core.errors import OjaiError, RemoteError, UsageError
 from ojai_setup.core.paths import API_KEY_VARIABLE, LLAMA_SERVER, LLAMACPP_CURRENT, LLAMACPP_DIR
 from ojai_setup.core.root import Root
-from ojai_setup.domain.catalog import Catalog, CatalogError, Footprint, Route, load_catalog
 from ojai_setup.domain.checks import Profile, chosen_profile
 from ojai_setup.domain.lemonade_release import LemonadeDeb, offline_advice
 from ojai_setup.domain.nightly import (
@@ -41,6 +40,9 @@ from ojai_setup.planning.context import (
     LemonadeView,
     LlamaBinary,
 )
+
+if TYPE_CHECKING:  # the catalog is read only for a model route or a --catalog file
+    from ojai_setup.domain.catalog import Catalog, Footprint, Route
 
 USER_CATALOG = ".config/ojai/catalog.toml"
 REFERENCE_HELP = Path(__file__).resolve().parent.parent / "formats" / "reference-help-b11434.txt"
@@ -138,6 +140,8 @@ def invoking_user(root: Root) -> tuple[str, str]:
 
 def user_catalog(root: Root, settings: Settings, home: str) -> Catalog:
     """The built-in catalog plus ``--catalog FILE`` (which must exist) or the user's own."""
+    from ojai_setup.domain.catalog import load_catalog
+
     if settings.user_catalog:
         path = Path(settings.user_catalog).expanduser()
         if not path.is_file():
@@ -203,10 +207,13 @@ def gather(root: Root, settings: Settings, *, facts: Facts | None = None,
     programs = {name: root.which(name) for name in KNOWN_PROGRAMS}
 
     catalog = catalog_error = route = route_error = None
-    try:
-        catalog = user_catalog(root, settings, home)
-    except CatalogError as exc:
-        catalog_error = str(exc)
+    if settings.model or settings.user_catalog:
+        from ojai_setup.domain.catalog import CatalogError
+
+        try:
+            catalog = user_catalog(root, settings, home)
+        except CatalogError as exc:
+            catalog_error = str(exc)
     if settings.model:
         try:
             if catalog is None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from ojai_setup.core.paths import GIB
-from ojai_setup.domain.catalog import fit, model_path
 from ojai_setup.domain.routes import route_names
 from ojai_setup.planning.context import Context
 from ojai_setup.planning.result import StepResult
@@ -21,6 +20,7 @@ class ModelStep:
         if not settings.model:
             return StepResult.satisfied(self.name, "no model route asked for (add --model NAME; "
                                         "`ojai models` lists them)")
+        from ojai_setup.domain.catalog import fit, model_path
         from ojai_setup.domain.models import plan_model_downloads, verify_local_pair
         from ojai_setup.facts.disk import partial_bytes
 

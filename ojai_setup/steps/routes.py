@@ -19,7 +19,6 @@ from pathlib import Path
 from ojai_setup.core.address import is_loopback
 from ojai_setup.core.paths import API_KEY_VARIABLE, ROUTES_DIR, SECRETS_DIR, TUNED_FILE, UNITS_DIR
 from ojai_setup.core.paths import GIB
-from ojai_setup.domain.deployment import PLAIN_SLOTS, fit_gpu_routes
 from ojai_setup.domain.routes import route_names, script_path
 from ojai_setup.model.actions import RunCommand, WriteSecret
 from ojai_setup.planning.context import Context
@@ -78,6 +77,7 @@ class RoutesStep:
         if not settings.model:
             return StepResult.satisfied(self.name, "no model route asked for, so no launch "
                                         "scripts (add --model NAME)")
+        from ojai_setup.domain.deployment import PLAIN_SLOTS, fit_gpu_routes
         from ojai_setup.domain.launch import (
             LaunchError,
             has_bundled_libs,
