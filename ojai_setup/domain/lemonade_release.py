@@ -30,7 +30,6 @@ from pydantic import BaseModel, ConfigDict
 
 from ojai_setup.core.errors import RemoteError
 from ojai_setup.core.paths import DEB_CACHE
-from ojai_setup.formats.github_release import release_file
 
 if TYPE_CHECKING:  # made only when planning; doctor reads the advice below
     from ojai_setup.model.actions import InstallPackage, RunCommand
@@ -84,6 +83,8 @@ def pick_deb(release: object) -> LemonadeDeb:
 
     Raises :class:`LemonadeReleaseError` when the release has none, or states no sha256 digest,
     usable URL or size for it."""
+    from ojai_setup.formats.github_release import release_file  # only a looked-up release
+
     if not isinstance(release, dict):
         raise LemonadeReleaseError(f"unexpected answer from the GitHub API for {REPO}")
     tag = release.get("tag_name")

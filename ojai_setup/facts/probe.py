@@ -13,9 +13,9 @@ if TYPE_CHECKING:
 
 
 class ProbeError(BaseModel):
-    """Why a binary's dialect could not be read."""
+    """Why a binary's dialect could not be read (built on first use: most runs probe nothing)."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     binary: str
     command: str
