@@ -284,8 +284,8 @@ def test_symlink_fault_before_rename_keeps_the_old_link(tmp_path):
     assert sorted(p.name for p in root.resolve(LINK).parent.iterdir()) == ["b1200", "b1311", "current"]
 
 
-def test_needs_root_stops_before_the_first_change_with_the_sudo_command(tmp_path):
-    target = tmp_path / "host-file"
+def _host_edit_plan(target: Path, settings: Settings) -> Plan:
+    """A plan that edits ``target`` on the host itself, with root."""
     target.write_text("old\n")
 
     class HostStep:
@@ -295,7 +295,12 @@ def test_needs_root_stops_before_the_first_change_with_the_sudo_command(tmp_path
             return StepResult.change(self.name, "edit", [
                 WriteFile(path=str(target), before="old\n", after="new\n", needs_root=True)])
 
-    plan = make_plan(PlanContext(Root("/"), Facts(), Settings()), [HostStep()])
+    return make_plan(PlanContext(Root("/"), Facts(), settings), [HostStep()])
+
+
+def test_needs_root_stops_before_the_first_change_with_the_sudo_command(tmp_path):
+    target = tmp_path / "host-file"
+    plan = _host_edit_plan(target, Settings())
     with pytest.raises(NeedsRoot) as err:
         apply(plan, Root("/"), NullProgress(), euid=1000, plan_path="my plan.json")
     assert err.value.command == "sudo ojai setup --apply --plan 'my plan.json'"
@@ -308,16 +313,7 @@ def test_needs_root_without_a_plan_file_names_the_options_it_can_read(tmp_path):
     # the plan's settings are not ojai's (a toy model's keys): the sudo command falls back to
     # no options rather than failing on them
     target = tmp_path / "host-file"
-    target.write_text("old\n")
-
-    class HostStep:
-        name = "host"
-
-        def plan(self, ctx: PlanContext) -> StepResult:
-            return StepResult.change(self.name, "edit", [
-                WriteFile(path=str(target), before="old\n", after="new\n", needs_root=True)])
-
-    plan = make_plan(PlanContext(Root("/"), Facts(), Settings(pages=7)), [HostStep()])
+    plan = _host_edit_plan(target, Settings(pages=7))
     with pytest.raises(NeedsRoot) as err:
         apply(plan, Root("/"), NullProgress(), euid=1000)
     assert err.value.command == "sudo ojai setup --apply"
