@@ -20,7 +20,6 @@ with ``sizes_estimated = true`` says its byte counts are estimates. A file with 
 ``sha256`` must also carry its exact ``size``.
 """
 
-
 import math
 import re
 import tomllib

@@ -1,7 +1,6 @@
 """Asking an installed ``llama-server`` what it supports (``--version``, ``--help``): the one place a
 binary is run to learn a fact; the parsing is :mod:`ojai_setup.formats.llama_help`."""
 
-
 from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict

@@ -10,7 +10,6 @@ The fingerprint holds a digest of every machine path the plan read or will write
 (:func:`path_digest`), a digest of the facts, and the ojai version.
 """
 
-
 import difflib
 import hashlib
 import json

@@ -11,7 +11,6 @@ Three outcomes:
 - ``change``: ``actions`` says what to do; ``sentence`` summarises it.
 - ``blocked``: the step cannot be planned; ``sentence`` says why and what to do about it."""
 
-
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, model_validator
