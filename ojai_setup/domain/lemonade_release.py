@@ -164,7 +164,7 @@ def distro_install_commands(distro_id: str, like: list[str], version: str
       stable release (12, 13) has none.
     """
     family = [distro_id, *like]
-    enable = ["systemctl", "enable", "--now", "lemond"]
+    enable = list(ENABLE)
     if "ubuntu" in family:
         return ([["add-apt-repository", "-y", "ppa:lemonade-team/stable"],
                  ["apt-get", "update"], ["apt-get", "install", "-y", "lemonade-server"], enable],
