@@ -17,7 +17,7 @@ from collections.abc import Callable
 from enum import IntEnum
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -114,7 +114,9 @@ class Finding(BaseModel):
     link: str | None = None
 
 
-class Outcome(BaseModel):
+class Outcome(NamedTuple):
+    """What a check function saw; the engine turns it into a :class:`Finding`."""
+
     ok: bool | None  # None: does not apply here (reported as info)
     evidence: str
     fix: str | None = None  # overrides the spec's fix when the function knows better

@@ -75,10 +75,10 @@ def parse_kernel_release(release: str) -> Kernel:
 
 #: colour and cursor codes: real (ESC), as ``cat -v`` shows them (``^[``), as ``less`` shows them
 #: (``ESC``), and an SGR whose ESC byte a copy and paste lost (``[0m``, ``[01;32m``)
-_CSI = re.compile(r"(?:\x1b|\^\[|ESC)\[[0-9;?]*[ -/]*[@-~]")
-_OSC = re.compile(r"(?:\x1b|\^\[)\][^\x07\x1b]*(?:\x07|\x1b\\|\^\[\\)?")
-_BARE_SGR = re.compile(r"\[(?:\d{1,3}(?:;\d{1,3})*)?m")
-_OVERSTRIKE = re.compile(r".\x08")
+_CSI = r"(?:\x1b|\^\[|ESC)\[[0-9;?]*[ -/]*[@-~]"
+_OSC = r"(?:\x1b|\^\[)\][^\x07\x1b]*(?:\x07|\x1b\\|\^\[\\)?"
+_BARE_SGR = r"\[(?:\d{1,3}(?:;\d{1,3})*)?m"
+_OVERSTRIKE = r".\x08"
 #: a shell prompt (the command typed after it is not output), as pasted from bash, zsh two-line
 #: themes, starship, fish and PowerShell
 _PROMPT = re.compile(
@@ -101,12 +101,12 @@ _GFX = r"^gfx[0-9a-f]{3,4}(?::\S+)?$"
 def clean_terminal_text(text: str) -> str:
     """Text as a person saw it: colour codes, overstrikes and carriage returns removed."""
     if "\x1b" in text or "^[" in text:
-        text = _OSC.sub("", text)
+        text = re.sub(_OSC, "", text)
     if "[" in text:
-        text = _CSI.sub("", text)
-        text = _BARE_SGR.sub("", text)
+        text = re.sub(_CSI, "", text)
+        text = re.sub(_BARE_SGR, "", text)
     if "\x08" in text:
-        text = _OVERSTRIKE.sub("", text)
+        text = re.sub(_OVERSTRIKE, "", text)
     return text.replace("\r\n", "\n").replace("\r", "\n")
 
 
