@@ -1,9 +1,7 @@
 """Asking an installed ``llama-server`` what it supports (``--version``, ``--help``): the one place a
 binary is run to learn a fact; the parsing is :mod:`ojai_setup.formats.llama_help`."""
 
-from typing import TYPE_CHECKING
-
-from pydantic import BaseModel, ConfigDict
+from typing import TYPE_CHECKING, NamedTuple
 
 from ojai_setup.core.root import Root
 
@@ -11,10 +9,8 @@ if TYPE_CHECKING:
     from ojai_setup.formats.llama_help import Dialect
 
 
-class ProbeError(BaseModel):
-    """Why a binary's dialect could not be read (built on first use: most runs probe nothing)."""
-
-    model_config = ConfigDict(frozen=True, defer_build=True)
+class ProbeError(NamedTuple):
+    """Why a binary's dialect could not be read."""
 
     binary: str
     command: str
