@@ -54,6 +54,8 @@ RootOpt = Annotated[Path, typer.Option(
     "--root", help="Machine root: / for this machine, or a directory holding a captured or "
     "test machine (no host command runs then).", show_default=True)]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON (schema in README).")]
+
+
 def _profiles() -> list[str]:
     from ojai_setup.domain.profiles import profile_names
 
