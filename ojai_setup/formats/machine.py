@@ -199,6 +199,15 @@ def _read_block(number: int | None, lines: list[str], notes: list[str]) -> RocmA
         isas=isas)
 
 
+#: what ROCm prints when it cannot reach the GPU (matched case-insensitively)
+_ROCM_FAILURES = ("rock module is not loaded", "hsa_status_error", "hsa api call failure")
+
+
+def _rocm_failure(text: str) -> bool:
+    lowered = text.lower()
+    return any(f in lowered for f in _ROCM_FAILURES)
+
+
 def read_rocminfo(text: str) -> RocminfoReport:
     """Agents from ``rocminfo`` output or any excerpt of it (CPU, GPU and the NPU, which ROCm
     lists as a DSP). Raises :class:`ParseError`, saying why, when no agent can be read."""
@@ -216,9 +225,7 @@ def read_rocminfo(text: str) -> RocminfoReport:
                      "rocminfo output (shell prompts, pager lines)")
     blocks, preamble = _blocks(kept)
     agents = [a for a in (_read_block(n, lines, notes) for n, lines in blocks) if a is not None]
-    problem = ("rock module is not loaded", "hsa_status_error", "hsa api call failure")
-    problems = [line.strip() for line in kept if any(p in line.lower() for p in problem)] \
-        if any(p in text.lower() for p in problem) else []
+    problems = [line.strip() for line in kept if _rocm_failure(line)] if _rocm_failure(text) else []
     if not agents:
         why = "; ".join(problems[:2]) or "no 'Agent N' block and no agent 'Name:' line"
         raise ParseError(f"no agent could be read from the rocminfo output ({why})")
