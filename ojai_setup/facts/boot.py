@@ -14,7 +14,22 @@ from __future__ import annotations
 
 from pathlib import PurePosixPath
 
+from ojai_setup.core.paths import GRUB_DEFAULT
 from ojai_setup.core.root import Root
+from ojai_setup.domain.boot_path import (
+    INSTALL_CONF,
+    KERNEL_CMDLINE,
+    KERNELSTUB_CONFIG,
+    LIMINE_DEFAULT,
+    SYSCONFIG_BOOTLOADER,
+    Markers,
+    decide,
+)
+from ojai_setup.formats.boot_files import (
+    default_loader_entry,
+    parse_assignments,
+    parse_loader_conf,
+)
 from ojai_setup.formats.grub_cfg import (
     GrubCfgError,
     default_bls_entry,
@@ -25,10 +40,15 @@ from ojai_setup.formats.grub_cfg import (
     parse_grubenv,
 )
 from ojai_setup.formats.modprobe import module_option_settings
-from ojai_setup.model.facts import Boot, BootEntry, Initramfs, ModprobeSetting
+from ojai_setup.model.facts import Boot, BootEntry, BootLoader, Initramfs, ModprobeSetting
 
 GRUB_CFGS = ("/boot/grub/grub.cfg", "/boot/grub2/grub.cfg")
 BLS_DIR = "/boot/loader/entries"
+#: where an ESP (or XBOOTLDR partition) is mounted (bootctl's search order)
+ESPS = ("/efi", "/boot", "/boot/efi")
+#: where Limine looks for its configuration on a partition (CONFIG.md), under each mount
+LIMINE_CONFS = ("/limine.conf", "/limine/limine.conf", "/EFI/limine/limine.conf",
+                "/EFI/BOOT/limine.conf")
 
 
 def _read(root: Root, path: str) -> str | None:
@@ -118,13 +138,152 @@ def read_initramfs(root: Root, image: str, modprobe: list[ModprobeSetting]) -> I
     return found
 
 
-def read_boot(root: Root, bls: bool, modprobe: list[ModprobeSetting]) -> Boot:
-    boot = Boot()
+def read_boot(root: Root, bls: bool, modprobe: list[ModprobeSetting],
+              loader: BootLoader | None = None) -> Boot:
+    boot = Boot(loader=loader)
     try:
-        boot.generated = read_generated(root, bls)
-    except (GrubCfgError, OSError) as exc:
+        if loader is not None and loader.kind not in ("grub", "grub-bls", "unknown"):
+            boot.generated = read_loader_generated(root, loader)
+        else:
+            boot.generated = read_generated(root, bls)
+    except (GrubCfgError, OSError, ValueError) as exc:
         boot.generated_error = str(exc)
     image = boot.generated.initrd if boot.generated else None
     if image and modprobe:  # listing an initramfs takes seconds: only when modprobe.d matters
         boot.initramfs = read_initramfs(root, image, modprobe)
     return boot
+
+
+def _os_id(root: Root) -> str | None:
+    text = _read(root, "/etc/os-release") or _read(root, "/usr/lib/os-release")
+    return parse_assignments(text).get("ID") if text else None
+
+
+def read_markers(root: Root, cmdline: list[str] | None) -> Markers:
+    """What the machine shows about its boot path (see :mod:`ojai_setup.domain.boot_path`)."""
+    from ojai_setup.formats.grub import GrubEditError, bls_enabled
+
+    grub_text = _read(root, GRUB_DEFAULT)
+    try:
+        bls = bool(grub_text) and bls_enabled(grub_text)
+    except GrubEditError:
+        bls = False
+    sd = tuple(esp for esp in ESPS
+               if root.exists(f"{esp}/loader/loader.conf") or root.glob(f"{esp}/EFI/systemd/*.efi"))
+    entries = tuple(p for esp in sd for p in root.glob(f"{esp}/loader/entries/*.conf"))
+    ukis = tuple(p for esp in sd for p in root.glob(f"{esp}/EFI/Linux/*.efi"))
+    install = _read(root, INSTALL_CONF)
+    layout = parse_assignments(install).get("layout") if install else None
+    default_entry = None
+    if entries:
+        conf = _read(root, f"{sd[0]}/loader/loader.conf") or ""
+        ids = [PurePosixPath(p).name for p in entries]
+        picked = default_loader_entry(parse_loader_conf(conf).get("default"), ids)
+        default_entry = next((p for p in entries if PurePosixPath(p).name == picked), None)
+    limine = tuple(dict.fromkeys(
+        f"{mount}{conf}".replace("//", "/") for mount in ("/boot", *ESPS)
+        for conf in LIMINE_CONFS if root.exists(f"{mount}{conf}")))
+    sysconfig = _read(root, SYSCONFIG_BOOTLOADER)
+    return Markers(
+        cmdline=cmdline, grub_default=grub_text is not None, grub_bls=bls,
+        grub_cfg=next((p for p in GRUB_CFGS if root.exists(p)), None),
+        sd_boot=sd, entries=entries, ukis=ukis,
+        kernel_cmdline=root.exists(KERNEL_CMDLINE), install_conf=install is not None,
+        layout=layout, limine_conf=limine, limine_default=root.exists(LIMINE_DEFAULT),
+        kernelstub=root.exists(KERNELSTUB_CONFIG),
+        nixos=("/etc/NIXOS exists" if root.exists("/etc/NIXOS") else
+               "/etc/os-release says ID=nixos" if _os_id(root) == "nixos" else None),
+        loader_type=(parse_assignments(sysconfig).get("LOADER_TYPE") or None) if sysconfig else None,
+        default_entry=default_entry)
+
+
+def read_loader(root: Root, cmdline: list[str] | None) -> BootLoader:
+    """The boot path, decided from the machine's markers (``boot.loader``)."""
+    return decide(read_markers(root, cmdline))
+
+
+def read_configured(root: Root, loader: BootLoader) -> tuple[list[str], str] | None:
+    """The *configured* kernel command line on a boot path other than GRUB's, with the file
+    that holds it; None where ojai does not read one (GRUB has its own fact, NixOS, unknown)."""
+    from ojai_setup.formats.boot_files import entry_options
+    from ojai_setup.formats.kernel_cmdline import tokens_of
+    from ojai_setup.formats.kernelstub import kernel_options
+    from ojai_setup.formats.limine import DROPIN_DIR, ENTRY_TOOL_CONF, default_cmdline
+
+    kind = loader.kind
+    if kind in ("systemd-boot-kernel-install", "uki"):
+        text = _read(root, KERNEL_CMDLINE)
+        return (tokens_of(text), KERNEL_CMDLINE) if text is not None else None
+    if kind == "systemd-boot-entries" and loader.config:
+        text = _read(root, loader.config)
+        return (entry_options(text), loader.config) if text is not None else None
+    if kind == "kernelstub":
+        text = _read(root, KERNELSTUB_CONFIG)
+        return (kernel_options(text), KERNELSTUB_CONFIG) if text is not None else None
+    if kind == "limine":
+        chain = ([ENTRY_TOOL_CONF] if root.exists(ENTRY_TOOL_CONF) else [])
+        chain += root.glob(f"{DROPIN_DIR}/*.conf")
+        chain += [LIMINE_DEFAULT] if root.exists(LIMINE_DEFAULT) else []
+        tokens, _ = default_cmdline([(p, _read(root, p) or "") for p in chain])
+        from ojai_setup.formats.grub import param_key, same_key
+
+        where = next((t.path for t in reversed(tokens)
+                      if same_key(param_key(t.text), "ttm.pages_limit")
+                      or same_key(param_key(t.text), "amdttm.pages_limit")), LIMINE_DEFAULT)
+        return [t.text for t in tokens], where
+    return None
+
+
+def _entry(root: Root, path: str) -> BootEntry:
+    e = parse_bls_entry(PurePosixPath(path).stem, _read(root, path) or "")
+    return BootEntry(config=path, title=e.title, kernel=e.linux,
+                     release=e.version or kernel_release(e.linux),
+                     initrd=e.initrd[-1] if e.initrd else None, tokens=e.options)
+
+
+def read_loader_generated(root: Root, loader: BootLoader) -> BootEntry | None:
+    """The *generated* state on a boot path other than GRUB's: the default loader entry
+    kernel-install wrote, the newest UKI's embedded command line, limine.conf's default entry,
+    kernelstub's ESP entry."""
+    from ojai_setup.formats.boot_files import parse_limine_conf
+    from ojai_setup.formats.kernel_cmdline import tokens_of
+    from ojai_setup.formats.uki import read_sections
+
+    kind, esp = loader.kind, loader.esp
+    if kind == "systemd-boot-kernel-install" and esp:
+        entries = root.glob(f"{esp}/loader/entries/*.conf")
+        conf = _read(root, f"{esp}/loader/loader.conf") or ""
+        picked = default_loader_entry(parse_loader_conf(conf).get("default"),
+                                      [PurePosixPath(p).name for p in entries])
+        path = next((p for p in entries if PurePosixPath(p).name == picked), None)
+        return _entry(root, path) if path else None
+    if kind == "uki" and esp:
+        images = root.glob(f"{esp}/EFI/Linux/*.efi")
+        conf = _read(root, f"{esp}/loader/loader.conf") or ""
+        picked = default_loader_entry(parse_loader_conf(conf).get("default"),
+                                      [PurePosixPath(p).name for p in images])
+        path = next((p for p in images if PurePosixPath(p).name == picked), None)
+        if path is None:
+            return None
+        sections = read_sections(root.read_bytes(path), path)
+        return BootEntry(config=path, title=PurePosixPath(path).stem,
+                         release=(sections.uname or "").strip() or None,
+                         tokens=tokens_of(sections.cmdline or ""))
+    if kind == "kernelstub":
+        for mount in ESPS:
+            path = f"{mount}/loader/entries/Pop_OS-current.conf"
+            if root.exists(path):
+                return _entry(root, path)
+        return None
+    if kind == "limine":
+        for mount in ("/boot", *ESPS):
+            for conf in LIMINE_CONFS:
+                path = f"{mount}{conf}"
+                if root.exists(path):
+                    entries, default = parse_limine_conf(_read(root, path) or "")
+                    if not entries:
+                        return None
+                    e = entries[default - 1] if default and 0 < default <= len(entries) else entries[0]
+                    return BootEntry(config=path, title=e.title, tokens=e.cmdline)
+        return None
+    return None
