@@ -140,10 +140,17 @@ def _check(want: Want, tokens: list[str]) -> CmdlineCheck:
                                                                        want.drop)))
 
 
-def _changes(before: list[str], after: list[str], path: str) -> list[str]:
-    """The phrases naming what an edit removed or rewrote (for the step's sentence)."""
+def _changes(before: list[str], after: list[str], path: str, want: Want | None = None) -> list[str]:
+    """The phrases naming what an edit rewrote or removed (for the step's sentence)."""
     gone = [t for t in before if t not in after]
-    return [f"removes {t} from {path}" for t in gone]
+    if want is None:
+        return [f"removes {t} from {path}" for t in gone]
+    out = []
+    rewritten = [t for t in gone if same_key(param_key(t), want.key)]
+    if rewritten:
+        out.append(f"rewrites {rewritten[-1]} to {want.param} in {path}")
+    out += [f"removes {t} from {path}" for t in gone if t not in rewritten[-1:]]
+    return out
 
 
 # -- the boot paths --------------------------------------------------------------------------
@@ -280,7 +287,7 @@ def _plan_kernel_install(ctx: Context, want: Want, loader: BootLoader,
     if text is None:
         why += "; created from the running command line, less BOOT_IMAGE= and initrd="
     return Planned([action], handlers, KERNEL_CMDLINE, detail=f" in {KERNEL_CMDLINE} ({why})",
-                   said=_changes(before, tokens_of(after), KERNEL_CMDLINE), current=current)
+                   said=_changes(before, tokens_of(after), KERNEL_CMDLINE, want), current=current)
 
 
 def _plan_entry(ctx: Context, want: Want, loader: BootLoader,
@@ -308,7 +315,7 @@ def _plan_entry(ctx: Context, want: Want, loader: BootLoader,
                        reason=f"set {want.param} ({want.gib} GiB for the GPU) on its options line")
     return Planned([action], {}, path,
                    detail=f" in {path} (the entry loader.conf makes the default; other entries "
-                   "are left alone)", said=_changes(before, entry_options(after), path),
+                   "are left alone)", said=_changes(before, entry_options(after), path, want),
                    current=current)
 
 
@@ -397,7 +404,7 @@ def _plan_limine(ctx: Context, want: Want, loader: BootLoader,
                                  else "remove what contradicts the limit"))
                for p in sorted(new_texts, key=lambda p: p == target)]
     return Planned(actions, {"limine-update": handler}, target, detail=f" in {target} ({why})",
-                   said=_changes(names, after, "the Limine settings"), current=current)
+                   said=_changes(names, after, "the Limine settings", want), current=current)
 
 
 def _plan_kernelstub(ctx: Context, want: Want, loader: BootLoader,
@@ -430,7 +437,8 @@ def _plan_kernelstub(ctx: Context, want: Want, loader: BootLoader,
     return Planned([action], {"kernelstub": handler}, KERNELSTUB_CONFIG,
                    detail=f" in {KERNELSTUB_CONFIG}'s user.kernel_options (what `sudo {same_as}` "
                    "does; kernelstub then writes the ESP entry)",
-                   said=_changes(before, kernel_options(after), KERNELSTUB_CONFIG), current=current)
+                   said=_changes(before, kernel_options(after), KERNELSTUB_CONFIG, want),
+                   current=current)
 
 
 def _blocked_nixos(ctx: Context, want: Want, loader: BootLoader,
@@ -524,8 +532,8 @@ def _initramfs_handler(ctx: Context, loader: BootLoader, *, every: bool
         argv = ("/usr/lib/booster/regenerate_images",)
     else:
         return ("none of update-initramfs, dracut, mkinitcpio or booster is installed, so "
-                "nothing would rebuild the initramfs that loads ttm; rebuild it with your "
-                "distribution's tool after the change")
+                "nothing would rebuild the initramfs that may load the TTM module; rebuild it "
+                "with your distribution's tool after the change")
     return {"initramfs": RunCommand(argv=argv, needs_root=True, reason=why)}
 
 
