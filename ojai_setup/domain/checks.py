@@ -537,8 +537,9 @@ def _ttm_active(facts: Facts, profile: Profile, params: dict) -> Outcome:
             if got != str(pages):
                 have = f"{key}={got}" if got is not None else f"no {key}"
                 return Outcome(ok=False, evidence=ev + f"; generated: {gen.config} (default entry "
-                               f"'{gen.title}') boots with {have}: it was not regenerated "
-                               f"({path.title})",
+                               f"'{gen.title}') boots with {have}: "
+                               + ("grub.cfg was not regenerated" if kind in ("grub", "grub-bls")
+                                  else f"it was not regenerated ({path.title})"),
                                fix=f"Regenerate it: {_regenerate_hint(facts)} (or `ojai setup "
                                "--apply`), then reboot.")
             notes.append(f"generated: {gen.config} agrees")

@@ -280,10 +280,10 @@ def read_loader_generated(root: Root, loader: BootLoader) -> BootEntry | None:
             for conf in LIMINE_CONFS:
                 path = f"{mount}{conf}"
                 if root.exists(path):
-                    entries, default = parse_limine_conf(_read(root, path) or "")
-                    if not entries:
+                    entries, index = parse_limine_conf(_read(root, path) or "")
+                    if index is None:
                         return None
-                    e = entries[default - 1] if default and 0 < default <= len(entries) else entries[0]
+                    e = entries[index]
                     return BootEntry(config=path, title=e.title, tokens=e.cmdline)
         return None
     return None

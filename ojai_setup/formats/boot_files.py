@@ -99,24 +99,30 @@ class LimineEntry(NamedTuple):
 
 
 def parse_limine_conf(text: str) -> tuple[list[LimineEntry], int | None]:
-    """The entries of a limine.conf that carry a kernel command line, in file order, and
-    ``default_entry`` (1-based) when set."""
-    entries: list[LimineEntry] = []
+    """The entries of a limine.conf that carry a kernel command line, in menu order, and the
+    index among them of the one ``default_entry`` picks (1-based over every menu line, the
+    ``/+OS`` directories included, as Limine counts; a directory picks its first entry)."""
+    menu: list[tuple[str, list[str] | None]] = []  # every menu line, with its cmdline
     default: int | None = None
-    title: str | None = None
     for line in text.splitlines():
         stripped = line.strip()
         if not stripped or stripped.startswith("#"):
             continue
         if stripped.startswith("/"):
-            title = stripped.lstrip("/+").strip()
+            menu.append((stripped.lstrip("/+").strip(), None))
             continue
         key, sep, value = stripped.partition(":")
         if not sep:
             continue
         key = key.strip().lower()
-        if key == "default_entry" and title is None:
+        if key == "default_entry" and not menu:
             default = int(value) if value.strip().isdigit() else None
-        elif key in ("cmdline", "kernel_cmdline") and title is not None:
-            entries.append(LimineEntry(title=title, cmdline=tokens_of(value)))
-    return entries, default
+        elif key in ("cmdline", "kernel_cmdline") and menu:
+            menu[-1] = (menu[-1][0], tokens_of(value))
+    entries = [LimineEntry(title=t, cmdline=c) for t, c in menu if c is not None]
+    if not entries:
+        return entries, None
+    start = (default - 1) if default and 0 < default <= len(menu) else 0
+    picked = next((t for t, c in menu[start:] if c is not None), None)
+    index = next((i for i, e in enumerate(entries) if e.title == picked), 0)
+    return entries, index
