@@ -10,7 +10,9 @@ each path's plan as data; these tests apply, roll back, ask doctor, and check th
 from __future__ import annotations
 
 import json
+import os
 import struct
+import time
 from pathlib import Path
 
 import pytest
@@ -305,3 +307,57 @@ def test_validator_rejects_a_kernel_cmdline_with_two_limits(tmp_path):
                        cmdline=CmdlineCheck(param="ttm.pages_limit=2", others=("root=x",)))
     with pytest.raises(ValueError, match="exactly one"):
         validate_kernel_cmdline(candidate, action)
+
+
+# -- the modprobe.d route, as amd-ttm takes it -----------------------------------------------
+REL = "6.17.0-1012-oem"
+IMAGE = f"/boot/initrd.img-{REL}"
+
+
+def fresh_with_initramfs(machine, listing: list[str]) -> Path:
+    """ojai-fresh with a grub.cfg that boots IMAGE, and lsinitramfs's listing of it."""
+    from support.machine_state import store_capture
+
+    from ojai_setup.core.root import CommandResult
+
+    root = machine("ojai-fresh")
+    cfg = (Path(__file__).parent / "data/boot/ubuntu-24.04-grub.cfg").read_text()
+    (root / "boot/grub").mkdir(parents=True)
+    (root / "boot/grub/grub.cfg").write_text(cfg.replace("@ARGS@", "quiet splash"))
+    (root / f"boot/vmlinuz-{REL}").write_bytes(b"")
+    (root / IMAGE.lstrip("/")).write_bytes(b"")
+    store_capture(root, CommandResult(("lsinitramfs", IMAGE), 0, "\n".join([IMAGE, *listing]) + "\n"))
+    store_capture(root, CommandResult(("update-initramfs", "-u", "-k", "all"), 0, ""))
+    return root
+
+
+@pytest.mark.parametrize("carries,rebuilds", [(True, True), (False, False)])
+def test_modprobe_route_rebuilds_the_initramfs_only_when_it_carries_ttm(machine, carries, rebuilds):
+    listing = ["usr/lib/modules/6.17.0-1012-oem/kernel/drivers/gpu/drm/drm.ko.zst"]
+    if carries:
+        # the replayed listing is what the rebuilt image holds: ttm and ojai's file, built
+        # after it (the re-plan after applying checks exactly that)
+        listing += ["usr/lib/modules/6.17.0-1012-oem/kernel/drivers/gpu/drm/ttm/ttm.ko.zst",
+                    "etc/modprobe.d/99-ojai-ttm.conf"]
+    root = fresh_with_initramfs(machine, listing)
+    later = time.time() + 86400
+    os.utime(root / IMAGE.lstrip("/"), (later, later))
+    grub = (root / "etc/default/grub").read_bytes()
+    result = ojai("setup", "--root", str(root), "--ttm-via", "modprobe", "--apply", "--yes", *ARGS)
+    assert result.exit_code == 0, result.output
+    assert ("update-initramfs -u -k all" in result.output) is rebuilds, result.output
+    assert (root / "etc/default/grub").read_bytes() == grub
+    assert (root / "etc/modprobe.d/99-ojai-ttm.conf").read_text().splitlines()[-1] == (
+        "options ttm pages_limit=12582912")
+    again = ojai("setup", "--root", str(root), "--ttm-via", "modprobe", *ARGS)
+    line = next(x for x in again.output.splitlines() if "gpu-memory" in x)
+    assert line.split()[0] == "ok" and "/etc/modprobe.d/99-ojai-ttm.conf" in line, line
+    back = ojai("rollback", "--root", str(root), "--yes")
+    assert back.exit_code == 0, back.output
+    assert not (root / "etc/modprobe.d/99-ojai-ttm.conf").exists()
+
+
+def test_ttm_via_rejects_an_unknown_route():
+    result = ojai("setup", "--root", str(MACHINES / "ojai-fresh"), "--ttm-via", "grub", *ARGS)
+    assert result.exit_code == 64, result.output
+    assert "--ttm-via" in result.output

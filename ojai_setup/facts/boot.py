@@ -4,7 +4,8 @@ the initramfs of the kernel that will boot.
 - the default entry of ``/boot/grub/grub.cfg`` or ``/boot/grub2/grub.cfg`` (with ``grubenv``),
   or of ``/boot/loader/entries/*.conf`` when the distribution uses BLS entries: its kernel
   line, kernel release and initramfs;
-- that initramfs, listed with ``lsinitramfs`` (Debian/Ubuntu) or ``lsinitrd`` (dracut)
+- that initramfs, listed with ``lsinitramfs`` (Debian/Ubuntu), ``lsinitrd`` (dracut) or
+  ``lsinitcpio`` (mkinitcpio)
   through the root (replayed from captures under a test root): whether it carries the TTM
   module and the modprobe.d files that set ``pages_limit``, with their value where
   ``lsinitrd -f`` can print it, and whether it was built before a modprobe.d file changed.
@@ -101,8 +102,11 @@ def read_initramfs(root: Root, image: str, modprobe: list[ModprobeSetting]) -> I
     elif root.which("lsinitrd"):
         found.tool, result = "lsinitrd", root.run(["lsinitrd", image], timeout=300)
         names = [line.split()[-1] for line in result.stdout.splitlines() if line.strip()]
+    elif root.which("lsinitcpio"):  # mkinitcpio's lister (Arch): one path a line
+        found.tool, result = "lsinitcpio", root.run(["lsinitcpio", image], timeout=300)
+        names = [line.strip() for line in result.stdout.splitlines() if line.strip()]
     else:
-        found.error = "neither lsinitramfs nor lsinitrd is installed"
+        found.error = "none of lsinitramfs, lsinitrd or lsinitcpio is installed"
         return found
     if not result.ok:
         found.error = (f"`{found.tool} {image}` failed (exit {result.exit_code}): "
@@ -234,11 +238,14 @@ def read_configured(root: Root, loader: BootLoader) -> tuple[list[str], str] | N
     return None
 
 
-def _entry(root: Root, path: str) -> BootEntry:
+def _entry(root: Root, path: str, esp: str) -> BootEntry:
+    """A loader entry on the ESP mounted at ``esp`` (its paths are relative to the ESP)."""
     e = parse_bls_entry(PurePosixPath(path).stem, _read(root, path) or "")
+    initrd = e.initrd[-1].replace("\\", "/") if e.initrd else None
     return BootEntry(config=path, title=e.title, kernel=e.linux,
                      release=e.version or kernel_release(e.linux),
-                     initrd=e.initrd[-1] if e.initrd else None, tokens=e.options)
+                     initrd=f"{esp.rstrip('/')}/{initrd.lstrip('/')}" if initrd else None,
+                     tokens=e.options)
 
 
 def read_loader_generated(root: Root, loader: BootLoader) -> BootEntry | None:
@@ -256,7 +263,7 @@ def read_loader_generated(root: Root, loader: BootLoader) -> BootEntry | None:
         picked = default_loader_entry(parse_loader_conf(conf).get("default"),
                                       [PurePosixPath(p).name for p in entries])
         path = next((p for p in entries if PurePosixPath(p).name == picked), None)
-        return _entry(root, path) if path else None
+        return _entry(root, path, esp) if path else None
     if kind == "uki" and esp:
         images = root.glob(f"{esp}/EFI/Linux/*.efi")
         conf = _read(root, f"{esp}/loader/loader.conf") or ""
@@ -273,7 +280,7 @@ def read_loader_generated(root: Root, loader: BootLoader) -> BootEntry | None:
         for mount in ESPS:
             path = f"{mount}/loader/entries/Pop_OS-current.conf"
             if root.exists(path):
-                return _entry(root, path)
+                return _entry(root, path, mount)
         return None
     if kind == "limine":
         for mount in ("/boot", *ESPS):

@@ -221,12 +221,22 @@ def _removed_keys(tokens: list[str], want: Want) -> list[str]:
                               if any(same_key(param_key(t), k) for k in want.drop)))
 
 
-def _installed_kernels(ctx: Context) -> list[str]:
-    """Kernel releases with a kernel image under /usr/lib/modules (kernel-install's source)."""
-    found = [PurePosixPath(p).parent.name for p in ctx.root.glob("/usr/lib/modules/*/vmlinuz")]
+def _installed_kernels(ctx: Context) -> list[tuple[str, ...]]:
+    """``kernel-install add`` arguments for every installed kernel: the release and its image,
+    /usr/lib/modules/R/vmlinuz (Fedora, Arch, where kernel-install takes it from) or
+    /boot/vmlinuz-R with /boot/initrd.img-R (Debian and Ubuntu, as their zz-systemd-boot
+    kernel hook passes them)."""
+    found: dict[str, tuple[str, ...]] = {}
+    for image in ctx.root.glob("/usr/lib/modules/*/vmlinuz"):
+        found[PurePosixPath(image).parent.name] = (PurePosixPath(image).parent.name, image)
+    for image in ctx.root.glob("/boot/vmlinuz-*"):
+        release = PurePosixPath(image).name.removeprefix("vmlinuz-")
+        initrd = f"/boot/initrd.img-{release}"
+        found.setdefault(release, (release, image) + ((initrd,) if ctx.root.exists(initrd) else ()))
     if not found and ctx.facts.kernel:
-        found = [ctx.facts.kernel.release]
-    return found
+        release = ctx.facts.kernel.release
+        found[release] = (release, f"/usr/lib/modules/{release}/vmlinuz")
+    return [found[r] for r in sorted(found)]
 
 
 def _kernel_install_handlers(ctx: Context, why: str) -> dict[str, RunCommand] | str:
@@ -245,11 +255,11 @@ def _kernel_install_handlers(ctx: Context, why: str) -> dict[str, RunCommand] | 
                 "the boot entries; install systemd's kernel-install (Debian: systemd) and run "
                 "ojai again")
     out: dict[str, RunCommand] = {}
-    for release in _installed_kernels(ctx):
-        out[f"kernel-install {release}"] = RunCommand(
-            argv=("kernel-install", "add", release, f"/usr/lib/modules/{release}/vmlinuz"),
-            needs_root=True, reason=f"{why} (kernel {release})")
-    return out or "no installed kernel found under /usr/lib/modules to run kernel-install for"
+    for args in _installed_kernels(ctx):
+        out[f"kernel-install {args[0]}"] = RunCommand(
+            argv=("kernel-install", "add", *args), needs_root=True,
+            reason=f"{why} (kernel {args[0]})")
+    return out or "no installed kernel found under /usr/lib/modules or /boot to run kernel-install for"
 
 
 def _plan_kernel_install(ctx: Context, want: Want, loader: BootLoader,
