@@ -361,3 +361,15 @@ def test_ttm_via_rejects_an_unknown_route():
     result = ojai("setup", "--root", str(MACHINES / "ojai-fresh"), "--ttm-via", "grub", *ARGS)
     assert result.exit_code == 64, result.output
     assert "--ttm-via" in result.output
+
+
+@pytest.mark.parametrize("line", ['GRUB_X="$(/usr/bin/sed -n 1p /etc/hostname)"',
+                                  ". /etc/default/grub-extra", "GRUB_Y=`/bin/true`"])
+def test_grub_defaults_naming_host_paths_are_refused_under_a_root(machine, line):
+    from ojai_setup.facts.grub_env import read_grub_config
+
+    root = machine("ojai-fresh")
+    grub = root / "etc/default/grub"
+    grub.write_text(grub.read_text() + line + "\n")
+    config = read_grub_config(Root(root))
+    assert config.error and "absolute" in config.error

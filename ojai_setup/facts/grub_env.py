@@ -16,6 +16,7 @@ nothing outside it is read by this module itself.
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -70,6 +71,10 @@ for __ojai_x in "$__ojai_etc"/default/grub.d/*.cfg; do
   fi
 done
 """
+
+
+#: what would still reach the host under a root: a command or a sourced file by absolute path
+_HOST_PATH = re.compile(r"(\$\(|`)\s*/\S*|(^|[;&|]\s*|\n\s*)(\.|source)\s+/\S*", re.M)
 
 
 def bash_argv(script: str, *args: str, root: Root | None = None) -> tuple[list[str], dict[str, str]]:
@@ -139,6 +144,18 @@ def read_grub_config(root: Root) -> GrubConfig | None:
     if not root.exists(GRUB_DEFAULT) and not root.glob(f"{GRUB_DROPIN_DIR}/*.cfg"):
         return None
     etc = root.resolve("/etc")
+    if not root.is_host:
+        for path in [GRUB_DEFAULT, *root.glob(f"{GRUB_DROPIN_DIR}/*.cfg")]:
+            try:
+                text = root.read_text(path)
+            except OSError:
+                continue
+            hit = _HOST_PATH.search(text)
+            if hit:
+                return GrubConfig(error=(
+                    f"{path}: `{hit.group(0).strip()}` names a program or file by its absolute "
+                    "path; under --root ojai runs and reads nothing of the host, so it cannot "
+                    "follow it. Read this machine on the machine itself"))
     try:
         records = source_grub_files(etc, root=root)
     except GrubEditError as exc:
