@@ -145,6 +145,9 @@ SD = dict(sd_boot=("/boot",), entries=("/boot/loader/entries/arch.conf",))
              default_entry="/boot/loader/entries/arch.conf"), "systemd-boot-entries"),
     (Markers(cmdline=["root=x"], grub_default=True, **SD, kernel_cmdline=True),
      "systemd-boot-kernel-install"),
+    # Debian: no /etc/kernel/cmdline, but the entries carry kernel-install's names
+    (Markers(cmdline=["root=x"], **SD, ki_entries=("/boot/loader/entries/0123-6.12.conf",)),
+     "systemd-boot-kernel-install"),
     (Markers(cmdline=["root=x"], sd_boot=("/efi",), ukis=("/efi/EFI/Linux/a.efi",),
              install_conf=True), "uki"),
     (Markers(cmdline=["root=x"], **SD, kernelstub=True), "kernelstub"),
@@ -373,3 +376,32 @@ def test_grub_defaults_naming_host_paths_are_refused_under_a_root(machine, line)
     grub.write_text(grub.read_text() + line + "\n")
     config = read_grub_config(Root(root))
     assert config.error and "absolute" in config.error
+
+
+def test_debian_kernel_install_entries_without_etc_kernel_cmdline(machine):
+    """Debian's systemd-boot: kernel-install names the entries <machine-id>-<kver>.conf and,
+    with no /etc/kernel/cmdline, takes /proc/cmdline; ojai makes the file from the running
+    command line and passes Debian's kernel and initrd, as its zz-systemd-boot hook does."""
+    from support.context import OFFLINE
+
+    from ojai_setup.model.settings import Settings
+    from ojai_setup.planning.gather import gather
+    from ojai_setup.steps.ttm import TtmStep
+
+    root = machine("arch-sdboot-leftover-grub")
+    (root / "etc/machine-id").write_text("0123456789abcdef0123456789abcdef\n")
+    entries = root / "boot/loader/entries"
+    (entries / "arch.conf").rename(entries / "0123456789abcdef0123456789abcdef-6.17.9-arch1-1.conf")
+    (root / "boot/loader/loader.conf").write_text("timeout 3\n")
+    (root / "boot/vmlinuz-6.17.9-arch1-1").write_bytes(b"")
+    (root / "boot/initrd.img-6.17.9-arch1-1").write_bytes(b"")
+    (root / ".ojai/commands/kernel-install").mkdir()
+    ctx = gather(Root(root), Settings(llamacpp="none", npu=False), remote=OFFLINE)
+    assert ctx.facts.boot.loader.kind == "systemd-boot-kernel-install"
+    result = TtmStep().plan(ctx)
+    assert [a.path for a in result.actions] == ["/etc/kernel/cmdline"]
+    assert result.actions[0].after == ("root=UUID=3b9e61a2-7c4d-4f1e-9a0b-5d2c8e7f1a64 rw quiet "
+                                       f"{LIMIT}\n")
+    assert [h.argv for h in result.handlers.values()] == [
+        ("kernel-install", "add", "6.17.9-arch1-1", "/boot/vmlinuz-6.17.9-arch1-1",
+         "/boot/initrd.img-6.17.9-arch1-1")]

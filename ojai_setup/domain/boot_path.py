@@ -14,8 +14,10 @@ The markers (read by :func:`ojai_setup.facts.boot.read_markers`, decided here, p
   and ``grub.cfg``;
 - systemd-boot: ``loader/loader.conf`` or ``EFI/systemd/`` on an ESP (``/boot``, ``/efi``,
   ``/boot/efi``); kernel-install manages it where ``/etc/kernel/cmdline`` or
-  ``/etc/kernel/install.conf`` exists (``layout=uki``, or UKIs in ``EFI/Linux/`` and no type 1
-  entries: unified kernel images), else the entries are hand-written;
+  ``/etc/kernel/install.conf`` exists, or an entry carries kernel-install's name
+  (``<entry token or machine id>-<kver>.conf``, as on Debian where kernel-install falls back to
+  /proc/cmdline); ``layout=uki``, or UKIs in ``EFI/Linux/`` and no type 1 entries: unified
+  kernel images; else the entries are hand-written;
 - Limine: ``limine.conf`` on ``/boot`` or an ESP, ``/etc/default/limine``;
 - kernelstub (Pop!_OS): ``/etc/kernelstub/configuration`` (it also writes systemd-boot's
   entries, so it outweighs them);
@@ -56,6 +58,9 @@ class Markers(NamedTuple):
     #: type 1 entries (loader/entries/*.conf) on those ESPs, and UKIs (EFI/Linux/*.efi)
     entries: tuple[str, ...] = ()
     ukis: tuple[str, ...] = ()
+    #: an entry named ``<entry token>-<kver>.conf`` (the token: /etc/kernel/entry-token, else
+    #: the machine id), as kernel-install's 90-loaderentry.install names them
+    ki_entries: tuple[str, ...] = ()
     kernel_cmdline: bool = False  # /etc/kernel/cmdline exists
     install_conf: bool = False
     layout: str | None = None  # install.conf's layout=
@@ -80,10 +85,12 @@ def _systemd_boot(m: Markers) -> tuple[str, str, str | None] | None:
                   "entries")
                + f"; kernel-install embeds {KERNEL_CMDLINE} in the image it builds")
         return "uki", why, KERNEL_CMDLINE
-    if m.kernel_cmdline or m.install_conf:
-        named = KERNEL_CMDLINE if m.kernel_cmdline else INSTALL_CONF
+    if m.kernel_cmdline or m.install_conf or m.ki_entries:
+        named = (f"{KERNEL_CMDLINE} exists" if m.kernel_cmdline else
+                 f"{INSTALL_CONF} exists" if m.install_conf else
+                 f"{m.ki_entries[0]} is named <entry token>-<kernel>.conf")
         return ("systemd-boot-kernel-install",
-                f"systemd-boot on {where}; {named} exists: kernel-install writes the entries",
+                f"systemd-boot on {where}; {named}: kernel-install writes the entries",
                 KERNEL_CMDLINE)
     if m.entries:
         return ("systemd-boot-entries",

@@ -176,6 +176,8 @@ def read_markers(root: Root, cmdline: list[str] | None) -> Markers:
                if root.exists(f"{esp}/loader/loader.conf") or root.glob(f"{esp}/EFI/systemd/*.efi"))
     entries = tuple(p for esp in sd for p in root.glob(f"{esp}/loader/entries/*.conf"))
     ukis = tuple(p for esp in sd for p in root.glob(f"{esp}/EFI/Linux/*.efi"))
+    token = (_read(root, "/etc/kernel/entry-token") or _read(root, "/etc/machine-id") or "").strip()
+    ki_entries = tuple(p for p in entries if token and PurePosixPath(p).name.startswith(token + "-"))
     install = _read(root, INSTALL_CONF)
     layout = parse_assignments(install).get("layout") if install else None
     default_entry = None
@@ -191,7 +193,7 @@ def read_markers(root: Root, cmdline: list[str] | None) -> Markers:
     return Markers(
         cmdline=cmdline, grub_default=grub_text is not None, grub_bls=bls,
         grub_cfg=next((p for p in GRUB_CFGS if root.exists(p)), None),
-        sd_boot=sd, entries=entries, ukis=ukis,
+        sd_boot=sd, entries=entries, ukis=ukis, ki_entries=ki_entries,
         kernel_cmdline=root.exists(KERNEL_CMDLINE), install_conf=install is not None,
         layout=layout, limine_conf=limine, limine_default=root.exists(LIMINE_DEFAULT),
         kernelstub=root.exists(KERNELSTUB_CONFIG),

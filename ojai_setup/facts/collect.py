@@ -25,6 +25,7 @@ from ojai_setup.facts.state import read_apply_status
 from ojai_setup.formats import machine as parsers
 from ojai_setup.model.facts import (
     Bios,
+    BootLoader,
     Cpu,
     Distro,
     DrmCard,
@@ -238,7 +239,7 @@ def read_builtin(root: Root, module: str, release: str | None) -> str | None:
 
 
 def read_ttm(root: Root, cmdline: list[str] | None, grub: GrubConfig | None = None,
-             loader=None) -> Ttm:
+             loader: BootLoader | None = None) -> Ttm:
     from ojai_setup.formats.grub import GrubEditError, cmdline_param, get_kernel_param
     from ojai_setup.formats.modprobe import (
         ModprobeEditError,
