@@ -405,3 +405,23 @@ def test_debian_kernel_install_entries_without_etc_kernel_cmdline(machine):
     assert [h.argv for h in result.handlers.values()] == [
         ("kernel-install", "add", "6.17.9-arch1-1", "/boot/vmlinuz-6.17.9-arch1-1",
          "/boot/initrd.img-6.17.9-arch1-1")]
+
+
+def test_kernelstub_entry_without_the_configured_limit_names_kernelstub(machine):
+    root = machine("popos-kernelstub")
+    config = root / "etc/kernelstub/configuration"
+    config.write_text(edit_kernel_options(config.read_text(), "ttm.pages_limit", "12582912"))
+    finding, _ = ttm_finding(root)
+    assert "Pop_OS-current.conf (default entry 'Pop!_OS') boots with no" in finding["evidence"]
+    assert "kernelstub --verbose --preserve-live-mode" in finding["fix"]
+    plan = ojai("setup", "--root", str(root), *ARGS)
+    line = next(x for x in plan.output.splitlines() if "gpu-memory" in x)
+    assert "run kernelstub --verbose --preserve-live-mode" in line, line
+
+
+def test_nomodeset_fix_speaks_of_the_boot_path_not_grub(machine):
+    root = machine("arch-sdboot-leftover-grub")
+    (root / "proc/cmdline").write_text((root / "proc/cmdline").read_text().replace(" rw", " rw nomodeset"))
+    result = ojai("doctor", "--root", str(root), "--json")
+    finding = next(f for f in json.loads(result.stdout)["findings"] if f["id"] == "kernel.nomodeset")
+    assert "grub" not in finding["fix"].lower() and "options line" in finding["fix"], finding

@@ -623,8 +623,19 @@ def _cmdline_absent(facts: Facts, profile: Profile, params: dict) -> Outcome:
            and (params.get("value") is None or t == f"{params['token']}={params['value']}")]
     if params.get("only_with_npu") and not profile.npu:
         return Outcome(ok=None, evidence="the NPU path is not part of this profile")
+    fix = None
+    kind = _loader_kind(facts)
+    if bad and kind not in ("grub", "grub-bls"):  # the check's own fix speaks of GRUB
+        from ojai_setup.domain.boot_path import PATHS
+
+        path = PATHS.get(kind, PATHS["unknown"])
+        fix = (f"Remove {params['token']} from the kernel command line where this boot path "
+               f"({path.title}) keeps it ({path.edits}), then {path.runs}, and reboot."
+               if kind not in ("nixos", "unknown") else
+               f"Remove {params['token']} from the kernel command line of the boot loader you "
+               "boot (NixOS: boot.kernelParams, then `sudo nixos-rebuild boot`), and reboot.")
     return Outcome(ok=not bad, evidence=" ".join(bad) + " on the kernel command line" if bad
-                   else f"{params['token']} not on the kernel command line")
+                   else f"{params['token']} not on the kernel command line", fix=fix)
 
 
 @kind("deprecated_gttsize")
