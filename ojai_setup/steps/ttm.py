@@ -694,7 +694,8 @@ class TtmStep:
         loader = (facts.boot.loader if facts.boot and facts.boot.loader else
                   BootLoader(kind="unknown", conflicts=[facts.unknown.get(
                       "boot.loader", "the boot path was not read")]))
-        reads: list[str] = [GRUB_DEFAULT]
+        # the files looked at go into the plan's fingerprint: GRUB's only where GRUB boots
+        reads: list[str] = [GRUB_DEFAULT] if loader.kind in ("grub", "grub-bls") else []
         via = ctx.settings.ttm_via
         if via == "modprobe":
             return _plan_modprobe(ctx, want, loader, reads, "--ttm-via modprobe")
@@ -704,7 +705,7 @@ class TtmStep:
         if (via == "auto" and good_modprobe and ttm is not None and ttm.cmdline_pages is None
                 and ttm.configured_cmdline() is None):
             return _plan_modprobe(ctx, want, loader, reads, "the route already taken here; "
-                                  "--ttm-via cmdline moves it to the kernel command line")
+                                  "--ttm-via cmdline puts it on the kernel command line too")
         planned = ROUTES[loader.kind](ctx, want, loader, reads)
         if isinstance(planned, StepResult):
             return planned
