@@ -19,7 +19,7 @@ import re
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from ojai_setup.formats.kernel_cmdline import edit_regions, tokens_of
+from ojai_setup.formats.kernel_cmdline import check_edit, edit_regions, tokens_of
 
 
 def parse_assignments(text: str) -> dict[str, str]:
@@ -90,7 +90,9 @@ def edit_entry_options(text: str, key: str, value: str, drop_keys: Sequence[str]
     if not regions:
         sep = "" if not text or text.endswith("\n") else "\n"
         return text + sep + f"options {key}={value}\n"
-    return edit_regions(text, regions, key, value, drop_keys, source=source)
+    out = edit_regions(text, regions, key, value, drop_keys, source=source)
+    check_edit(entry_options(out), key, value, drop_keys, source=source)
+    return out
 
 
 class LimineEntry(NamedTuple):

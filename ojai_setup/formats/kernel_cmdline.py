@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 from ojai_setup.core.errors import InputError
-from ojai_setup.formats.grub import param_key, parse_cmdline, same_key
+from ojai_setup.formats.grub import param_key, same_key
 
 #: per-boot parameters a boot loader adds itself: never copied into a configuration file
 #: (kernel-install's 90-loaderentry.install skips the same two when it falls back to
@@ -111,8 +111,10 @@ def edit_params(text: str, key: str, value: str, drop_keys: Sequence[str] = (), 
     if "\r" in text:
         raise CmdlineFormatError(f"{source}: it has CRLF line ends (the kernel would get a "
                                  "stray carriage return); convert it to LF line ends")
-    return edit_regions(text, _lines(text, comments), key, value, drop_keys, source=source,
-                        empty=f"{key}={value}\n")
+    out = edit_regions(text, _lines(text, comments), key, value, drop_keys, source=source,
+                       empty=f"{key}={value}\n")
+    check_edit(tokens_of(out, comments=comments), key, value, drop_keys, source=source)
+    return out
 
 
 def edit_regions(text: str, regions: Sequence[tuple[int, int]], key: str, value: str,
@@ -192,9 +194,3 @@ def expected_after(tokens: Sequence[str], key: str, value: str,
     if not hits:
         out.append(wanted)
     return out
-
-
-def running_cmdline_file(proc_cmdline: str) -> str:
-    """The text of a new ``/etc/kernel/cmdline`` made from the running command line: its
-    parameters less the per-boot ones, on one line."""
-    return " ".join(without_per_boot(parse_cmdline(proc_cmdline))) + "\n"

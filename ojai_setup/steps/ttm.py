@@ -62,7 +62,7 @@ from ojai_setup.formats.modprobe import (
     set_module_option,
 )
 from ojai_setup.model.actions import CmdlineCheck, RunCommand, WriteFile
-from ojai_setup.model.facts import BootLoader, Facts
+from ojai_setup.model.facts import BootLoader
 from ojai_setup.planning.context import Context
 from ojai_setup.planning.result import StepResult
 
