@@ -425,3 +425,25 @@ def test_nomodeset_fix_speaks_of_the_boot_path_not_grub(machine):
     result = ojai("doctor", "--root", str(root), "--json")
     finding = next(f for f in json.loads(result.stdout)["findings"] if f["id"] == "kernel.nomodeset")
     assert "grub" not in finding["fix"].lower() and "options line" in finding["fix"], finding
+
+
+def test_kernel_cmdline_is_made_from_usr_lib_kernel_cmdline_when_the_distribution_ships_one(machine):
+    """kernel-install reads /usr/lib/kernel/cmdline before /proc/cmdline: the new
+    /etc/kernel/cmdline starts from it."""
+    from support.context import OFFLINE
+
+    from ojai_setup.model.settings import Settings
+    from ojai_setup.planning.gather import gather
+    from ojai_setup.steps.ttm import TtmStep
+
+    root = machine("arch-sdboot-leftover-grub")
+    (root / "etc/kernel").mkdir()
+    (root / "etc/kernel/install.conf").write_text("layout=bls\n")
+    (root / "usr/lib/kernel").mkdir(parents=True)
+    (root / "usr/lib/kernel/cmdline").write_text("root=LABEL=os rw\n")
+    (root / ".ojai/commands/kernel-install").mkdir()
+    ctx = gather(Root(root), Settings(llamacpp="none", npu=False), remote=OFFLINE)
+    result = TtmStep().plan(ctx)
+    assert [(a.path, a.before, a.after) for a in result.actions] == [
+        ("/etc/kernel/cmdline", None, f"root=LABEL=os rw {LIMIT}\n")]
+    assert "/usr/lib/kernel/cmdline" in result.sentence

@@ -218,8 +218,11 @@ def read_configured(root: Root, loader: BootLoader) -> tuple[list[str], str] | N
 
     kind = loader.kind
     if kind in ("systemd-boot-kernel-install", "uki"):
-        text = _read(root, KERNEL_CMDLINE)
-        return (tokens_of(text), KERNEL_CMDLINE) if text is not None else None
+        for path in (KERNEL_CMDLINE, "/usr/lib/kernel/cmdline"):  # kernel-install's order
+            text = _read(root, path)
+            if text is not None:
+                return tokens_of(text), path
+        return None
     if kind == "systemd-boot-entries" and loader.config:
         text = _read(root, loader.config)
         return (entry_options(text), loader.config) if text is not None else None

@@ -73,6 +73,8 @@ REBOOT = "the kernel reads the TTM limit only at boot"
 STEP = "gpu-memory"
 #: ojai's own modprobe.d file (kmod reads the files in name order; a later value wins)
 OJAI_MODPROBE = "/etc/modprobe.d/99-ojai-ttm.conf"
+#: the distribution's command line, which kernel-install reads when /etc/kernel/cmdline is missing
+USR_KERNEL_CMDLINE = "/usr/lib/kernel/cmdline"
 OJAI_MODPROBE_TEXT = """\
 # Written by ojai: the GPU memory limit (TTM pages), read when the {module} module loads.
 # `ojai rollback` removes it.
@@ -267,7 +269,12 @@ def _plan_kernel_install(ctx: Context, want: Want, loader: BootLoader,
     """systemd-boot with kernel-install (type 1 entries or UKIs): ``/etc/kernel/cmdline``."""
     reads.append(KERNEL_CMDLINE)
     text = _read(ctx, KERNEL_CMDLINE)
-    if text is None:
+    shipped = _read(ctx, USR_KERNEL_CMDLINE) if text is None else None
+    if text is None and shipped is not None:
+        # kernel-install's next source after /etc/kernel/cmdline (kernel-install(8))
+        reads.append(USR_KERNEL_CMDLINE)
+        base = shipped
+    elif text is None:
         if ctx.facts.cmdline is None:
             return StepResult.blocked(
                 STEP, f"{KERNEL_CMDLINE} does not exist and /proc/cmdline could not be read "
@@ -294,7 +301,9 @@ def _plan_kernel_install(ctx: Context, want: Want, loader: BootLoader,
                        needs_reboot=REBOOT, notify=tuple(handlers))
     why = ("kernel-install writes it into every entry it adds" if loader.kind != "uki" else
            "kernel-install embeds it in the unified kernel image it builds")
-    if text is None:
+    if text is None and shipped is not None:
+        why += f"; created from {USR_KERNEL_CMDLINE}, which kernel-install reads without it"
+    elif text is None:
         why += "; created from the running command line, less BOOT_IMAGE= and initrd="
     return Planned([action], handlers, KERNEL_CMDLINE, detail=f" in {KERNEL_CMDLINE} ({why})",
                    said=_changes(before, tokens_of(after), KERNEL_CMDLINE, want), current=current)
