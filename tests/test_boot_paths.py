@@ -447,3 +447,21 @@ def test_kernel_cmdline_is_made_from_usr_lib_kernel_cmdline_when_the_distributio
     assert [(a.path, a.before, a.after) for a in result.actions] == [
         ("/etc/kernel/cmdline", None, f"root=LABEL=os rw {LIMIT}\n")]
     assert "/usr/lib/kernel/cmdline" in result.sentence
+
+
+def test_loader_info_efi_variable_decides_between_loaders_that_left_files(machine):
+    """systemd-boot's LoaderInfo says it booted this kernel: Limine's leftover files then
+    decide nothing (without it, the two would leave the path unknown)."""
+    from ojai_setup.facts.boot import LOADER_GUID, read_loader
+
+    root = machine("arch-sdboot-leftover-grub")
+    (root / "etc/default/limine").write_text('KERNEL_CMDLINE[default]+="root=x"\n')
+    assert read_loader(Root(root), ["root=x"]).kind == "unknown"
+    var = root / f"sys/firmware/efi/efivars/LoaderInfo-{LOADER_GUID}"
+    var.parent.mkdir(parents=True)
+    var.write_bytes(b"\x06\x00\x00\x00" + "systemd-boot 257.9-1\0".encode("utf-16-le"))
+    loader = read_loader(Root(root), ["root=x"])
+    assert loader.kind == "systemd-boot-entries"
+    assert any("systemd-boot 257.9-1" in e for e in loader.evidence)
+    assert any("Limine" in c for c in loader.conflicts)
+    assert read_loader(Root(root), ["BOOT_IMAGE=/vmlinuz-linux", "root=x"]).kind == "unknown"

@@ -13,7 +13,8 @@ The markers (read by :func:`ojai_setup.facts.boot.read_markers`, decided here, p
 - GRUB: ``/etc/default/grub`` (``GRUB_ENABLE_BLSCFG=true``: the BLS entries of Fedora/RHEL)
   and ``grub.cfg``;
 - systemd-boot: ``loader/loader.conf`` or ``EFI/systemd/`` on an ESP (``/boot``, ``/efi``,
-  ``/boot/efi``); kernel-install manages it where ``/etc/kernel/cmdline`` or
+  ``/boot/efi``, or where ``bootctl --print-esp-path`` says); its ``LoaderInfo`` EFI variable
+  (what ``bootctl status`` reads) says it booted the running kernel; kernel-install manages it where ``/etc/kernel/cmdline`` or
   ``/etc/kernel/install.conf`` exists, or an entry carries kernel-install's name
   (``<entry token or machine id>-<kver>.conf``, as on Debian where kernel-install falls back to
   /proc/cmdline); ``layout=uki``, or UKIs in ``EFI/Linux/`` and no type 1 entries: unified
@@ -71,6 +72,8 @@ class Markers(NamedTuple):
     loader_type: str | None = None  # openSUSE
     #: the default hand-written entry (loader.conf's ``default``, else the first), if any
     default_entry: str | None = None
+    #: systemd-boot's LoaderInfo EFI variable ("systemd-boot 252"): it booted this kernel
+    loader_info: str | None = None
 
 
 def _systemd_boot(m: Markers) -> tuple[str, str, str | None] | None:
@@ -148,13 +151,30 @@ def decide(m: Markers) -> BootLoader:
                               conflicts=[why for _, why, _ in others])
         return BootLoader(kind=grub_kind, evidence=evidence,
                           config=GRUB_DEFAULT if m.grub_default else None)
+    if booted and m.loader_info:
+        return BootLoader(kind="unknown", evidence=["/proc/cmdline carries BOOT_IMAGE=, GRUB's mark"],
+                          conflicts=[f"the LoaderInfo EFI variable says {m.loader_info} booted "
+                                     "this kernel"])
     if booted is False:
         leftover = ([f"{GRUB_DEFAULT} exists, but /proc/cmdline carries no BOOT_IMAGE= (GRUB "
                      "always passes it): GRUB did not boot this kernel"] if m.grub_default else [])
+        sd_kinds = ("systemd-boot-kernel-install", "systemd-boot-entries", "uki", "kernelstub")
+        if m.loader_info and len(others) > 1:
+            # what booted this kernel decides between the loaders that left files
+            chosen = [o for o in others if o[0] in sd_kinds]
+            if len(chosen) == 1:
+                kind, why, config = chosen[0]
+                return BootLoader(kind=kind, evidence=[
+                    f"the LoaderInfo EFI variable says {m.loader_info} booted this kernel", why],
+                    conflicts=[w for k, w, _ in others if k not in sd_kinds] + leftover,
+                    config=config, esp=esp)
         if len(others) == 1:
             kind, why, config = others[0]
-            return BootLoader(kind=kind, evidence=["/proc/cmdline carries no BOOT_IMAGE=", why],
-                              conflicts=leftover, config=config, esp=esp)
+            evidence = ["/proc/cmdline carries no BOOT_IMAGE=", why]
+            if m.loader_info and kind in sd_kinds:
+                evidence.append(f"the LoaderInfo EFI variable says {m.loader_info} booted it")
+            return BootLoader(kind=kind, evidence=evidence, conflicts=leftover, config=config,
+                              esp=esp)
         if others:
             return BootLoader(kind="unknown", evidence=["/proc/cmdline carries no BOOT_IMAGE="],
                               conflicts=[why for _, why, _ in others] + leftover)

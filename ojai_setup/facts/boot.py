@@ -163,6 +163,21 @@ def _os_id(root: Root) -> str | None:
     return parse_assignments(text).get("ID") if text else None
 
 
+#: systemd-boot's vendor GUID: it sets LoaderInfo, LoaderEntrySelected, ... (bootctl status)
+LOADER_GUID = "4a67b082-0a4c-41cf-b6c7-440b29bb8c4f"
+
+
+def _loader_info(root: Root) -> str | None:
+    """The LoaderInfo EFI variable systemd-boot sets ("systemd-boot 252"), or None."""
+    try:
+        raw = root.read_bytes(f"/sys/firmware/efi/efivars/LoaderInfo-{LOADER_GUID}")
+    except (FileNotFoundError, NotADirectoryError, PermissionError):
+        return None
+    from ojai_setup.formats.boot_files import efi_string
+
+    return efi_string(raw) or None
+
+
 def read_markers(root: Root, cmdline: list[str] | None) -> Markers:
     """What the machine shows about its boot path (see :mod:`ojai_setup.domain.boot_path`)."""
     from ojai_setup.formats.grub import GrubEditError, bls_enabled
@@ -172,7 +187,13 @@ def read_markers(root: Root, cmdline: list[str] | None) -> Markers:
         bls = bool(grub_text) and bls_enabled(grub_text)
     except GrubEditError:
         bls = False
-    sd = tuple(esp for esp in ESPS
+    esps = list(ESPS)
+    if root.which("bootctl"):  # bootctl knows the ESP when it is mounted elsewhere
+        where = root.run(["bootctl", "--print-esp-path"])
+        path = where.stdout.strip()
+        if where.ok and path.startswith("/") and path not in esps:
+            esps.append(path)
+    sd = tuple(esp for esp in esps
                if root.exists(f"{esp}/loader/loader.conf") or root.glob(f"{esp}/EFI/systemd/*.efi"))
     entries = tuple(p for esp in sd for p in root.glob(f"{esp}/loader/entries/*.conf"))
     ukis = tuple(p for esp in sd for p in root.glob(f"{esp}/EFI/Linux/*.efi"))
@@ -200,7 +221,7 @@ def read_markers(root: Root, cmdline: list[str] | None) -> Markers:
         nixos=("/etc/NIXOS exists" if root.exists("/etc/NIXOS") else
                "/etc/os-release says ID=nixos" if _os_id(root) == "nixos" else None),
         loader_type=(parse_assignments(sysconfig).get("LOADER_TYPE") or None) if sysconfig else None,
-        default_entry=default_entry)
+        default_entry=default_entry, loader_info=_loader_info(root))
 
 
 def read_loader(root: Root, cmdline: list[str] | None) -> BootLoader:

@@ -128,3 +128,9 @@ def parse_limine_conf(text: str) -> tuple[list[LimineEntry], int | None]:
     picked = next((t for t, c in menu[start:] if c is not None), None)
     index = next((i for i, e in enumerate(entries) if e.title == picked), 0)
     return entries, index
+
+
+def efi_string(raw: bytes) -> str:
+    """An EFI variable holding a string, as efivarfs shows it: 4 bytes of attributes, then
+    UTF-16LE ending in a NUL (systemd-boot's LoaderInfo, LoaderEntrySelected)."""
+    return raw[4:].decode("utf-16-le", errors="replace").split("\0", 1)[0].strip()
