@@ -465,3 +465,13 @@ def test_loader_info_efi_variable_decides_between_loaders_that_left_files(machin
     assert any("systemd-boot 257.9-1" in e for e in loader.evidence)
     assert any("Limine" in c for c in loader.conflicts)
     assert read_loader(Root(root), ["BOOT_IMAGE=/vmlinuz-linux", "root=x"]).kind == "unknown"
+
+
+def test_every_boot_path_has_a_planner_and_words_for_people():
+    from typing import get_args
+
+    from ojai_setup.domain.boot_path import PATHS
+    from ojai_setup.model.facts import LoaderKind
+    from ojai_setup.steps.ttm import ROUTES
+
+    assert set(ROUTES) == set(PATHS) == set(get_args(LoaderKind))

@@ -43,18 +43,9 @@ from ojai_setup.formats.kernel_cmdline import (
     without_per_boot,
 )
 from ojai_setup.formats.kernelstub import edit_kernel_options, kernel_options
-from ojai_setup.formats.limine import (
-    DEFAULT_FILE as LIMINE_DEFAULT,
-)
-from ojai_setup.formats.limine import (
-    DROPIN_DIR as LIMINE_DROPINS,
-)
-from ojai_setup.formats.limine import (
-    ENTRY_TOOL_CONF,
-    OJAI_DROPIN,
-    assignments,
-    default_cmdline,
-)
+from ojai_setup.formats.limine import DEFAULT_FILE as LIMINE_DEFAULT
+from ojai_setup.formats.limine import DROPIN_DIR as LIMINE_DROPINS
+from ojai_setup.formats.limine import ENTRY_TOOL_CONF, OJAI_DROPIN, assignments, default_cmdline
 from ojai_setup.formats.modprobe import (
     ModprobeEditError,
     module_option_settings,
@@ -494,7 +485,6 @@ ROUTES: dict[str, Planner] = {
     "nixos": _blocked_nixos,
     "unknown": _blocked_unknown,
 }
-assert set(ROUTES) == set(PATHS)
 
 # -- modprobe.d ------------------------------------------------------------------------------
 def _modprobe_files(ctx: Context) -> list[tuple[str, str]]:
