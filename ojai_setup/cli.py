@@ -155,6 +155,8 @@ def setup(
     plan: Annotated[Optional[Path], typer.Option(
         "--plan", help="With --apply: apply exactly this saved plan; refused when the machine changed since.")] = None,
     out: Annotated[Optional[Path], typer.Option("--out", help="Save the plan (with its fingerprint) to FILE.")] = None,
+    show_new: Annotated[bool, typer.Option("--show-new", help="Show the files the plan creates whole, not only their names and sizes.")] = False,
+    show: Annotated[Optional[str], typer.Option("--show", metavar="PATH", help="Print only the file PATH of the plan (or of the saved --plan FILE): a new file as it will be written, an edited one as its diff.")] = None,
     json_out: JsonOpt = False,
     profile: ProfileOpt = None,
     gpu_memory: Annotated[Optional[int], typer.Option(
@@ -220,7 +222,7 @@ def setup(
             message = f"--{str(err['loc'][0]).replace('_', '-')}: {message}"
         _fail(term, message, ExitStatus.USAGE)
     _run(term, root, lambda: run_setup(term, root, settings, apply=apply, yes=yes, plan_file=plan,
-                                       out=out))
+                                       out=out, show_new=show_new, show=show))
 
 
 @app.command()

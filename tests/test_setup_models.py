@@ -102,7 +102,7 @@ def test_plan_lists_the_downloads_with_exact_sizes(box, catalog, published, fake
     assert plan["exit_code"] == 2
     s = model_step(plan)
     assert s["status"] == "change"
-    assert f"download {ROUTE} (test route) (2 file(s)" in s["sentence"]
+    assert f"download {ROUTE} (test route) (2 files" in s["sentence"]
     assert "into /var/lib/ojai/models" in s["sentence"] and "fits." in s["sentence"]
     downloads = [(a["kind"], a["repo_id"], a["filename"], a["dest"], a["size"]) for a in s["actions"]]
     assert downloads == [

@@ -214,8 +214,9 @@ class Plan(BaseModel):
         try:
             text = src.read_text(encoding="utf-8")
         except FileNotFoundError:
-            raise PlanFileError(f"{src}: no such plan file; make one with "
-                                f"`ojai setup --out {shlex.quote(str(src))}`") from None
+            raise PlanFileError(f"--plan {src}: no such plan file; make one with "
+                                f"`ojai setup --out {shlex.quote(str(src))}`",
+                                missing=True) from None
         except (OSError, UnicodeDecodeError) as exc:
             raise PlanFileError(f"{src}: cannot read the plan file ({exc})") from None
         try:
@@ -241,7 +242,12 @@ class Plan(BaseModel):
 
 
 class PlanFileError(ValueError):
-    """A plan file that cannot be used: missing, not JSON, foreign or damaged."""
+    """A plan file that cannot be used: missing (``missing``: a usage error), not JSON,
+    foreign or damaged."""
+
+    def __init__(self, message: str, *, missing: bool = False) -> None:
+        super().__init__(message)
+        self.missing = missing
 
 
 def unified_diff(before: str | None, after: str, path: str, *,
