@@ -105,6 +105,23 @@ def _fail(term, message: str, code: int = ExitStatus.FAILED) -> NoReturn:
     raise typer.Exit(int(code))
 
 
+ExampleOpt = Annotated[Optional[str], typer.Option(
+    "--example", metavar="NAME", help="Run on a bundled example machine instead of --root (ojai-fresh: an "
+    "OJAI box before setup; ojai-applied, ojai-rebooted, strix-halo-dkms).")]
+
+
+def _example(term, name: str | None, root: Path) -> Path:
+    """The root of the bundled example machine ``name`` (``--example``), else ``root``."""
+    if name is None:
+        return root
+    from ojai_setup.core.resources import example_root
+
+    try:
+        return example_root(name)
+    except FileNotFoundError as exc:
+        _fail(term, f"--example {name}: {exc}", ExitStatus.USAGE)
+
+
 def _run(term, root: Path, command: Callable[[], int]) -> NoReturn:
     """Run a command on ``root``: an expected failure (:class:`OjaiError`) is its message and
     an exit status, never a traceback."""
@@ -125,9 +142,7 @@ def doctor(
     capture: Annotated[Optional[Path], typer.Option(
         "--capture", help="Also record everything doctor read into FILE.tar.gz (serials and user "
         "names removed); `ojai doctor --root <unpacked dir>` replays it.")] = None,
-    example: Annotated[Optional[str], typer.Option(
-        "--example", help="Run on a bundled example machine instead (e.g. ojai-fresh: an OJAI "
-        "box before setup).")] = None,
+    example: ExampleOpt = None,
 ) -> None:
     """Detect the hardware and check every precondition, with a fix for each failure.
 
@@ -137,13 +152,7 @@ def doctor(
     from ojai_setup.commands.terminal import Terminal
 
     term = Terminal(json_mode=json_out)
-    if example is not None:
-        from ojai_setup.core.resources import example_root
-
-        try:
-            root = example_root(example)
-        except FileNotFoundError as exc:
-            _fail(term, str(exc), ExitStatus.USAGE)
+    root = _example(term, example, root)
     _run(term, root, lambda: run_doctor(term, root, profile_name=_value(profile), capture=capture))
 
 
@@ -182,6 +191,7 @@ def setup(
         "--lemonade-tag", help="With --lemonade release: the release to install (e.g. v11.7.0); default: the latest.")] = None,
     lemonade_downloads: Annotated[bool, typer.Option(
         "--lemonade-downloads", help="Let Lemonade download the route's model into its own cache instead of loading ojai's files.")] = False,
+    example: ExampleOpt = None,
 ) -> None:
     """Plan the setup of this machine as a dry run, or apply it with --apply.
 
@@ -197,6 +207,10 @@ def setup(
     from ojai_setup.model.settings import Settings
 
     term = Terminal(json_mode=json_out)
+    if example is not None and apply:
+        _fail(term, f"--example {example}: an example machine is there to look at, not to "
+              "change; copy it (cp -r) and apply to the copy with --root DIR", ExitStatus.USAGE)
+    root = _example(term, example, root)
     if not root.is_dir():
         _fail(term, f"--root {root}: not a directory", ExitStatus.USAGE)
     try:
@@ -233,6 +247,7 @@ def models(
     gpu_memory: Annotated[Optional[int], typer.Option("--gpu-memory", min=1, help="GPU memory budget in GiB to fit against (default: the profile's).")] = None,
     models_dir: Annotated[Optional[str], typer.Option("--models-dir", help="Where models are stored (default /var/lib/ojai/models).")] = None,
     catalog: Annotated[Optional[str], typer.Option("--catalog", help="User catalog of routes (TOML; default ~/.config/ojai/catalog.toml).")] = None,
+    example: ExampleOpt = None,
 ) -> None:
     """List the routes ojai knows: whether each fits this machine's GPU budget and is downloaded."""
     from ojai_setup.commands.models import run_models
@@ -240,6 +255,7 @@ def models(
     from ojai_setup.model.settings import Settings
 
     term = Terminal(json_mode=json_out)
+    root = _example(term, example, root)
     fields = dict(profile=_value(profile), gpu_memory_gib=gpu_memory, user_catalog=catalog)
     if models_dir:
         fields["models_dir"] = models_dir
