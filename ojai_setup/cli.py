@@ -19,23 +19,86 @@ from ojai_setup.core.status import ExitStatus
 _CLICK_USAGE_ERROR = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
 
 
+def _given(argv: list[str], opts: list[str]) -> str | None:
+    """The value given to the option named ``opts`` in ``argv`` (``--port 99`` or ``--port=99``)."""
+    for i, word in enumerate(argv):
+        for opt in opts:
+            if word == opt and i + 1 < len(argv):
+                return argv[i + 1]
+            if word.startswith(opt + "="):
+                return word[len(opt) + 1:]
+    return None
+
+
+def parser_error(exc, argv: list[str]) -> str | None:
+    """The option parser's error in the one style of every option error (``--port eighty: must
+    be a whole number``, ``--bogus: ojai setup has no such option``), or None for the errors
+    that are no option's (``ojai`` alone shows its help)."""
+    import re
+
+    kind = type(exc).__name__
+    words = [w for w in argv[:1] if not w.startswith("-")]
+    cmd = exc.ctx.command_path if getattr(exc, "ctx", None) else " ".join(["ojai", *words])
+    if kind == "NoSuchOption":
+        maybe = (f"; did you mean {' or '.join(sorted(exc.possibilities))}?"
+                 if exc.possibilities else "")
+        return f"{exc.option_name}: {cmd} has no such option{maybe} (`{cmd} --help` lists them)"
+    if kind in ("BadOptionUsage", "MissingParameter") and getattr(exc, "option_name", None):
+        return f"{exc.option_name}: needs a value (`{cmd} --help` says which)"
+    if kind == "BadParameter" and getattr(exc, "param", None) is not None:
+        opts = [o for o in getattr(exc.param, "opts", []) if o.startswith("--")] or ["--?"]
+        text = str(exc.message).removeprefix("Value error, ").rstrip(".")
+        choices = re.search(r"is not one of (.*)$", text)
+        bound = re.search(r"(greater|less) than or equal to (\S+)", text)
+        if choices:
+            what = "must be one of " + ", ".join(c.strip(" '") for c in re.split(
+                r",|\bor\b", choices.group(1)) if c.strip(" '"))
+        elif bound:
+            what = f"must be {'at least' if bound.group(1) == 'greater' else 'at most'} {bound.group(2)}"
+        elif "valid integer" in text:
+            what = "must be a whole number"
+        elif "valid number" in text:
+            what = "must be a number"
+        else:
+            what = text.replace("Input should be", "must be")
+        value = _given(argv, opts)
+        return f"{opts[0]}{'' if value is None else ' ' + value}: {what}"
+    found = re.match(r"No such command '(.*)'", str(getattr(exc, "message", "")))
+    if found:
+        return f"{found.group(1)}: ojai has no such command (`ojai --help` lists them)"
+    return None
+
+
 class _Group(TyperGroup):
     """The option parser's own errors (``--bogus``, a bad value) exit with
-    :attr:`ExitStatus.USAGE` like every other usage error, not click's 2 ("changes pending")."""
+    :attr:`ExitStatus.USAGE` like every other usage error, not click's 2 ("changes pending"),
+    and say it in the style of every option error (:func:`parser_error`)."""
 
-    def make_context(self, *args, **kwargs):
+    def make_context(self, info_name, args, *rest, **kwargs):
+        argv = list(args)
         try:
-            return super().make_context(*args, **kwargs)
+            ctx = super().make_context(info_name, args, *rest, **kwargs)
         except _CLICK_USAGE_ERROR as exc:
-            exc.exit_code = ExitStatus.USAGE
-            raise
+            self._usage(exc, argv)
+        ctx.meta["ojai.argv"] = argv
+        return ctx
 
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
         except _CLICK_USAGE_ERROR as exc:
+            self._usage(exc, ctx.meta.get("ojai.argv", []))
+
+    @staticmethod
+    def _usage(exc, argv: list[str]) -> NoReturn:
+        message = parser_error(exc, argv)
+        if message is None:
             exc.exit_code = ExitStatus.USAGE
-            raise
+            raise exc
+        from ojai_setup.commands.terminal import Terminal
+
+        Terminal().error(message)
+        raise typer.Exit(int(ExitStatus.USAGE))
 
 
 app = typer.Typer(
@@ -98,6 +161,26 @@ def _version_callback(value: bool) -> None:
 def _main(version: Annotated[bool, typer.Option(
         "--version", callback=_version_callback, is_eager=True, help="Show the version and exit.")] = False) -> None:
     pass
+
+
+def option_error(err: dict) -> str:
+    """A setting's validation error as the option that gave it: ``--port 99999: must be
+    1-65535`` (the one style of every option error)."""
+    from ojai_setup.core.problems import problem
+    from ojai_setup.model.settings import OPTIONS, Settings
+
+    if not err.get("loc"):  # a check across options says which ones itself
+        return problem(err)
+    field = str(err["loc"][0])
+    flag = dict(OPTIONS).get(field, "--" + field.replace("_", "-"))
+    meta = getattr(Settings.model_fields.get(field), "metadata", [])
+    low = next((m.ge for m in meta if hasattr(m, "ge")), None)
+    high = next((m.le for m in meta if hasattr(m, "le")), None)
+    what = problem(err)
+    if err.get("type") in ("greater_than_equal", "less_than_equal") and None not in (low, high):
+        what = f"must be {low}-{high}"
+    value = err.get("input")
+    return f"{flag} {value}: {what}" if isinstance(value, (str, int, float)) else f"{flag}: {what}"
 
 
 def _fail(term, message: str, code: int = ExitStatus.FAILED) -> NoReturn:
@@ -230,11 +313,7 @@ def setup(
             _fail(term, "--api-key-file needs --systemd: the key reaches llama-server through "
                   "the unit's root-only environment file, never through a script", ExitStatus.USAGE)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        message = str(err["msg"]).removeprefix("Value error, ")
-        if err["loc"]:
-            message = f"--{str(err['loc'][0]).replace('_', '-')}: {message}"
-        _fail(term, message, ExitStatus.USAGE)
+        _fail(term, option_error(exc.errors()[0]), ExitStatus.USAGE)
     _run(term, root, lambda: run_setup(term, root, settings, apply=apply, yes=yes, plan_file=plan,
                                        out=out, show_new=show_new, show=show))
 
@@ -254,12 +333,18 @@ def models(
     from ojai_setup.commands.terminal import Terminal
     from ojai_setup.model.settings import Settings
 
+    from pydantic import ValidationError
+
     term = Terminal(json_mode=json_out)
     root = _example(term, example, root)
     fields = dict(profile=_value(profile), gpu_memory_gib=gpu_memory, user_catalog=catalog)
     if models_dir:
         fields["models_dir"] = models_dir
-    _run(term, root, lambda: run_models(term, root, Settings(**fields)))
+    try:
+        settings = Settings(**fields)
+    except ValidationError as exc:
+        _fail(term, option_error(exc.errors()[0]), ExitStatus.USAGE)
+    _run(term, root, lambda: run_models(term, root, settings))
 
 
 @app.command()

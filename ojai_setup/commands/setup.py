@@ -25,8 +25,11 @@ def build_plan(root: Root, settings: Settings) -> Plan:
     from ojai_setup.domain.checks import Severity, run_checks
     from ojai_setup.steps import build_steps
 
-    ctx = gather(root, settings)
-    plan = make_plan(ctx, build_steps())
+    try:
+        ctx = gather(root, settings)
+        plan = make_plan(ctx, build_steps())
+    except PermissionError as exc:  # a file the plan must read, as a user who may not
+        raise _unreadable(root, settings, exc) from None
     # what this plan changes is not a precondition of it (the TTM limit, when the step sets it)
     fixed_here = {"ttm"} if any(r.step == "gpu-memory" and r.status == "change"
                                 for r in plan.steps) else set()
@@ -34,6 +37,29 @@ def build_plan(root: Root, settings: Settings) -> Plan:
                      if Severity[f.severity.upper()] >= Severity.WARN
                      and f.id.split(".")[0] not in fixed_here)
     return plan.model_copy(update={"preconditions": findings})
+
+
+def _unreadable(root: Root, settings: Settings, exc: PermissionError):
+    """A file planning must read that this user may not: which one, and the command that
+    plans as root."""
+    import os
+    import pwd
+
+    from ojai_setup.core.errors import InputError
+
+    path = str(exc.filename or "a file")
+    try:
+        path = root.machine_path(path)
+    except ValueError:
+        pass
+    try:
+        user = pwd.getpwuid(os.geteuid()).pw_name
+    except KeyError:
+        user = f"user {os.geteuid()}"
+    root_arg = "/" if root.is_host else str(root.path)
+    return InputError(f"{path}: cannot be read as {user} (permission denied); the plan reads "
+                      f"every file it may change, so plan as root: "
+                      f"`sudo {settings.command(root=root_arg)}`")
 
 
 def plan_json(plan: Plan) -> dict:
@@ -329,7 +355,16 @@ def run_setup(term: Terminal, root_dir: Path, settings: Settings, *, apply: bool
     else:
         plan = build_plan(root, settings)
         if out is not None:
-            plan.save(out)
+            try:
+                plan.save(out)
+            except OSError as exc:
+                why = exc.strerror or str(exc)
+                if not out.parent.is_dir():
+                    why = f"no folder {out.parent}"
+                term.error(f"--out {out}: the plan cannot be written there ({why.lower()}); "
+                           "nothing was saved or applied. Give a file in a folder you can "
+                           "write to")
+                return ExitStatus.USAGE
     try:
         status = read_apply_status(root)
     except JournalError as exc:
@@ -416,6 +451,16 @@ def run_setup(term: Terminal, root_dir: Path, settings: Settings, *, apply: bool
     return ExitStatus.OK
 
 
+def _settings_problem(exc: Exception) -> str:
+    """What is wrong with the settings a saved plan records, in words (``settings.port must be
+    at most 65535``)."""
+    from ojai_setup.core.problems import problems
+
+    if hasattr(exc, "errors"):
+        return problems(exc.errors(), prefix="settings.")
+    return "a field ojai does not know"  # TypeError: an unexpected keyword
+
+
 def _recheck_saved(plan: Plan, root: Root, plan_file: Path) -> str | None:
     """Why a saved plan is refused (plan again from its settings; every action, file content
     and follow-up command must be the same), or None."""
@@ -429,7 +474,8 @@ def _recheck_saved(plan: Plan, root: Root, plan_file: Path) -> str | None:
     try:
         settings = Settings(**plan.settings)
     except (ValidationError, TypeError) as exc:
-        return f"{plan_file}: the settings it records are not valid ({exc}); nothing was applied; {redo}"
+        return (f"{plan_file}: the settings it records are not valid ({_settings_problem(exc)}); "
+                f"nothing was applied; {redo}")
     differences = plan_differences(plan, build_plan(root, settings))
     if not differences:
         return None
@@ -458,7 +504,7 @@ def saved_plan_status(root: Root, plan: Plan, plan_file: Path) -> dict:
         try:
             steps = step_differences(plan, build_plan(root, Settings(**plan.settings)))
         except (ValidationError, TypeError) as exc:
-            steps = [f"the settings the plan records are not valid ({exc})"]
+            steps = [f"the settings the plan records are not valid ({_settings_problem(exc)})"]
         except OjaiError as exc:
             steps = [f"ojai cannot plan again with the settings the plan records: {exc}"]
     return {"path": path, "created": plan.created.isoformat(timespec="seconds"),
