@@ -61,8 +61,10 @@ def parser_error(exc, argv: list[str]) -> str | None:
             what = "must be a number"
         else:
             what = text.replace("Input should be", "must be")
+        import shlex
+
         value = _given(argv, opts)
-        return f"{opts[0]}{'' if value is None else ' ' + value}: {what}"
+        return f"{opts[0]}{'' if value is None else ' ' + shlex.quote(value)}: {what}"
     found = re.match(r"No such command '(.*)'", str(getattr(exc, "message", "")))
     if found:
         return f"{found.group(1)}: ojai has no such command (`ojai --help` lists them)"
@@ -180,7 +182,13 @@ def option_error(err: dict) -> str:
     if err.get("type") in ("greater_than_equal", "less_than_equal") and None not in (low, high):
         what = f"must be {low}-{high}"
     value = err.get("input")
-    return f"{flag} {value}: {what}" if isinstance(value, (str, int, float)) else f"{flag}: {what}"
+    if not isinstance(value, (str, int, float)) or isinstance(value, bool):
+        return f"{flag}: {what}"
+    import shlex
+
+    # a validator that names the value already: once is enough
+    what = what.removeprefix(f"{value!r} ")
+    return f"{flag} {shlex.quote(str(value))}: {what}"
 
 
 def _fail(term, message: str, code: int = ExitStatus.FAILED) -> NoReturn:

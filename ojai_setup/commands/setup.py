@@ -5,6 +5,7 @@ report (:class:`PlanReport`, :class:`SavedPlanReport`, :class:`ApplyReport`,
 
 from __future__ import annotations
 
+import shlex
 from datetime import timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -210,7 +211,7 @@ class PlanReport:
                     for line in diff_lines(unified_diff(None, f.after, f.path)):
                         term.print(line, soft_wrap=True)
             else:
-                how = (f"`ojai setup --plan {self.saved} --show PATH` shows one whole"
+                how = (f"`ojai setup --plan {shlex.quote(self.saved)} --show PATH` shows one whole"
                        if self.saved else "shown whole with --show-new, one with --show PATH")
                 term.entry("", f"[bold]Files it creates[/] ({len(new)}; {escape(how)}):",
                            hang=2, markup=True)
@@ -676,15 +677,20 @@ class RollbackPreviewReport:
             term.entry(f"  {verb:>8} ", f"{escape(record.path)}  [dim]({escape(why)})[/]",
                        hang=TEXT_AT + 3, markup=True)
         if preview.handlers:
+            term.print()
             term.print("[bold]Then, as root[/]:")
             for handler in preview.handlers:
                 term.entry("  ", " ".join(handler.argv), hang=6)
-        for diff in preview.diffs(self.root):
+        diffs = preview.diffs(self.root)
+        if diffs:
+            term.print()
+        for diff in diffs:
             for line in diff_lines(diff):  # as the plan's diffs: one line each, never cropped
                 term.print(line, soft_wrap=True)
         for conflict in preview.conflicts:
             term.entry("[bold yellow]changed since the apply:[/] ", conflict, hang=2)
         if preview.reboot:
+            term.print()
             term.entry("[bold]A reboot is needed after rolling back:[/] ",
                        "; ".join(preview.reboot), hang=2)
 
