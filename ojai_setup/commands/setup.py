@@ -674,8 +674,13 @@ class RollbackPreviewReport:
                    f"{entry.started:%Y-%m-%d %H:%M} UTC):", hang=2)
         for record, decision, why in preview.items:
             verb = "skip" if decision == "none" else decision
-            term.entry(f"  {verb:>8} ", f"{escape(record.path)}  [dim]({escape(why)})[/]",
-                       hang=TEXT_AT + 3, markup=True)
+            head = f"  {verb:>8} {record.path}"
+            if len(head) + len(why) + 4 <= term.console.width:
+                term.print(f"{escape(head)}  [dim]({escape(why)})[/]")
+            else:  # the path whole on its line (to be copied), why beneath it
+                term.print(head, markup=False, soft_wrap=True)
+                term.entry("", f"[dim]({escape(why)})[/]", indent=TEXT_AT + 3,
+                           hang=TEXT_AT + 4, markup=True)
         if preview.handlers:
             term.print()
             term.print("[bold]Then, as root[/]:")
