@@ -45,6 +45,20 @@ def parser_error(exc, argv: list[str]) -> str | None:
         return f"{exc.option_name}: {cmd} has no such option{maybe} (`{cmd} --help` lists them)"
     if kind in ("BadOptionUsage", "MissingParameter") and getattr(exc, "option_name", None):
         return f"{exc.option_name}: needs a value (`{cmd} --help` says which)"
+    if kind == "MissingParameter" and getattr(exc, "param", None) is not None:
+        name = (exc.param.opts or [exc.param.name])[0]
+        return f"{name.upper() if not name.startswith('-') else name}: missing (`{cmd} --help` " \
+            "says what to give)"
+    if kind == "BadParameter" and getattr(exc, "param", None) is None:
+        # raised by a command itself, in ojai's words already: "--lengths: a range like 1-8"
+        text = str(exc.message)
+        opt = re.match(r"(--[a-z0-9-]+): ", text)
+        value = _given(argv, [opt.group(1)]) if opt else None
+        if opt and value is not None:
+            import shlex
+
+            return f"{opt.group(1)} {shlex.quote(value)}: {text[opt.end():]}"
+        return text
     if kind == "BadParameter" and getattr(exc, "param", None) is not None:
         opts = [o for o in getattr(exc.param, "opts", []) if o.startswith("--")] or ["--?"]
         text = str(exc.message).removeprefix("Value error, ").rstrip(".")
@@ -67,7 +81,7 @@ def parser_error(exc, argv: list[str]) -> str | None:
         return f"{opts[0]}{'' if value is None else ' ' + shlex.quote(value)}: {what}"
     found = re.match(r"No such command '(.*)'", str(getattr(exc, "message", "")))
     if found:
-        return f"{found.group(1)}: ojai has no such command (`ojai --help` lists them)"
+        return f"{found.group(1)}: {cmd} has no such command (`{cmd} --help` lists them)"
     return None
 
 

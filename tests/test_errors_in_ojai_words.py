@@ -53,6 +53,7 @@ def in_ojai_words(text: str) -> None:
     (["setup", "--bogus"], "--bogus: ojai setup has no such option"),
     (["doctor", "--profile", "nope"], "--profile nope: must be one of ojai, "),
     (["verify", "--tokens", "0"], "--tokens 0: must be at least 1"),
+    (["tune", "some-route", "--lengths", "abc"], "--lengths abc: a range like 1-8"),
 ])
 def test_every_option_error_has_one_style_and_exits_64(machine, args, said):
     result = ojai(*args[:1], "--root", machine("ojai-fresh"), *args[1:])
