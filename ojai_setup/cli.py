@@ -300,9 +300,10 @@ def setup(
 ) -> None:
     """Plan the setup of this machine as a dry run, or apply it with --apply.
 
-    Shows one line per step (satisfied / will change / blocked), a diff of every file it would
-    change, and what needs a reboot. Exit code: 0 nothing to do, 2 changes pending, 1 error or
-    blocked. Planning needs no root; applying stops before the first change and prints the
+    Shows each step (ok / change / BLOCKED) with its details beneath, the whole diff of every
+    file it edits, the files it creates with their size (--show-new: whole), what needs a
+    reboot, and one line counting it all. Exit code: 0 nothing to do, 2 changes pending, 1
+    error or blocked, 64 usage error. Planning needs no root; applying stops before the first change and prints the
     exact sudo command when it needs root.
     """
     from pydantic import ValidationError
