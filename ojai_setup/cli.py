@@ -303,8 +303,8 @@ def setup(
     Shows each step (ok / change / BLOCKED) with its details beneath, the whole diff of every
     file it edits, the files it creates with their size (--show-new: whole), what needs a
     reboot, and one line counting it all. Exit code: 0 nothing to do, 2 changes pending, 1
-    error or blocked, 64 usage error. Planning needs no root; applying stops before the first change and prints the
-    exact sudo command when it needs root.
+    error or blocked, 64 usage error. Planning needs no root; applying stops before the first
+    change and prints the exact sudo command when it needs root.
     """
     from pydantic import ValidationError
 
@@ -352,11 +352,11 @@ def models(
     example: ExampleOpt = None,
 ) -> None:
     """List the routes ojai knows: whether each fits this machine's GPU budget and is downloaded."""
+    from pydantic import ValidationError
+
     from ojai_setup.commands.models import run_models
     from ojai_setup.commands.terminal import Terminal
     from ojai_setup.model.settings import Settings
-
-    from pydantic import ValidationError
 
     term = Terminal(json_mode=json_out)
     root = _example(term, example, root)

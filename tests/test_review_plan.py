@@ -62,7 +62,8 @@ def test_show_path_prints_one_file_of_the_plan_or_of_a_saved_plan(box, tmp_path)
     saved = ojai("setup", "--root", box, *MODEL, "--out", plan)
     assert saved.exit_code == 2, saved.output
     # the saved plan's own hint names the way to see a file of it
-    assert f"`ojai setup --plan {plan} --show PATH` shows one whole" in flat(saved.stdout)
+    assert "one shown whole by the command below" in flat(saved.stdout)
+    assert f"\n  ojai setup --plan {plan} --show PATH\n" in saved.stdout
     data = json.loads(plan.read_text())
     script = next(a["after"] for s in data["steps"] for a in s["actions"]
                   if a.get("path") == SCRIPT)

@@ -59,7 +59,7 @@ class DoctorReport:
         facts_table.add_column("fact", style="bold")
         facts_table.add_column("value")
         for k, v in fact_rows(self.facts):
-            facts_table.add_row(k, v)
+            facts_table.add_row(escape(k), escape(v))
         term.print(facts_table)
         how = "forced" if self.forced else "detected"
         table = Table(title=f"Checks for profile {self.profile.id} ({how}): {self.profile.name}",

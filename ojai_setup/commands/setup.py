@@ -211,13 +211,16 @@ class PlanReport:
                     for line in diff_lines(unified_diff(None, f.after, f.path)):
                         term.print(line, soft_wrap=True)
             else:
-                how = (f"`ojai setup --plan {shlex.quote(self.saved)} --show PATH` shows one whole"
-                       if self.saved else "shown whole with --show-new, one with --show PATH")
-                term.entry("", f"[bold]Files it creates[/] ({len(new)}; {escape(how)}):",
-                           hang=2, markup=True)
+                how = ("one shown whole by the command below" if self.saved
+                       else "shown whole with --show-new, one with --show PATH")
+                term.entry("", f"[bold]Files it creates[/] ({len(new)}; {how}):", hang=2,
+                           markup=True)
                 for f in new:
                     term.entry("  + ", f"{f.path}  ({_lines(f.lines)}, {_size(f.size)})",
                                hang=6)
+                if self.saved:  # a command is printed whole, to be copied
+                    term.print(f"  ojai setup --plan {shlex.quote(self.saved)} --show PATH",
+                               markup=False, soft_wrap=True)
         if plan.handlers:
             term.print()
             term.print("[bold]Then, as root, once and only if a change above needs it[/]:")
