@@ -275,6 +275,8 @@ def setup(
     profile: ProfileOpt = None,
     gpu_memory: Annotated[Optional[int], typer.Option(
         "--gpu-memory", min=1, help="GPU memory budget in GiB (default: the profile's, 48 on the OJAI box).")] = None,
+    ttm_via: Annotated[str, typer.Option(
+        "--ttm-via", help="How the GPU memory limit reaches the kernel: cmdline (the boot loader's kernel command line), modprobe (options ttm pages_limit= in /etc/modprobe.d, as amd-ttm does; not when ttm is built into the kernel), or auto (by the boot path).")] = "auto",
     llamacpp: Annotated[Llamacpp, typer.Option(
         "--llamacpp", help="How to get llama-server: nightly (Lemonade's ROCm builds), source, or none.")] = Llamacpp.nightly,
     llamacpp_tag: Annotated[Optional[str], typer.Option("--llamacpp-tag", help="Pin a nightly tag (e.g. b1311); default: the latest release.")] = None,
@@ -320,7 +322,8 @@ def setup(
     if not root.is_dir():
         _fail(term, f"--root {root}: not a directory", ExitStatus.USAGE)
     try:
-        fields = dict(profile=_value(profile), gpu_memory_gib=gpu_memory, llamacpp=_value(llamacpp),
+        fields = dict(profile=_value(profile), gpu_memory_gib=gpu_memory, ttm_via=ttm_via,
+                      llamacpp=_value(llamacpp),
                       llamacpp_tag=llamacpp_tag, llamacpp_ref=llamacpp_ref,
                       llamacpp_backend=_value(backend), gpu_target=gpu_target, model=model,
                       host=host, port=port, systemd=systemd,
