@@ -148,14 +148,29 @@ def as_nobody(*args: object) -> tuple[int, str, str]:
 
 
 def test_a_file_the_planning_user_may_not_read_is_a_clear_error(shared_machine):
+    """A file a step reads (the service user's step reads /etc/passwd) that this user may not:
+    the file, why, and the command that plans as root; no traceback."""
+    passwd = shared_machine / "etc/passwd"
+    passwd.write_text("root:x:0:0:root:/root:/bin/bash\n")
+    passwd.chmod(0o600)
+    code, out, err = as_nobody("setup", "--root", shared_machine, "--llamacpp", "none",
+                               "--systemd")
+    assert code == 1, out + err
+    message = flat(err)
+    assert message.startswith("error: /etc/passwd: cannot be read as "), message
+    assert "(permission denied)" in message
+    assert f"`sudo ojai setup --root {shared_machine} --llamacpp none --systemd`" in message
+    in_ojai_words(out + err)
+
+
+def test_an_unreadable_boot_configuration_blocks_its_step_with_a_sentence(shared_machine):
     grub = shared_machine / "etc/default/grub"
     grub.chmod(0o600)  # as some distributions ship it
     code, out, err = as_nobody("setup", "--root", shared_machine, "--llamacpp", "none")
     assert code == 1, out + err
-    message = flat(err)
-    assert message.startswith("error: /etc/default/grub: cannot be read as "), message
-    assert "(permission denied)" in message
-    assert f"`sudo ojai setup --root {shared_machine} --llamacpp none`" in message
+    text = flat(out)
+    assert "BLOCKED gpu-memory:" in text
+    assert "cannot read /etc/default/grub: permission denied (run as root" in text, text
     in_ojai_words(out + err)
 
 
