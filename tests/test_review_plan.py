@@ -36,7 +36,7 @@ def test_the_boot_edit_comes_first_and_whole_and_new_files_are_listed_with_their
     assert result.exit_code == 2, result.output
     out = result.stdout
     edit = out.index("--- /etc/default/grub\n+++ /etc/default/grub\n")
-    created = out.index("Files it creates (6;")
+    created = out.index("Other files it creates (6;")
     assert edit < created
     assert '+GRUB_CMDLINE_LINUX_DEFAULT="quiet splash ttm.pages_limit=12582912"' in out
     # a new file is a name and a size, not 50 lines of diff against /dev/null
@@ -117,3 +117,14 @@ def test_a_missing_plan_file_is_a_usage_error(box, tmp_path):
         result = ojai("setup", "--root", box, *args)
         assert result.exit_code == 64, result.output
         assert f"--plan {tmp_path / 'none.json'}: no such plan file" in flat(result.stderr)
+
+
+def test_a_new_file_the_boot_reads_is_shown_whole_with_the_edits(box):
+    """--ttm-via modprobe creates /etc/modprobe.d/99-ojai-ttm.conf: a new file, but what the
+    next boot reads, so it is reviewed whole, not listed by its size."""
+    out = ojai("setup", "--root", box, "--llamacpp", "none", "--no-npu", "--ttm-via",
+               "modprobe").stdout
+    review = out.split("Files to review (whole diffs; what the boot reads first):\n", 1)[1]
+    assert review.startswith("--- /dev/null\n+++ /etc/modprobe.d/99-ojai-ttm.conf\n"), out
+    assert "+options ttm pages_limit=12582912" in review
+    assert "files it creates" not in out.lower()

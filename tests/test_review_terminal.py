@@ -149,7 +149,7 @@ HEADS = ("Doctor's findings on this machine", "Steps:")
 def _at_column_0(screen: str) -> list[str]:
     """The lines above the first diff and file list (doctor's findings and the steps) that
     start at column 0 without being a section's head: a wrapped line that lost its indent."""
-    top = screen.split("\n--- ", 1)[0].split("\nFiles it ", 1)[0]
+    top = screen.split("\n--- ", 1)[0].split("\nFiles ", 1)[0].split("\nOther files ", 1)[0]
     return [line for line in top.splitlines()
             if line.strip() and not line[0].isspace() and not line.startswith(HEADS)]
 

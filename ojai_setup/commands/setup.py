@@ -194,27 +194,29 @@ class PlanReport:
                 term.entry("[bold yellow]warning:[/] ", warning, indent=DETAIL_AT,
                            hang=DETAIL_AT + 2)
         files = written_files(plan)
-        edits = [f for f in files if f.change == "edit"]
-        new = [f for f in files if f.change == "create"]
-        if edits:
+        # whole: every file that exists and is edited, and any the boot reads (a new
+        # modprobe.d file too); listed by size: the rest of the files it creates
+        whole = [f for f in files if f.change == "edit" or f.boot]
+        new = [f for f in files if f not in whole]
+        if whole:
             term.print()
-            term.print("[bold]Files it edits[/] (whole diffs; what the boot reads first):")
-            for f in edits:
+            term.print("[bold]Files to review[/] (whole diffs; what the boot reads first):")
+            for f in whole:
                 for line in diff_lines(unified_diff(f.before, f.after, f.path)):
                     # one line each, never cropped: the terminal wraps what is wider than it
                     term.print(line, soft_wrap=True)
         if new:
             term.print()
             if self.show_new:
-                term.print(f"[bold]Files it creates[/] ({len(new)}, whole):")
+                term.print(f"[bold]Other files it creates[/] ({len(new)}, whole):")
                 for f in new:
                     for line in diff_lines(unified_diff(None, f.after, f.path)):
                         term.print(line, soft_wrap=True)
             else:
                 how = ("one shown whole by the command below" if self.saved
                        else "shown whole with --show-new, one with --show PATH")
-                term.entry("", f"[bold]Files it creates[/] ({len(new)}; {how}):", hang=2,
-                           markup=True)
+                term.entry("", f"[bold]{'Other files' if whole else 'Files'} it creates[/] "
+                           f"({len(new)}; {how}):", hang=2, markup=True)
                 for f in new:
                     term.entry("  + ", f"{f.path}  ({_lines(f.lines)}, {_size(f.size)})",
                                hang=6)

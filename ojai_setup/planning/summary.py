@@ -45,8 +45,8 @@ class WrittenFile(NamedTuple):
 
 
 def written_files(plan: Plan) -> list[WrittenFile]:
-    """Every file the plan writes, edits first (those the boot reads before the others), then
-    the files it creates, each group in plan order."""
+    """Every file the plan writes: what the boot reads first (edited, then created), then the
+    other files it edits, then those it creates, each group in plan order."""
     files = []
     for planned in plan.actions():
         a = planned.action
@@ -56,7 +56,7 @@ def written_files(plan: Plan) -> list[WrittenFile]:
         files.append(WrittenFile(a.path, "create" if a.before is None else "edit", planned.step,
                                  len(a.after.encode("utf-8")), len(a.after.splitlines()), boot,
                                  a.before, a.after))
-    return sorted(files, key=lambda f: (f.change != "edit", not f.boot))
+    return sorted(files, key=lambda f: (not f.boot, f.change != "edit"))
 
 
 def short_command(argv: tuple[str, ...] | list[str]) -> str:
