@@ -180,6 +180,8 @@ def setup(
         "--lemonade-tag", help="With --lemonade release: the release to install (e.g. v11.7.0); default: the latest.")] = None,
     lemonade_downloads: Annotated[bool, typer.Option(
         "--lemonade-downloads", help="Let Lemonade download the route's model into its own cache instead of loading ojai's files.")] = False,
+    force_handlers: Annotated[bool, typer.Option(
+        "--force-handlers/--no-force-handlers", help="With --apply: when an apply fails, still run the follow-up commands (update-grub, systemctl daemon-reload) of the edits that finished, so the machine is consistent; --no-force-handlers leaves them owed.")] = True,
 ) -> None:
     """Plan the setup of this machine as a dry run, or apply it with --apply.
 
@@ -220,7 +222,7 @@ def setup(
             message = f"--{str(err['loc'][0]).replace('_', '-')}: {message}"
         _fail(term, message, ExitStatus.USAGE)
     _run(term, root, lambda: run_setup(term, root, settings, apply=apply, yes=yes, plan_file=plan,
-                                       out=out))
+                                       out=out, force_handlers=force_handlers))
 
 
 @app.command()

@@ -530,28 +530,30 @@ def _settled_preview(root: Root, directory: Path, settled: Interrupted | None, *
 
 
 def preview_rollback(root: Root, *, remove_downloads: bool = False,
-                     euid: int | None = None) -> RollbackPreview:
+                     euid: int | None = None, locked: bool = False) -> RollbackPreview:
     """What a rollback of the last apply would restore, remove and keep, the follow-up
     commands it would run and whether a reboot follows, for a person to review.
 
     Holds the machine's lock while it looks, and first settles an apply that was interrupted
     (:func:`recover`), which is then the one to undo. Raises :class:`RollbackError` when there
-    is nothing to roll back."""
+    is nothing to roll back. ``locked``: the caller holds the lock already."""
     from ojai_setup.apply.lock import MachineLock
 
     directory = state_dir(root, euid=euid)
-    lock = MachineLock(directory, "ojai rollback")
-    lock.acquire()
+    lock = None if locked else MachineLock(directory, "ojai rollback")
+    if lock is not None:
+        lock.acquire()
     try:
         return _settled_preview(root, directory, recover(root, euid=euid),
                                 remove_downloads=remove_downloads, euid=euid)
     finally:
-        lock.release()
+        if lock is not None:
+            lock.release()
 
 
 def rollback(root: Root, progress: Progress, *, force: bool = False,
              remove_downloads: bool = False, euid: int | None = None,
-             preview: RollbackPreview | None = None) -> RollbackResult:
+             preview: RollbackPreview | None = None, locked: bool = False) -> RollbackResult:
     """Put back what the last apply changed, and journal it as a rollback.
 
     Holds the machine's lock (:class:`~ojai_setup.apply.lock.LockHeld` when another ojai
@@ -566,13 +568,15 @@ def rollback(root: Root, progress: Progress, *, force: bool = False,
     Refuses (:class:`RollbackError`, nothing restored) when a path changed after the apply,
     unless ``force``, or when the last apply is no longer the one ``preview`` (the one a
     person reviewed, from :func:`preview_rollback`) showed. Repeated rollbacks walk back
-    through earlier applies.
+    through earlier applies. ``locked``: the caller holds the lock already (it took it
+    before the preview, so nothing changed the machine between the two).
     """
     from ojai_setup.apply.lock import MachineLock
 
     directory = state_dir(root, euid=euid)
-    lock = MachineLock(directory, "ojai rollback")
-    lock.acquire()
+    lock = None if locked else MachineLock(directory, "ojai rollback")
+    if lock is not None:
+        lock.acquire()
     try:
         settled = recover(root, euid=euid)
         if preview is None:
@@ -589,7 +593,8 @@ def rollback(root: Root, progress: Progress, *, force: bool = False,
                                   journal_id=preview.entry.apply_id, nothing=True)
         return _rollback(root, preview, progress, force=force, euid=euid)
     finally:
-        lock.release()
+        if lock is not None:
+            lock.release()
 
 
 def _rollback(root: Root, preview: RollbackPreview, progress: Progress, *, force: bool,

@@ -90,9 +90,11 @@ def lock_is_held(directory: Path) -> bool:
     return False
 
 
-def read_apply_status(root: Root, *, euid: int | None = None) -> ApplyStatus:
+def read_apply_status(root: Root, *, euid: int | None = None,
+                      locked: bool = False) -> ApplyStatus:
     """Whether an apply is under way, was interrupted, or left follow-up commands owed (the
-    machine's own state first, so that a user sees what an apply as root left)."""
+    machine's own state first, so that a user sees what an apply as root left). ``locked``:
+    this process holds the machine's lock, so an apply marked running was interrupted."""
     directory = root.resolve(STATE_DIR)
     state = _load_state(directory)
     own = state_dir(root, euid=euid)
@@ -102,7 +104,7 @@ def read_apply_status(root: Root, *, euid: int | None = None) -> ApplyStatus:
                          owed=[shlex.join(h.argv) for h in state.pending_handlers])
     if state.running is None:
         return status
-    status.running = lock_is_held(directory)
+    status.running = not locked and lock_is_held(directory)
     status.interrupted = None if status.running else state.running
     from ojai_setup.model.journal import JournalEntry  # only an apply under way has one
 

@@ -123,6 +123,23 @@ class Fingerprint(BaseModel):
         return hashlib.sha256(canonical_json(self.model_dump(mode="json")).encode()).hexdigest()
 
 
+#: the phases of an apply, in the order it runs them (:meth:`Plan.apply_order`)
+APPLY_PHASES = ("fetch", "system", "boot")
+#: actions that download, unpack or build: long and fallible, so they run before any edit
+FETCH_KINDS = frozenset({"install_archive", "build_from_source", "hub_download",
+                         "install_package"})
+
+
+def apply_phase(action: Action) -> str:
+    """``fetch`` (a download, unpack or build), ``boot`` (a change the next boot reads: it
+    needs a reboot to take effect) or ``system`` (every other change)."""
+    if action.kind in FETCH_KINDS:
+        return "fetch"
+    if action.needs_reboot:
+        return "boot"
+    return "system"
+
+
 class PlannedAction(BaseModel):
     """An action together with the step that asked for it."""
 
@@ -162,8 +179,14 @@ class Plan(BaseModel):
 
     # -- reading a plan -------------------------------------------------------------------
     def actions(self) -> list[PlannedAction]:
-        """Every action, in the order it will be applied."""
+        """Every action, in the order the steps list them."""
         return [PlannedAction(step=r.step, action=a) for r in self.steps for a in r.actions]
+
+    def apply_order(self) -> list[PlannedAction]:
+        """Every action in the order an apply carries them out (:func:`apply_phase`): the long
+        fallible work first (downloads, unpacking, builds), then the other system files, then
+        what the next boot reads; in plan order within each phase."""
+        return sorted(self.actions(), key=lambda p: APPLY_PHASES.index(apply_phase(p.action)))
 
     @property
     def exit_code(self) -> ExitStatus:
