@@ -1,0 +1,286 @@
+"""Applies that fail or are stopped half way, on copies of ojai-fresh: the long work (model
+downloads) runs before any system file is edited and the boot configuration goes last, the
+follow-ups of finished edits still run, every ending says what changed, what is owed and the
+whole commands that finish and undo; SIGINT and SIGTERM at every boundary; two ojai processes
+at once (apply + apply, apply + rollback), each refusal naming the holder of the lock.
+
+Model files come from a local stand-in for the Hugging Face Hub (tests/support/fake_hub.py);
+Ctrl-C, SIGTERM and the second process are real (tests/support/kill_at.py runs ojai in a
+child process that signals itself, or pauses holding the lock, at a fault point)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from support.fake_hub import FakeHub, fake_hub  # noqa: F401 - fake_hub is a fixture
+from support.gguf_files import gemma4_assistant, gemma4_main
+from support.stand_ins import give_llama_server, route_toml
+from typer.testing import CliRunner
+
+from ojai_setup.cli import app
+from ojai_setup.model.settings import Settings
+
+KILLER = Path(__file__).parent / "support" / "kill_at.py"
+REPO = "ojai-test/tiny-gemma4-GGUF"
+ROUTE = "tiny-gemma"
+MAIN = "gemma-4-tiny-it-Q4_K_M.gguf"
+DRAFT = "mtp-gemma-4-tiny-it.gguf"
+MODELS = "var/lib/ojai/models"
+GRUB = "etc/default/grub"
+LIMIT = "ttm.pages_limit=12582912"
+NO_LLAMA = ["--llamacpp", "none", "--no-npu"]
+
+
+def ojai(*args: object):
+    return CliRunner().invoke(app, [str(a) for a in args])
+
+
+def said(result) -> str:
+    return " ".join(result.stderr.split())
+
+
+@pytest.fixture
+def catalog(tmp_path: Path, fake_hub: FakeHub) -> Path:
+    folder = tmp_path / "published"
+    main = gemma4_main(folder / MAIN, payload_bytes=64 * 1024)
+    draft = gemma4_assistant(folder / DRAFT, payload_bytes=64 * 1024)
+    fake_hub.add_path(REPO, MAIN, main)
+    fake_hub.add_path(REPO, DRAFT, draft)
+    path = tmp_path / "catalog.toml"
+    path.write_text(route_toml(ROUTE, REPO, main, draft))
+    return path
+
+
+@pytest.fixture
+def box(machine) -> Path:
+    root = machine("ojai-fresh")
+    give_llama_server(root)
+    return root
+
+
+def model_args(root: Path, catalog: Path) -> list[object]:
+    return ["--root", root, *NO_LLAMA, "--catalog", catalog, "--model", ROUTE]
+
+
+def grub_runs(root: Path) -> int:
+    return sum(1 for e in journal_entries(root) for h in e["handlers"]
+               if h["name"] == "update-grub" and h.get("exit_code") == 0)
+
+
+def journal_entries(root: Path) -> list[dict]:
+    folder = root / "var/lib/ojai/journal"
+    entries = [json.loads(p.read_text()) for p in folder.glob("*.json")] if folder.is_dir() else []
+    return sorted(entries, key=lambda e: e["started"])
+
+
+def apply_finding(root: Path) -> dict:
+    report = json.loads(ojai("doctor", "--json", "--root", root).stdout)
+    return next(f for f in report["findings"] if f["id"] == "ojai.apply")
+
+
+# -- fetch first, change the boot last ------------------------------------------------------
+def test_a_download_that_fails_after_planning_leaves_the_boot_untouched(box, catalog, fake_hub):
+    grub = (box / GRUB).read_bytes()
+    plan = ojai("setup", *model_args(box, catalog))
+    assert plan.exit_code == 2, plan.output  # the hub answered while planning
+    fake_hub.cut_next_download(1000)  # then the connection drops during the download
+    failed = ojai("setup", *model_args(box, catalog), "--apply", "--yes")
+    assert failed.exit_code == 1, failed.output
+    text = said(failed)
+    assert "download stopped after" in text
+    assert (box / GRUB).read_bytes() == grub  # the boot was never touched
+    assert "the boot configuration was not touched" in text
+    assert grub_runs(box) == 0 and apply_finding(box)["severity"] == "pass"  # nothing owed
+    settings = Settings(llamacpp="none", npu=False, user_catalog=str(catalog), model=ROUTE)
+    assert "nothing on the machine was changed" in text and "backed up" not in text
+    assert f"to try again: {settings.command('--apply', root=str(box))}" in text, text
+    assert "ojai rollback" not in text  # nothing to undo
+
+    fake_hub.restore()
+    done = ojai("setup", *model_args(box, catalog), "--apply", "--yes")
+    assert done.exit_code == 0, done.output
+    assert LIMIT in (box / GRUB).read_text() and grub_runs(box) == 1
+    assert ojai("setup", *model_args(box, catalog)).exit_code == 0
+
+
+def test_the_plan_and_the_journal_put_the_downloads_first_and_the_boot_last(box, catalog):
+    from ojai_setup.commands.setup import build_plan
+    from ojai_setup.core.root import Root
+    from ojai_setup.planning.plan import apply_phase
+
+    plan = build_plan(Root(box), Settings(llamacpp="none", npu=False, user_catalog=str(catalog),
+                                          model=ROUTE))
+    order = [p.action for p in plan.apply_order()]
+    phases = [apply_phase(a) for a in order]
+    assert phases == sorted(phases, key=("fetch", "system", "boot").index)
+    assert phases[0] == "fetch" and phases[-1] == "boot"
+    assert [p.step for p in plan.actions()][0] == "gpu-memory"  # the dry run lists steps as before
+    assert ojai("setup", *model_args(box, catalog), "--apply", "--yes").exit_code == 0
+    [entry] = journal_entries(box)
+    assert [p["kind"] for p in entry["planned"]][:2] == ["hub_download", "hub_download"]
+    assert entry["planned"][-1]["targets"] == ["/etc/default/grub"]
+
+
+def test_a_follow_up_that_fails_before_the_boot_edit_leaves_the_boot_untouched(
+        box, catalog, machine):
+    """``systemctl daemon-reload`` (of the units) runs before the GRUB edit: when it fails, the
+    boot is as before and the one command owed is named by its command, and once it can run,
+    the next apply runs it and says so."""
+    capture = box / ".ojai/commands/systemctl daemon-reload"
+    capture.mkdir(parents=True)
+    (capture / "exit_code").write_text("1\n")
+    (capture / "stderr").write_text("Failed to connect to bus: No such file or directory\n")
+    grub = (box / GRUB).read_bytes()
+    args = [*model_args(box, catalog), "--systemd"]
+    failed = ojai("setup", *args, "--apply", "--yes")
+    assert failed.exit_code == 1, failed.output
+    text = said(failed)
+    assert "`systemctl daemon-reload` failed with exit code 1" in text
+    assert "still owed (the next apply runs it first): `systemctl daemon-reload`" in text
+    assert (box / GRUB).read_bytes() == grub
+    assert "the boot configuration was not touched" in text
+
+    dry = ojai("setup", *args)
+    assert dry.exit_code == 2, dry.output
+    assert dry.stdout.rstrip().splitlines()[-1].startswith("plan: changes pending")
+
+    (capture / "exit_code").write_text("0\n")
+    done = ojai("setup", *args, "--apply", "--yes")
+    assert done.exit_code == 0, done.output
+    out = " ".join(done.stdout.split())
+    assert "ran systemctl daemon-reload, update-grub" in out
+    assert "still owed" not in out and "still due" not in out
+    assert ojai("setup", *args).exit_code == 0
+
+
+def test_when_the_boot_regeneration_fails_the_dry_run_says_it_is_owed_and_exits_2(machine):
+    root = machine("ojai-fresh")
+    (root / ".ojai/commands/update-grub/exit_code").write_text("1\n")
+    failed = ojai("setup", "--root", root, *NO_LLAMA, "--apply", "--yes")
+    assert failed.exit_code == 1
+    assert "the boot configuration was changed and its regeneration is owed" in said(failed)
+    assert "still owed (the next apply runs it first): `update-grub`" in said(failed)
+    dry = ojai("setup", "--root", root, *NO_LLAMA)
+    assert dry.exit_code == 2, dry.output
+    last = dry.stdout.rstrip().splitlines()[-1]
+    assert last == "plan: nothing to change, but an earlier apply left work owed (above)"
+    assert "update-grub" in dry.stdout
+
+
+# -- SIGINT and SIGTERM at every boundary ---------------------------------------------------
+CLOUD = 'GRUB_CMDLINE_LINUX_DEFAULT="console=tty1 console=ttyS0 amdgpu.gttsize=512"\n'
+#: every boundary of the two-file apply of test_interrupted.py
+BOUNDARIES = [
+    ("journal-opened", 1), ("backups-written", 1),
+    ("action-start", 1), ("before-rename", 1), ("action-done", 1),
+    ("action-start", 2), ("before-rename", 2), ("action-done", 2),
+    ("handler-start", 1), ("handler-done", 1),
+]
+
+
+def cloud_box(machine) -> Path:
+    root = machine("ojai-fresh")
+    d = root / "etc/default/grub.d"
+    d.mkdir(parents=True)
+    (d / "50-cloudimg-settings.cfg").write_text(CLOUD)
+    return root
+
+
+def snapshot(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes()
+            for p in sorted((root / "etc").rglob("*")) if p.is_file()}
+
+
+def at(root: Path, stage: str, nth: int, what: str, *args: str, wait: bool = True):
+    env = {**os.environ, "OJAI_TEST_AT": what, "COLUMNS": "200"}
+    argv = [sys.executable, str(KILLER), stage, str(nth), *args]
+    if not wait:
+        return subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True)
+    return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("signal_name", ["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize("stage,nth", BOUNDARIES, ids=[f"{s}-{n}" for s, n in BOUNDARIES])
+def test_a_signal_at_any_boundary_ends_with_what_happened_and_both_commands(
+        machine, stage, nth, signal_name):
+    root = cloud_box(machine)
+    original = snapshot(root)
+    proc = at(root, stage, nth, signal_name, "setup", "--root", str(root), "--apply", "--yes",
+              *NO_LLAMA)
+    assert proc.returncode == 130, (proc.returncode, proc.stdout[-2000:], proc.stderr[-2000:])
+    err = " ".join(proc.stderr.split())
+    assert f"apply stopped by {signal_name}" in err, err
+    assert f"to finish: ojai setup --root {root} {' '.join(NO_LLAMA)} --apply" in err \
+        or f"to try again: ojai setup --root {root}" in err, err
+    [entry] = journal_entries(root)
+    assert entry["status"] == "failed" and entry["error"] == f"stopped by {signal_name}"
+    state = json.loads((root / "var/lib/ojai/state.json").read_text())
+    assert state["running"] is None  # the journal was closed, not left running
+    assert not [p for p in root.rglob(".*") if p.name.endswith((".ojai-tmp", ".tmp"))]
+    if entry["files"]:
+        assert f"to undo: ojai rollback --root {root}" in err
+    owed = [h["argv"] for h in state["pending_handlers"]]
+    if owed:
+        assert "still owed (the next apply runs it first): `update-grub`" in err
+
+    if nth % 2:  # odd ones are finished by a new apply, even ones undone by rollback
+        done = ojai("setup", "--root", root, "--apply", "--yes", *NO_LLAMA)
+        assert done.exit_code == 0, done.output
+        assert ojai("setup", "--root", root, *NO_LLAMA).exit_code == 0
+    else:
+        undo = ojai("rollback", "--root", root, "--yes")
+        assert undo.exit_code in (0, 1), undo.output
+        assert snapshot(root) == original
+    assert apply_finding(root)["severity"] == "pass"
+
+
+# -- two ojai processes at once -------------------------------------------------------------
+def wait_ready(go: Path, proc: subprocess.Popen) -> int:
+    ready = go.with_name(go.name + ".ready")
+    deadline = time.monotonic() + 60
+    while not ready.exists():
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "the first ojai never reached its pause"
+        time.sleep(0.05)
+    return int(ready.read_text())
+
+
+@pytest.mark.parametrize("first", ["apply", "rollback"])
+def test_a_second_ojai_is_refused_before_it_plans_and_names_the_holder(machine, tmp_path, first):
+    root = cloud_box(machine)
+    if first == "rollback":
+        assert ojai("setup", "--root", root, "--apply", "--yes", *NO_LLAMA).exit_code == 0
+        args = ["rollback", "--root", str(root), "--yes"]
+        stage, holder = "restore-start", "ojai rollback"
+    else:
+        args = ["setup", "--root", str(root), "--apply", "--yes", *NO_LLAMA]
+        stage, holder = "action-start", "ojai setup --apply"
+    go = tmp_path / "go"
+    proc = at(root, stage, 1, f"pause:{go}", *args, wait=False)
+    try:
+        pid = wait_ready(go, proc)
+        during = snapshot(root)
+        for second in (["setup", "--root", root, "--apply", "--yes", *NO_LLAMA],
+                       ["rollback", "--root", root, "--yes"]):
+            refused = ojai(*second)
+            assert refused.exit_code == 1, refused.output
+            text = said(refused)
+            assert f"process {pid} (`{holder}`, since 20" in text, text
+            assert "nothing was changed" in text
+            assert refused.stdout == ""  # refused before planning: no plan shown
+        assert snapshot(root) == during
+    finally:
+        go.write_text("")
+        out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, (out[-2000:], err[-2000:])
+    # the first one finished as if alone
+    dry = ojai("setup", "--root", root, *NO_LLAMA)
+    assert dry.exit_code == (0 if first == "apply" else 2), dry.output
+    assert apply_finding(root)["severity"] == "pass"
