@@ -250,6 +250,8 @@ def gather(root: Root, settings: Settings, *, facts: Facts | None = None,
             except OjaiError as exc:
                 release_error = str(exc)
 
+    toolchain_error = hip_toolchain_error(root, facts, settings, target)
+
     lemonade = lemonade_view(root, facts, home)
     lemonade_deb = lemonade_deb_error = None
     if settings.lemonade == "release" and lemonade is None:
@@ -286,8 +288,28 @@ def gather(root: Root, settings: Settings, *, facts: Facts | None = None,
         state=state, state_error=state_error, models_free_bytes=free,
         models_free_error=free_error, programs=programs, api_key_sha256=api_key_sha256,
         api_key_error=api_key_error, groups=machine_groups(root),
-        draft_length_source=draft_source,
+        draft_length_source=draft_source, toolchain_error=toolchain_error,
         footprint=route_footprint(root, route, settings.models_dir) if route else None)
+
+
+def hip_toolchain_error(root: Root, facts: Facts, settings: Settings,
+                        target: str | None) -> str | None:
+    """For a HIP source build (``--llamacpp source``, the HIP backend): why the machine's
+    toolchain cannot build for the target, read now so that the dry run blocks the step
+    before anything changes; None when it can or no HIP build is asked for."""
+    if settings.llamacpp != "source":
+        return None
+    backend = settings.llamacpp_backend or ("hip" if facts.rocm_version else "cpu")
+    wanted = settings.gpu_target or target
+    if backend != "hip" or not wanted:
+        return None
+    from ojai_setup.facts.toolchain import ToolchainError, check_hip_toolchain
+
+    try:
+        check_hip_toolchain(root, wanted)
+    except ToolchainError as exc:
+        return str(exc).replace("; nothing was written for this build", "")
+    return None
 
 
 def route_footprint(root: Root, route: Route, models_dir: str) -> Footprint | None:

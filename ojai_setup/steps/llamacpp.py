@@ -90,6 +90,9 @@ class LlamacppStep:
         built = built_sentence(ctx.root, action)
         if built is not None and self._current_target(ctx) in (folder, action.dest):
             return StepResult.satisfied(self.name, built, reads=(action.dest, CURRENT))
+        if action.backend == "hip" and ctx.toolchain_error:
+            return StepResult.blocked(self.name, f"{ctx.toolchain_error}; or build for the "
+                                      "CPU with --backend cpu")
         from ..domain.costs import estimate
 
         return StepResult.change(
