@@ -84,6 +84,24 @@ def apply_finding(root: Path) -> dict:
     return next(f for f in report["findings"] if f["id"] == "ojai.apply")
 
 
+# -- what can be known at planning ----------------------------------------------------------
+def test_systemd_units_on_a_machine_without_systemctl_are_blocked_in_the_dry_run(box, catalog):
+    """ojai-fresh answers no systemctl: the units' daemon-reload could never run, so the step
+    is blocked before anything changes, the GRUB edit included."""
+    grub = (box / GRUB).read_bytes()
+    args = [*model_args(box, catalog), "--systemd"]
+    plan = ojai("setup", *args)
+    assert plan.exit_code == 1, plan.output
+    out = " ".join(plan.stdout.split())
+    assert "BLOCKED routes: `systemctl daemon-reload` needs systemctl, which this machine " \
+           "does not have (systemd does not manage this machine's services: leave out " \
+           "--systemd, or set up systemd)" in out, out
+    assert out.endswith("plan: blocked: fix the step(s) above first")
+    applied = ojai("setup", *args, "--apply", "--yes")
+    assert applied.exit_code == 1 and "nothing was applied" in applied.stderr
+    assert (box / GRUB).read_bytes() == grub and not (box / MODELS).exists()
+
+
 # -- fetch first, change the boot last ------------------------------------------------------
 def test_a_download_that_fails_after_planning_leaves_the_boot_untouched(box, catalog, fake_hub):
     grub = (box / GRUB).read_bytes()
