@@ -302,3 +302,31 @@ def test_a_second_ojai_is_refused_before_it_plans_and_names_the_holder(machine, 
     dry = ojai("setup", "--root", root, *NO_LLAMA)
     assert dry.exit_code == (0 if first == "apply" else 2), dry.output
     assert apply_finding(root)["severity"] == "pass"
+
+
+# -- what --remove-downloads removes -------------------------------------------------------
+def model_leftovers(root: Path) -> list[str]:
+    models = root / MODELS
+    return sorted(str(p.relative_to(root)) for p in models.rglob("*")) if models.exists() else []
+
+
+def test_remove_downloads_takes_the_records_and_the_folders_made_for_them(box, catalog):
+    assert ojai("setup", *model_args(box, catalog), "--apply", "--yes").exit_code == 0
+    assert any(n.endswith(".sha256") for n in model_leftovers(box))  # the digest records
+    undo = ojai("rollback", "--root", box, "--yes", "--remove-downloads")
+    assert undo.exit_code == 0, undo.output
+    assert not (box / MODELS).exists(), model_leftovers(box)  # made by the apply, so removed
+
+
+def test_remove_downloads_after_a_kill_mid_download_leaves_no_partial_file(box, catalog):
+    """Killed (SIGKILL) with the first model file fully fetched but not yet renamed: the
+    ``.partial`` is all there is of it; rollback --remove-downloads takes it and the folders."""
+    proc = at(box, "before-rename", 1, "kill", "setup", *map(str, model_args(box, catalog)),
+              "--apply", "--yes")
+    assert proc.returncode == -9, proc.stderr[-2000:]
+    assert any(n.endswith(".partial") for n in model_leftovers(box)), model_leftovers(box)
+    undo = ojai("rollback", "--root", box, "--yes", "--remove-downloads")
+    assert undo.exit_code == 0, undo.output
+    assert "partial" in undo.stdout
+    assert not (box / MODELS).exists(), model_leftovers(box)
+    assert apply_finding(box)["severity"] == "pass"

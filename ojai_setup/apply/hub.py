@@ -206,7 +206,7 @@ def _xet_download(part: Path, xet: object, headers: dict[str, str], expected_siz
 
 
 def _bar_class(task: TaskHandle) -> type:
-    """A tqdm stand-in for ``http_get`` that forwards byte counts to ``task``."""
+    """A tqdm stand-in for ``xet_get`` that forwards byte counts to ``task``."""
 
     class _Bar:
         def __init__(self, **_: object) -> None:
