@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
+from support.fake_github import fake_github  # noqa: F401 - fake_github is a fixture
 from support.fake_hub import FakeHub, fake_hub  # noqa: F401 - fake_hub is a fixture
 from support.gguf_files import gemma4_assistant, gemma4_main
 from support.stand_ins import give_llama_server, route_toml
@@ -330,3 +331,47 @@ def test_remove_downloads_after_a_kill_mid_download_leaves_no_partial_file(box, 
     assert "partial" in undo.stdout
     assert not (box / MODELS).exists(), model_leftovers(box)
     assert apply_finding(box)["severity"] == "pass"
+
+
+NIGHTLY = "/opt/ojai/llama.cpp"
+STAGING = f"{NIGHTLY}/.b1311-gfx1150.unpack"
+
+
+@pytest.fixture
+def nightly(fake_github, tmp_path: Path):  # noqa: F811
+    from support.fake_github import Entry, make_zip
+
+    from ojai_setup.domain.nightly import asset_name
+
+    body = make_zip(tmp_path / "b1311.zip", [
+        Entry("llama-server", b"#!/bin/sh\necho 'version: 1311 (abc1234)' >&2\n", 0o100755),
+        Entry("libllama.so", b"b1311", 0o100755)])
+    fake_github.add_release("b1311", {asset_name("b1311", "gfx1150"): body})
+    return fake_github
+
+
+@pytest.mark.parametrize("remove", [True, False], ids=["remove-downloads", "doctor-then-setup"])
+def test_a_kill_during_the_nightlys_unpack_leaves_nothing_behind_for_long(machine, nightly,
+                                                                          remove):
+    root = machine("ojai-fresh")
+    proc = at(root, "before-rename", 1, "kill", "setup", "--root", str(root), "--no-npu",
+              "--apply", "--yes")  # the nightly is unpacked, not yet renamed into place
+    assert proc.returncode == -9, proc.stderr[-2000:]
+    assert (root / STAGING.lstrip("/")).is_dir()
+    assert LIMIT not in (root / GRUB).read_text()  # the boot comes after the install
+    if remove:
+        undo = ojai("rollback", "--root", root, "--yes", "--remove-downloads")
+        assert undo.exit_code == 0, undo.output
+        assert STAGING in undo.stdout
+        assert not (root / STAGING.lstrip("/")).exists()
+        assert apply_finding(root)["severity"] == "pass"
+        return
+    undo = ojai("rollback", "--root", root, "--yes")  # settles it; keeps downloads
+    assert undo.exit_code == 0, undo.output
+    finding = apply_finding(root)
+    assert finding["severity"] == "warn" and STAGING in finding["evidence"], finding
+    assert f"sudo rm -rf {STAGING}" in finding["fix"] and "ojai setup --apply" in finding["fix"]
+    done = ojai("setup", "--root", root, "--no-npu", "--apply", "--yes")
+    assert done.exit_code == 0, done.output
+    assert not (root / STAGING.lstrip("/")).exists()
+    assert apply_finding(root)["severity"] == "pass"

@@ -90,6 +90,22 @@ def lock_is_held(directory: Path) -> bool:
     return False
 
 
+#: what an install into ojai's llama.cpp folder leaves when it is stopped half way
+_INSTALL_LEFTOVERS = (".*.unpack", ".*.zip", ".*.zip.part", ".*.old", ".*.build-*")
+
+
+def install_leftovers(root: Root) -> list[str]:
+    """Machine paths of what an interrupted nightly unpack or source build left in
+    ``/opt/ojai/llama.cpp`` (none while one runs: call it when no apply holds the lock)."""
+    from ojai_setup.core.paths import LLAMACPP_DIR
+
+    base = root.resolve(LLAMACPP_DIR)
+    if not base.is_dir():
+        return []
+    found = {p for pattern in _INSTALL_LEFTOVERS for p in base.glob(pattern)}
+    return sorted(f"{LLAMACPP_DIR}/{p.name}" for p in found)
+
+
 def read_apply_status(root: Root, *, euid: int | None = None,
                       locked: bool = False) -> ApplyStatus:
     """Whether an apply is under way, was interrupted, or left follow-up commands owed (the
@@ -101,7 +117,8 @@ def read_apply_status(root: Root, *, euid: int | None = None,
     if own != directory and state.running is None and not state.pending_handlers:
         directory, state = own, _load_state(own)
     status = ApplyStatus(last_apply=state.last_apply,
-                         owed=[shlex.join(h.argv) for h in state.pending_handlers])
+                         owed=[shlex.join(h.argv) for h in state.pending_handlers],
+                         leftovers=install_leftovers(root))
     if state.running is None:
         return status
     status.running = not locked and lock_is_held(directory)
