@@ -375,3 +375,33 @@ def test_a_kill_during_the_nightlys_unpack_leaves_nothing_behind_for_long(machin
     assert done.exit_code == 0, done.output
     assert not (root / STAGING.lstrip("/")).exists()
     assert apply_finding(root)["severity"] == "pass"
+
+
+# -- nothing of the host under --root -------------------------------------------------------
+def test_a_program_inside_a_root_is_not_run_on_the_host_unless_asked(machine, tmp_path,
+                                                                       monkeypatch):
+    """A llama-server inside the machine folder that would leave a mark if it ran: by default
+    ojai answers from the machine's captures (none here: it cannot tell its flags) and never
+    runs it; with OJAI_RUN_ROOT_PROGRAMS=1 it does."""
+    from ojai_setup.core.root import Root
+
+    root = machine("ojai-fresh")
+    mark = tmp_path / "it-ran"
+    server = give_llama_server(root)
+    server.write_text(f"#!/bin/sh\ntouch '{mark}'\necho 'version: 1 (abc)' >&2\n")
+    monkeypatch.delenv("OJAI_RUN_ROOT_PROGRAMS")
+    plan = ojai("setup", "--root", root, *NO_LLAMA)
+    assert plan.exit_code in (1, 2), plan.output
+    assert not mark.exists()
+    result = Root(root).run(["/opt/ojai/llama.cpp/current/llama-server", "--version"])
+    assert result.source == "missing" and not mark.exists()
+
+    capture = root / ".ojai/commands/llama-server --version"  # a recorded answer stands in
+    capture.mkdir(parents=True)
+    (capture / "stderr").write_text("version: 0.6.0-dev (build 11434, commit abc1234)\n")
+    result = Root(root).run(["/opt/ojai/llama.cpp/current/llama-server", "--version"])
+    assert result.source == "capture" and "build 11434" in result.stderr and not mark.exists()
+
+    asked = Root(root, run_programs=True).run(["/opt/ojai/llama.cpp/current/llama-server",
+                                               "--version"])
+    assert asked.source == "root-binary" and mark.exists()
