@@ -34,15 +34,42 @@ def machine(tmp_path):
     return _copy
 
 
+#: the order the tests are handed out in, and the groups that stay on one worker under
+#: ``pytest -n 2 --dist loadgroup`` (what ``.ci/run`` runs): the guests first, since they take
+#: the longest and one core (qemu under TCG) and share a session's installed image; then the
+#: modules that start real servers or chroots, each on one worker so that its module- and
+#: session-scoped servers start once; then the rest, one test at a time to whichever worker is
+#: free; the tests of the compiled HIP build last, together, since they wait for it.
+ORDER = ("vm", "slow", "fast", "hip_build")
+
+
+def _group(item) -> tuple[str, str | None]:
+    """The scheduling class of a test and its xdist group (None: it goes alone)."""
+    if item.get_closest_marker("hip_build") is not None:
+        return "hip_build", "hip_build"
+    if item.get_closest_marker("vm") is not None:
+        return "vm", "vm"
+    if item.get_closest_marker("slow") is not None:
+        return "slow", item.nodeid.split("::", 1)[0]
+    return "fast", None
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
-    """The tests of the compiled HIP build run last: they wait for the build that ``.ci/run``
-    starts in the background at the lowest priority (tests/support/hip.py), which by then has
-    had every processor second the other tests left. ``OJAI_HIP_BUILD=0`` leaves them out for a
-    quick loop on a machine without that build."""
-    hip = [i for i in items if i.get_closest_marker("hip_build") is not None]
-    rest = [i for i in items if i.get_closest_marker("hip_build") is None]
+    """Orders the tests as :data:`ORDER` says and marks their xdist groups (tryfirst: before
+    xdist's own hook reads the marks). The tests of the compiled HIP build run last: they wait
+    for the build that ``.ci/run`` starts in the background at the lowest priority
+    (tests/support/hip.py), which by then has had every processor second the other tests left.
+    ``OJAI_HIP_BUILD=0`` leaves them out for a quick loop on a machine without that build."""
+    classes = {}
+    for item in items:
+        kind, group = _group(item)
+        classes[item.nodeid] = kind
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
     if os.environ.get("OJAI_HIP_BUILD") == "0":
+        hip = [i for i in items if classes[i.nodeid] == "hip_build"]
         if hip:
             config.hook.pytest_deselected(items=hip)
-        hip = []
-    items[:] = rest + hip
+        items[:] = [i for i in items if classes[i.nodeid] != "hip_build"]
+    items.sort(key=lambda i: ORDER.index(classes[i.nodeid]))  # stable: file order within

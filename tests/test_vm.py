@@ -1,7 +1,8 @@
 """The boot path on a real machine: Debian 12 in qemu, rebooted through its own GRUB.
 
-Each test boots a copy-on-write overlay of the cached image with this checkout's ojai installed
-(tests/support/vm.py), runs ojai there as root on ``/`` with the real ``update-grub``,
+Each test starts a copy of one guest booted once per session from the cached image with this
+checkout's ojai installed (tests/support/vm.py: a qemu snapshot of the running guest, so no
+test waits for a first boot), runs ojai there as root on ``/`` with the real ``update-grub``,
 ``grub-mkconfig``, ``update-initramfs`` and the real ``ttm`` module (loaded by the bochs DRM
 driver of ``-vga std``), reboots, and asserts on ``/proc/cmdline`` and
 ``/sys/module/ttm/parameters/pages_limit``. The guest has no AMD GPU, so doctor runs with a
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 import pytest
 
-from support.vm_ojai import (  # noqa: F401  (vm, vm_ojai_disk: fixtures)
+from support.vm_ojai import (  # noqa: F401  (vm, vm_booted, vm_ojai_disk: fixtures)
     CLOUD_DROP_IN,
     GIB_PAGES,
     PAGES,
@@ -31,6 +32,7 @@ from support.vm_ojai import (  # noqa: F401  (vm, vm_ojai_disk: fixtures)
     live_pages,
     ttm_finding,
     vm,
+    vm_booted,
     vm_ojai_disk,
 )
 

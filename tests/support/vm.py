@@ -3,7 +3,10 @@
 The image is made without loop devices or mounts, so it builds in a container as well:
 
 1. ``debootstrap --variant=minbase bookworm`` with the kernel, GRUB (BIOS), systemd, udev,
-   kmod, initramfs-tools and python3-venv (:data:`PACKAGES`);
+   kmod, initramfs-tools and python3-venv (:data:`PACKAGES`), kept as a tarball of the tree
+   keyed by its own recipe (:func:`ensure_base`: ``vm/base/<hash>/rootfs.tar``), so that a
+   change to the steps below, or a second guest made from the same packages, unpacks it in
+   seconds instead of debootstrapping again;
 2. a few files of our own in it (:func:`configure_rootfs`): fstab, a short GRUB timeout, the
    kernel console on the serial port, and the control channel of the driver below
    (``tests/support/vm_guest/``); then ojai's dependencies (:func:`install_dependencies`);
@@ -106,7 +109,7 @@ def recipe() -> dict:
     """Everything the built disk depends on; its hash names the cache folder."""
     guest = {p.name: hashlib.sha256(p.read_bytes()).hexdigest()
              for p in sorted(GUEST_FILES.iterdir()) if p.is_file()}
-    return {"version": RECIPE_VERSION, "suite": SUITE, "packages": list(PACKAGES),
+    return {"version": RECIPE_VERSION, "base": base_recipe(),
             "disk_mib": DISK_MIB, "part_start_mib": PART_START_MIB, "root_uuid": ROOT_UUID,
             "hostname": HOSTNAME, "grub": GRUB_SETTINGS, "guest_files": guest,
             "configure": hashlib.sha256(_configure_source().encode()).hexdigest(),
@@ -193,8 +196,53 @@ def _tool(name: str) -> str:
 # -- building the image ----------------------------------------------------------------------
 def debootstrap(rootfs: Path, logfile: Path) -> None:
     log(f"debootstrap {SUITE} into {rootfs} (about 5 minutes)")
-    _run(_priv(["nice", "-n", "10", _tool("debootstrap"), "--variant=minbase",
+    _run(_priv([_tool("debootstrap"), "--variant=minbase",
                 "--include=" + ",".join(PACKAGES), SUITE, str(rootfs), MIRROR]), log_to=logfile)
+
+
+def base_recipe() -> dict:
+    """What the debootstrapped tree depends on (the mirror is not part of it)."""
+    return {"version": 1, "suite": SUITE, "variant": "minbase", "packages": list(PACKAGES)}
+
+
+def base_dir() -> Path:
+    key = hashlib.sha256(json.dumps(base_recipe(), sort_keys=True).encode()).hexdigest()[:16]
+    return cache_base() / "base" / key
+
+
+def ensure_base(logfile: Path) -> tuple[Path, float]:
+    """The tarball of the debootstrapped tree of :func:`base_recipe` (built once, under a file
+    lock; owners, modes and extended attributes kept) and how long making it took."""
+    dest = base_dir()
+    tarball = dest / "rootfs.tar"
+    info = dest / "base.json"
+    dest.mkdir(parents=True, exist_ok=True)
+    with (dest / ".lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (tarball.is_file() and info.is_file()):
+            started = time.monotonic()
+            rootfs = dest / "rootfs"
+            if rootfs.exists():
+                _run(_priv(["rm", "-rf", "--one-file-system", str(rootfs)]))
+            debootstrap(rootfs, logfile)
+            part = dest / "rootfs.tar.part"
+            _run(_priv(["tar", "--numeric-owner", "--xattrs", "--acls", "-C", str(rootfs),
+                        "-cf", str(part), "."]), log_to=logfile)
+            os.replace(part, tarball)
+            _run(_priv(["rm", "-rf", "--one-file-system", str(rootfs)]))
+            info.write_text(json.dumps({"recipe": base_recipe(), "seconds": round(
+                time.monotonic() - started, 1)}, indent=2) + "\n")
+        return tarball, float(json.loads(info.read_text())["seconds"])
+
+
+def unpack_base(tarball: Path, rootfs: Path, logfile: Path) -> None:
+    """A fresh tree from the base tarball (as root: devices, owners and modes as debootstrap
+    made them)."""
+    if rootfs.exists():
+        _run(_priv(["rm", "-rf", "--one-file-system", str(rootfs)]))
+    rootfs.mkdir(parents=True)
+    _run(_priv(["tar", "--numeric-owner", "--xattrs", "--xattrs-include=*", "--acls", "-C",
+                str(rootfs), "-xpf", str(tarball)]), log_to=logfile)
 
 
 def _set_shell_var(text: str, name: str, value: str) -> str:
@@ -332,13 +380,10 @@ def build_image(dest: Path) -> Image:
     logfile = work / "build.log"
     started = time.monotonic()
     rootfs = work / "rootfs"
-    done = work / "rootfs.done"
-    if not done.exists():
-        if rootfs.exists():
-            _run(_priv(["rm", "-rf", "--one-file-system", str(rootfs)]))
-        debootstrap(rootfs, logfile)
-        done.write_text(f"{time.monotonic() - started:.0f}\n")
-    timings = {"debootstrap_s": float(done.read_text().strip() or 0)}
+    tarball, debootstrap_s = ensure_base(logfile)
+    t = time.monotonic()
+    unpack_base(tarball, rootfs, logfile)
+    timings = {"debootstrap_s": debootstrap_s, "unpack_s": round(time.monotonic() - t, 1)}
     configure_rootfs(rootfs)
     t = time.monotonic()
     install_dependencies(rootfs, ensure_wheelhouse(), logfile)
@@ -564,6 +609,9 @@ class Machine:
     #: None (the default): no network device at all
     ssh_port: int | None = None
     memory_mib: int = MEMORY_MIB
+    #: start from this internal snapshot of ``disk`` (``-loadvm``: a running guest, see
+    #: :func:`booted_snapshot`) instead of booting; then :meth:`resume`, not wait_for_boot
+    loadvm: str | None = None
     boot_id: str | None = None
     boot_times: list[float] = field(default_factory=list)
     _proc: subprocess.Popen | None = None
@@ -583,12 +631,15 @@ class Machine:
                 "-chardev", f"socket,id=shell,path={self.workdir / 'shell.sock'},server=on,wait=off",
                 "-device", "virtio-serial-pci", "-device", "virtconsole,chardev=shell",
                 "-chardev", f"file,id=serial,path={self.serial_log},append=on",
-                "-serial", "chardev:serial", "-monitor", "none"]
+                "-serial", "chardev:serial",
+                "-monitor", f"unix:{self.workdir / 'monitor.sock'},server=on,wait=off"]
         if self.payload is not None:
             argv += ["-drive", f"file={self.payload},if=virtio,format=raw,readonly=on"]
         if self.kernel is not None:
             argv += ["-kernel", str(self.kernel), "-initrd", str(self.initrd),
                      "-append", self.append or KERNEL_APPEND]
+        if self.loadvm is not None:
+            argv += ["-loadvm", self.loadvm]
         return argv
 
     def _network(self) -> list[str]:
@@ -657,6 +708,66 @@ class Machine:
             raise VMError(f"{self.name}: systemd says {state!r} after boot\n{self._serial_tail()}")
         self.boot_times.append(time.monotonic() - self._boot_started)
         return self.boot_id
+
+    def resume(self, timeout: float = COMMAND_TIMEOUT) -> str:
+        """Take over a guest started from a snapshot (``loadvm``): it runs on from where the
+        snapshot was taken, its control channel waiting for a command, so no boot is awaited.
+        Its clock is set to the host's (it stood still while the snapshot was stored), and its
+        boot id, the snapshot's boot, is returned."""
+        if self._proc is None:
+            self.start()
+        self.boot_id = self.execute(f"date -u -s @{time.time():.3f} >/dev/null && "
+                                    "cat /proc/sys/kernel/random/boot_id",
+                                    timeout=timeout).stdout.strip()
+        self.boot_times.append(time.monotonic() - self._boot_started)
+        return self.boot_id
+
+    def monitor(self, command: str, timeout: float = 600.0) -> str:
+        """One command of qemu's human monitor (its socket in the work folder); its answer."""
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as mon:
+            mon.settimeout(timeout)
+            mon.connect(str(self.workdir / "monitor.sock"))
+            out = bytearray()
+
+            def prompt() -> bytes:
+                while not out.rstrip().endswith(b"(qemu)"):
+                    data = mon.recv(1 << 16)
+                    if not data:
+                        break
+                    out.extend(data)
+                answer = bytes(out)
+                out.clear()
+                return answer
+
+            prompt()  # the banner
+            mon.sendall(command.encode() + b"\n")
+            answer = prompt().decode(errors="replace")
+        # the echoed command and the prompt around the answer
+        lines = [ln for ln in answer.replace("\r", "").splitlines() if "(qemu)" not in ln
+                 and not ln.startswith("\x1b")]
+        return "\n".join(lines).strip()
+
+    def savevm(self, tag: str) -> None:
+        """Store the running guest (memory, devices, disk) as internal snapshot ``tag`` of
+        its qcow2 disk, then stop qemu cleanly (its caches written out)."""
+        answer = self.monitor(f"savevm {tag}")
+        if "error" in answer.lower():
+            raise VMError(f"{self.name}: savevm {tag} failed: {answer}")
+        snapshots = self.monitor("info snapshots")
+        if tag not in snapshots.split():
+            raise VMError(f"{self.name}: no snapshot {tag!r} after savevm:\n{snapshots}")
+        self.send_monitor_quit()
+
+    def send_monitor_quit(self, timeout: float = 120.0) -> None:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as mon:
+            mon.connect(str(self.workdir / "monitor.sock"))
+            mon.sendall(b"quit\n")
+            try:
+                self._proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.kill()
+                raise VMError(f"{self.name}: qemu did not quit") from None
+        self._close()
 
     def reboot(self, timeout: float = BOOT_TIMEOUT) -> str:
         """Reboot the guest (the firmware, then the disk's GRUB reading its grub.cfg) and wait
@@ -775,6 +886,51 @@ class Machine:
             return "--- serial console (end)\n" + self.serial_log.read_text(errors="replace")[-n:]
         except OSError:
             return ""
+
+
+#: the internal snapshot of a booted guest that the scenarios start from
+SNAPSHOT = "booted"
+
+
+def booted_snapshot(disk: Path, workdir: Path) -> Path:
+    """An overlay of ``disk`` holding snapshot :data:`SNAPSHOT` of a guest that has booted
+    (systemd finished starting, the control channel waiting): copies of it start in seconds
+    where a boot under TCG takes one to several minutes. The boots a scenario is about (the
+    reboot after an apply) stay real."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    snap = overlay(disk, workdir / "booted.qcow2")
+    m = Machine(snap, workdir / "boot", name="snapshot")
+    try:
+        m.wait_for_boot()
+        m.savevm(SNAPSHOT)
+    finally:
+        m.kill()
+    os.chmod(snap, 0o444)
+    log(f"snapshot of a booted guest after {m.boot_times[-1]:.0f} s of boot: {snap}")
+    return snap
+
+
+def from_snapshot(snapshot: Path, workdir: Path, name: str, **kw) -> Machine:
+    """A running guest on a copy of ``snapshot`` (its own disk: the copy is written, the
+    snapshot never), taken over with :meth:`Machine.resume`."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    disk = workdir / "disk.qcow2"
+    shutil.copyfile(snapshot, disk)
+    os.chmod(disk, 0o644)
+    machine = Machine(disk, workdir, name=name, loadvm=SNAPSHOT, **kw)
+    machine.start()
+    try:
+        machine.resume()
+    except BaseException:
+        machine.kill()
+        raise
+    return machine
+
+
+@pytest.fixture(scope="session")
+def vm_booted(vm_ojai_disk, tmp_path_factory) -> Path:
+    """The ojai disk of this session with a booted guest stored in it (once per session)."""
+    return booted_snapshot(vm_ojai_disk, tmp_path_factory.mktemp("vm-booted"))
 
 
 @pytest.fixture(scope="session")

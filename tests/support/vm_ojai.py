@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from support.vm import Machine, overlay, vm_ojai_disk  # noqa: F401  (fixture)
+from support.vm import Machine, from_snapshot, vm_booted, vm_ojai_disk  # noqa: F401  (fixtures)
 
 GIB_PAGES = 262144
 PAGES = GIB_PAGES  # --gpu-memory 1
@@ -32,12 +32,10 @@ GRUB_CMDLINE_LINUX_DEFAULT="console=tty1 console=ttyS0"
 
 
 @pytest.fixture
-def vm(vm_ojai_disk, tmp_path, request):  # noqa: F811
-    """A booted guest on its own overlay; killed (its qemu only) after the test."""
-    disk = overlay(vm_ojai_disk, tmp_path / "disk.qcow2")
-    machine = Machine(disk, tmp_path / "vm", name=request.node.name[:40])
-    machine.start()
-    machine.wait_for_boot()
+def vm(vm_booted, tmp_path, request):  # noqa: F811
+    """A booted guest on its own disk, started from the session's snapshot of a booted guest
+    (no boot awaited); killed (its qemu only) after the test."""
+    machine = from_snapshot(vm_booted, tmp_path / "vm", request.node.name[:40])
     yield machine
     machine.kill()
 
