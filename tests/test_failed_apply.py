@@ -21,7 +21,7 @@ import pytest
 from support.fake_github import fake_github  # noqa: F401 - fake_github is a fixture
 from support.fake_hub import FakeHub, fake_hub  # noqa: F401 - fake_hub is a fixture
 from support.gguf_files import gemma4_assistant, gemma4_main
-from support.stand_ins import give_llama_server, route_toml
+from support.stand_ins import give_hip_toolchain, give_llama_server, route_toml
 from typer.testing import CliRunner
 
 from ojai_setup.cli import app
@@ -405,3 +405,24 @@ def test_a_program_inside_a_root_is_not_run_on_the_host_unless_asked(machine, tm
     asked = Root(root, run_programs=True).run(["/opt/ojai/llama.cpp/current/llama-server",
                                                "--version"])
     assert asked.source == "root-binary" and mark.exists()
+
+
+def test_too_little_room_for_the_nightly_or_a_build_is_blocked_in_the_dry_run(
+        machine, nightly, monkeypatch):
+    """OJAI_DISK_BUDGET_BYTES caps the free space ojai counts: the nightly's zip and its
+    unpacked files, or a build's measured folder and install, must fit before anything runs."""
+    root = give_hip_toolchain(machine("ojai-fresh"))
+    grub = (root / GRUB).read_bytes()
+    monkeypatch.setenv("OJAI_DISK_BUDGET_BYTES", "100")
+    for extra in ([], ["--llamacpp", "source", "--llamacpp-src", "/srv/llama.tar.gz",
+                       "--backend", "hip"]):
+        plan = ojai("setup", "--root", root, "--no-npu", *extra)
+        assert plan.exit_code == 1, plan.output
+        line = " ".join(next(x for x in plan.stdout.splitlines() if "llama.cpp:" in x).split())
+        assert "BLOCKED llama.cpp: not enough disk space in /opt/ojai/llama.cpp" in line, line
+        assert "0 MiB is free" in line
+        applied = ojai("setup", "--root", root, "--no-npu", *extra, "--apply", "--yes")
+        assert applied.exit_code == 1 and (root / GRUB).read_bytes() == grub
+    assert nightly.downloads() == []
+    monkeypatch.delenv("OJAI_DISK_BUDGET_BYTES")
+    assert ojai("setup", "--root", root, "--no-npu").exit_code == 2  # room enough: planned

@@ -120,6 +120,9 @@ class Context(NamedTuple):
     #: .deb to install (with the sha256 GitHub states), or why it cannot be had
     lemonade_deb: LemonadeDeb | None = None
     lemonade_deb_error: str | None = None
+    #: free bytes where llama.cpp is installed (``/opt/ojai/llama.cpp`` or its nearest existing
+    #: parent), with ``--llamacpp nightly|source``; None: not asked, or unknown
+    install_free_bytes: int | None = None
     #: with ``--llamacpp source`` and the HIP backend: why the machine's HIP toolchain cannot
     #: build for the target (None: it can, or no HIP build is asked for)
     toolchain_error: str | None = None
