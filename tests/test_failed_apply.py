@@ -103,6 +103,44 @@ def test_systemd_units_on_a_machine_without_systemctl_are_blocked_in_the_dry_run
     assert (box / GRUB).read_bytes() == grub and not (box / MODELS).exists()
 
 
+def closed_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize("how", ["unreachable", "offline", "no-such-file"])
+def test_a_model_the_hub_will_not_serve_is_blocked_in_the_dry_run(box, catalog, fake_hub,
+                                                                  monkeypatch, how):
+    grub = (box / GRUB).read_bytes()
+    if how == "unreachable":
+        monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{closed_port()}")
+        said_there = "cannot reach http://127.0.0.1:"
+    elif how == "offline":
+        monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+        said_there = "must be downloaded, but HF_HUB_OFFLINE is set"
+    else:
+        del fake_hub.files[(REPO, DRAFT)]
+        said_there = f"has no {REPO}:{DRAFT} (HTTP 404)"
+    plan = ojai("setup", *model_args(box, catalog))
+    assert plan.exit_code == 1, plan.output
+    line = " ".join(next(x for x in plan.stdout.split("\n") if "model:" in x).split())
+    assert line.startswith(f"BLOCKED model: {ROUTE}: ") and said_there in line, line
+    assert "--lemonade-downloads" in line and "HF_TOKEN" in line
+    applied = ojai("setup", *model_args(box, catalog), "--apply", "--yes")
+    assert applied.exit_code == 1 and (box / GRUB).read_bytes() == grub
+    assert fake_hub.requests_to("cdn") == []
+
+
+def test_files_already_on_disk_need_no_hub(box, catalog, fake_hub, monkeypatch):
+    assert ojai("setup", *model_args(box, catalog), "--apply", "--yes").exit_code == 0
+    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{closed_port()}")
+    plan = ojai("setup", *model_args(box, catalog))
+    assert plan.exit_code == 0, plan.output  # verified on disk: nothing asked, nothing to do
+
+
 # -- fetch first, change the boot last ------------------------------------------------------
 def test_a_download_that_fails_after_planning_leaves_the_boot_untouched(box, catalog, fake_hub):
     grub = (box / GRUB).read_bytes()

@@ -123,6 +123,9 @@ class Context(NamedTuple):
     #: free bytes where llama.cpp is installed (``/opt/ojai/llama.cpp`` or its nearest existing
     #: parent), with ``--llamacpp nightly|source``; None: not asked, or unknown
     install_free_bytes: int | None = None
+    #: why the Hugging Face Hub will not serve a model file the route still has to download
+    #: (None: it will, nothing is to download, or it was not asked)
+    hub_error: str | None = None
     #: with ``--llamacpp source`` and the HIP backend: why the machine's HIP toolchain cannot
     #: build for the target (None: it can, or no HIP build is asked for)
     toolchain_error: str | None = None
