@@ -6,8 +6,9 @@ A stand-in for the Hugging Face Hub and its CDN (tests/support/fake_hub.py) runs
 of its own on 127.0.0.1 and serves one file of ``--mib`` MiB. Each run times ``curl`` fetching
 the CDN's URL into a file (curl does not hash), then ojai's download of the same file into a
 machine folder (``execute_hub_download``: the hub's metadata, the transfer, the sha256 check,
-the rename), both into the same temp folder. It prints each median in MB/s and ojai's
-throughput as a fraction of curl's; the goal is at least 0.90.
+the rename), both into the same folder (``--dir``, default a new temp folder), in alternating
+order, each after ``sync`` so that neither waits for the other's writeback. It prints each
+median in MB/s and ojai's throughput as a fraction of curl's; the goal is at least 0.90.
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--mib", type=int, default=1536)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--dir", help="where the files go (default: a new temp folder)")
     parser.add_argument("--serve", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:
@@ -64,7 +66,7 @@ def main() -> int:
     if shutil.which("curl") is None:
         print("curl is not installed", file=sys.stderr)
         return 1
-    work = Path(tempfile.mkdtemp(prefix="ojai-download-bench-"))
+    work = Path(tempfile.mkdtemp(prefix="ojai-download-bench-", dir=args.dir))
     try:
         data = work / "published.bin"
         block = hashlib.sha256(b"ojai").digest() * (1 << 15)  # 1 MiB, not all zeros
@@ -109,15 +111,19 @@ def compare(work: Path, info: dict, size: int, runs: int) -> int:
         assert execute_hub_download(Root(machine), action, NullProgress()) is True
 
     curls, ojais = [], []
-    for _ in range(runs):
-        out.unlink(missing_ok=True)
-        curls.append(timed(curl))
+
+    def fresh() -> None:
         out.unlink(missing_ok=True)
         shutil.rmtree(machine, ignore_errors=True)
         machine.mkdir()
-        ojais.append(timed(ojai))
-        got = machine / "models" / FILE
-        assert got.stat().st_size == size
+        os.sync()  # neither starts with the other's dirty pages still to write back
+
+    for n in range(runs):  # the order alternates: curl first, then ojai first, ...
+        for which in ((curl, ojai) if n % 2 == 0 else (ojai, curl)):
+            fresh()
+            (curls if which is curl else ojais).append(timed(which))
+            if which is ojai:
+                assert (machine / "models" / FILE).stat().st_size == size
     curl_rate = size / statistics.median(curls) / 1e6
     ojai_rate = size / statistics.median(ojais) / 1e6
     print(f"file: {size / 2**20:.0f} MiB, {runs} run(s) each, medians")

@@ -136,6 +136,7 @@ def _http_download(part: Path, location: str, headers: dict[str, str], resume: i
     task.update(completed=resume)
     got = resume
     fd = os.open(part, os.O_WRONLY)
+    hasher: _Hasher | None = None
     try:
         with urllib.request.urlopen(request, timeout=_TIMEOUT) as response:
             if resume and response.status != 206:  # the server ignored the range: start over
@@ -143,21 +144,23 @@ def _http_download(part: Path, location: str, headers: dict[str, str], resume: i
                 digest, got = hashlib.sha256(), 0
                 task.update(completed=0)
             os.lseek(fd, got, os.SEEK_SET)
-            buffer = bytearray(_BLOCK)
-            view = memoryview(buffer)
+            hasher = _Hasher(digest)
             while True:
+                buffer = hasher.free.get()
                 n = response.readinto(buffer)
                 if not n:
+                    hasher.free.put(buffer)
                     break
-                chunk = view[:n]
-                digest.update(chunk)
+                chunk = memoryview(buffer)[:n]
                 written = 0
                 while written < n:
                     written += os.write(fd, chunk[written:])
+                hasher.work.put((buffer, n))
                 got += n
                 task.advance(n)
                 if got > expected_size:
                     break
+        hasher.finish()
         if got < expected_size:  # http.client's readinto ends quietly when the peer hangs up
             raise http.client.IncompleteRead(b"", expected_size - got)
     except urllib.error.HTTPError as exc:
@@ -172,9 +175,44 @@ def _http_download(part: Path, location: str, headers: dict[str, str], resume: i
                        f"({' '.join(str(cause).split()) or type(exc).__name__}); run again "
                        "to resume it") from None
     finally:
+        if hasher is not None:
+            hasher.finish()
         os.close(fd)
         task.done()
     return digest.hexdigest()
+
+
+class _Hasher:
+    """sha256 of the blocks a download writes, taken in a thread of its own, so that hashing
+    overlaps the transfer (hashlib lets go of the GIL for large blocks, as socket reads and
+    file writes do) instead of adding its time to it. Blocks come from a small pool of
+    buffers (:attr:`free`) and go back to it once hashed (:attr:`work`), in order."""
+
+    POOL = 4
+
+    def __init__(self, digest) -> None:
+        import queue
+        import threading
+
+        self.digest = digest
+        self.free: queue.Queue = queue.Queue()
+        self.work: queue.Queue = queue.Queue()
+        for _ in range(self.POOL):
+            self.free.put(bytearray(_BLOCK))
+        self._thread = threading.Thread(target=self._run, name="ojai-sha256", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while (item := self.work.get()) is not None:
+            buffer, n = item
+            self.digest.update(memoryview(buffer)[:n])
+            self.free.put(buffer)
+
+    def finish(self) -> None:
+        """Hash what is queued, then stop (again: nothing)."""
+        if self._thread.is_alive():
+            self.work.put(None)
+            self._thread.join()
 
 
 def _xet_available() -> bool:
