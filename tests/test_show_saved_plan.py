@@ -131,7 +131,7 @@ def test_settings_give_back_their_options_for_every_field(tmp_path, machine):
     key.write_text("k" * 32 + "\n")
     catalog = tmp_path / "catalog.toml"
     catalog.write_text("")
-    every = Settings(profile="strix-halo", gpu_memory_gib=40, llamacpp="source",
+    every = Settings(profile="strix-halo", gpu_memory_gib=40, ttm_via="modprobe", llamacpp="source",
                      llamacpp_tag="b1311", llamacpp_src=str(tmp_path / "src dir"),
                      llamacpp_ref="b11434", llamacpp_backend="cpu", gpu_target="gfx1150,gfx1151",
                      model="gemma-4-12b", models_dir=str(tmp_path / "models"),

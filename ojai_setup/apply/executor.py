@@ -105,6 +105,9 @@ LAZY_EXECUTORS: dict[str, tuple[str, str]] = {
 #: validator name -> (module, function) imported on first use
 LAZY_VALIDATORS: dict[str, tuple[str, str]] = {
     "grub": ("ojai_setup.apply.validate", "validate_grub"),
+    "kernel-cmdline": ("ojai_setup.apply.validate", "validate_kernel_cmdline"),
+    "loader-entry": ("ojai_setup.apply.validate", "validate_loader_entry"),
+    "kernelstub": ("ojai_setup.apply.validate", "validate_kernelstub"),
 }
 
 F = TypeVar("F", bound=Callable[..., Any])

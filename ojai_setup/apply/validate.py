@@ -6,12 +6,12 @@ from __future__ import annotations
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from ojai_setup.core.paths import GRUB_DEFAULT, GRUB_DROPIN_DIR
 from ojai_setup.core.root import Root
-from ojai_setup.facts.grub_env import configured_cmdline, source_grub_files
+from ojai_setup.facts.grub_env import bash_argv, configured_cmdline, source_grub_files
 from ojai_setup.formats.grub import (
     CMDLINE_VARS,
     CmdlineValue,
@@ -34,7 +34,8 @@ def _read(path: Path) -> str:
 _BASH_READ = 'set -e; . "$1"; printf %s "${!2+x}"; printf %s "${!2}"'
 
 
-def bash_read_var(candidate_path: Path, var: str, *, timeout: float = 10.0) -> str:
+def bash_read_var(candidate_path: Path, var: str, *, timeout: float = 10.0,
+                  root: Root | None = None) -> str:
     """Source ``candidate_path`` in bash, as ``grub-mkconfig`` does, and return ``var``.
 
     bash runs in a clean environment (``env -i``, no profile or rc files, ``set -e``) from
@@ -43,10 +44,11 @@ def bash_read_var(candidate_path: Path, var: str, *, timeout: float = 10.0) -> s
     the variable is not set.
     """
     path = Path(candidate_path).resolve()
-    argv = ["env", "-i", "bash", "--noprofile", "--norc", "-c", _BASH_READ, "_", str(path), var]
+    # a clean environment; under a machine root no host program runs (grub_env.bash_argv)
+    argv, env = bash_argv(_BASH_READ, str(path), var, root=root)
     try:
         proc = subprocess.run(argv, capture_output=True, text=True, errors="replace",
-                              timeout=timeout, stdin=subprocess.DEVNULL, cwd="/")
+                              timeout=timeout, stdin=subprocess.DEVNULL, cwd="/", env=env)
     except subprocess.TimeoutExpired as exc:
         raise GrubEditError(
             f"{path}: bash did not finish sourcing it within {timeout:g} s; the file runs a "
@@ -105,7 +107,7 @@ def validate_chain(path: Path, action: WriteFile, root: Root) -> None:
             if real.is_file():
                 shutil.copyfile(real, dropins / real.name)
         shutil.copyfile(path, etc / action.path.removeprefix("/etc/"))
-        tokens = configured_cmdline(source_grub_files(etc))
+        tokens = configured_cmdline(source_grub_files(etc, root=root))
     key = param_key(check.param)
     hits = [t for t in tokens if same_key(param_key(t), key)]
     others = [t for t in tokens if not same_key(param_key(t), key)]
@@ -151,7 +153,7 @@ def validate_grub(path: Path, action: WriteFile, root: Root | None = None) -> No
                 old = _by_key(before.cmdline(var).tokens)
             except GrubEditError:
                 old = None
-        actual = parse_cmdline(bash_read_var(path, var))
+        actual = parse_cmdline(bash_read_var(path, var, root=root))
         got = _by_key(actual)
         keys = new.keys() if old is None else new.keys() | old.keys()
         for key in sorted(keys):
@@ -170,3 +172,51 @@ def validate_grub(path: Path, action: WriteFile, root: Root | None = None) -> No
         _compare(path, var, planned, actual)
     if root is not None:
         validate_chain(path, action, root)
+
+
+def _validate_tokens(path: Path, action: WriteFile, read: Callable[[str], list[str]]) -> None:
+    """The candidate, read the way its consumer reads it, must hold the planned text, exactly
+    one ``action.cmdline.param`` and every other parameter as it was, in order."""
+    from ojai_setup.formats.kernel_cmdline import CmdlineFormatError
+
+    text = _read(Path(path))
+    if text != action.after:
+        raise GrubEditError(f"{path}: the written text differs from the planned text.")
+    check = action.cmdline
+    if check is None:
+        return
+    try:
+        tokens = read(text)
+    except CmdlineFormatError as exc:
+        raise GrubEditError(f"the new {action.path} cannot be read back: {exc}") from None
+    key = param_key(check.param)
+    hits = [t for t in tokens if same_key(param_key(t), key)]
+    others = [t for t in tokens if not same_key(param_key(t), key)]
+    if hits != [check.param]:
+        raise GrubEditError(f"the new {action.path} gives {hits or 'no'} {key} parameter(s); "
+                            f"expected exactly one {check.param}. The file was not changed.")
+    if others != list(check.others):
+        raise GrubEditError(f"the new {action.path} gives the other kernel parameters as "
+                            f"{others}, but they should stay {list(check.others)}. The file "
+                            "was not changed.")
+
+
+def validate_kernel_cmdline(path: Path, action: WriteFile) -> None:
+    """``/etc/kernel/cmdline`` as kernel-install reads it."""
+    from ojai_setup.formats.kernel_cmdline import tokens_of
+
+    _validate_tokens(path, action, tokens_of)
+
+
+def validate_loader_entry(path: Path, action: WriteFile) -> None:
+    """A loader entry's ``options`` lines, as systemd-boot joins them."""
+    from ojai_setup.formats.boot_files import entry_options
+
+    _validate_tokens(path, action, entry_options)
+
+
+def validate_kernelstub(path: Path, action: WriteFile) -> None:
+    """kernelstub's configuration: valid JSON whose user.kernel_options are as planned."""
+    from ojai_setup.formats.kernelstub import kernel_options
+
+    _validate_tokens(path, action, kernel_options)

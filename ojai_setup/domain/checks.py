@@ -160,9 +160,9 @@ def _validated(model, data: dict, path: Path):
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        loc = ".".join(str(p) for p in err["loc"])
-        raise ProfileError(f"{path}: field {loc}: {err['msg']}") from exc
+        from ojai_setup.core.problems import problems
+
+        raise ProfileError(f"{path}: {problems(exc.errors())}") from exc
 
 
 def chosen_profile(facts: Facts, name: str | None) -> Profile:
@@ -465,21 +465,28 @@ def _bios_min(facts: Facts, profile: Profile, params: dict) -> Outcome:
                    f"needs >= {params['min']}")
 
 
+def _loader_kind(facts: Facts) -> str:
+    loader = facts.boot.loader if facts.boot else None
+    return loader.kind if loader else "grub"
+
+
 def _regenerate_hint(facts: Facts) -> str:
+    from ojai_setup.domain.boot_path import regenerate_hint
+
     family = " ".join([facts.distro.id, *facts.distro.like]) if facts.distro else ""
-    if any(x in family for x in ("fedora", "rhel", "centos")):
-        return "`sudo grub2-mkconfig -o /boot/grub2/grub.cfg`"
-    if "arch" in family:
-        return "`sudo grub-mkconfig -o /boot/grub/grub.cfg`"
-    return "`sudo update-grub`"
+    return regenerate_hint(_loader_kind(facts), family)
 
 
 @kind("ttm_active")
 def _ttm_active(facts: Facts, profile: Profile, params: dict) -> Outcome:
-    """Three states, checked in the order the boot uses them: configured (the files, as
-    grub-mkconfig and kmod read them), generated (grub.cfg's default entry, the initramfs of
-    the kernel that will boot), active (/proc/cmdline and the live module). The first that
-    differs names the one action that fixes it: edit, regenerate, or reboot."""
+    """Three states, checked in the order the boot uses them: configured (the deciding file of
+    the boot path, as its consumer reads it: grub-mkconfig, kernel-install, limine-entry-tool,
+    kernelstub; and kmod's modprobe.d), generated (the default entry: grub.cfg, the BLS or
+    loader entry, the UKI's command line, limine.conf, kernelstub's ESP entry; the initramfs
+    of the kernel that will boot), active (/proc/cmdline and the live module). The first that
+    differs names the one action that fixes it, with that boot path's own command: edit,
+    regenerate, or reboot."""
+    from ojai_setup.domain.boot_path import PATHS
     from ojai_setup.formats.grub import cmdline_param
 
     ttm = _need(facts, "ttm")
@@ -488,13 +495,27 @@ def _ttm_active(facts: Facts, profile: Profile, params: dict) -> Outcome:
         return Outcome(ok=None, evidence="no AMD GPU: the TTM limit does not matter here "
                        "(force a profile with --profile to check it anyway)")
     configured, active = ttm.configured_pages, ttm.active_pages
+    kind = _loader_kind(facts)
+    path = PATHS.get(kind, PATHS["unknown"])
     if configured is None and active is None and facts.cmdline is None:
-        return Outcome(ok=None, evidence="unknown: neither /proc/cmdline, a GRUB or modprobe.d "
-                       "setting nor /sys/module/ttm could be read")
+        return Outcome(ok=None, evidence="unknown: neither /proc/cmdline, a boot loader or "
+                       "modprobe.d setting nor /sys/module/ttm could be read")
     if configured is None:
+        if kind == "nixos":
+            fix = ("Add the limit `ojai setup` names to boot.kernelParams in "
+                   "/etc/nixos/configuration.nix, run `sudo nixos-rebuild boot`, then reboot.")
+        elif kind == "unknown":
+            fix = ("ojai cannot tell which boot loader decides the next boot: run `ojai setup "
+                   "--ttm-via modprobe` (options ttm pages_limit= in /etc/modprobe.d), or add "
+                   "the limit to your boot loader's command line yourself; then reboot.")
+        else:
+            fix = (f"Run `ojai setup` to review the change ({path.title}: {path.edits}; then "
+                   f"{path.runs}), `ojai setup --apply`, then reboot.")
         return Outcome(ok=False, evidence=f"GPU memory limit not configured; active "
-                       f"{_fmt_pages(active)} (kernel default, about half of RAM)")
-    where = ttm.grub_file or (ttm.modprobe[-1].path if ttm.modprobe else None)
+                       f"{_fmt_pages(active)} (kernel default, about half of RAM); boot path: "
+                       f"{path.title}", fix=fix)
+    cmdline = ttm.configured_cmdline()
+    where = cmdline[2] if cmdline else (ttm.modprobe[-1].path if ttm.modprobe else None)
     ev = (f"configured {_fmt_pages(configured)}" + (f" in {where}" if where else "")
           + f", active {_fmt_pages(active)} ({ttm.live_module or 'no ttm module'})")
     status, boot = facts.apply, facts.boot
@@ -506,18 +527,21 @@ def _ttm_active(facts: Facts, profile: Profile, params: dict) -> Outcome:
                        "that.")
     gen = boot.generated if boot else None
     notes: list[str] = []
-    if ttm.grub_pages is not None and ttm.grub_key:
+    if cmdline is not None and kind != "systemd-boot-entries":
+        key, pages, _ = cmdline
         if gen is None:
             notes.append("generated: " + ((boot.generated_error if boot else None)
-                                          or "no grub.cfg found to compare"))
+                                          or f"no generated boot entry found to compare ({path.title})"))
         else:
-            got = cmdline_param(gen.tokens, ttm.grub_key)
-            if got != str(ttm.grub_pages):
-                have = f"{ttm.grub_key}={got}" if got is not None else f"no {ttm.grub_key}"
+            got = cmdline_param(gen.tokens, key)
+            if got != str(pages):
+                have = f"{key}={got}" if got is not None else f"no {key}"
                 return Outcome(ok=False, evidence=ev + f"; generated: {gen.config} (default entry "
-                               f"'{gen.title}') boots with {have}: grub.cfg was not regenerated",
-                               fix=f"Regenerate the boot configuration: {_regenerate_hint(facts)} "
-                               "(or `ojai setup --apply`), then reboot.")
+                               f"'{gen.title}') boots with {have}: "
+                               + ("grub.cfg was not regenerated" if kind in ("grub", "grub-bls")
+                                  else f"it was not regenerated ({path.title})"),
+                               fix=f"Regenerate it: {_regenerate_hint(facts)} (or `ojai setup "
+                               "--apply`), then reboot.")
             notes.append(f"generated: {gen.config} agrees")
     ir = boot.initramfs if boot else None
     if ttm.modprobe and ir is not None and ir.error is None and ir.carries_ttm:
@@ -531,7 +555,8 @@ def _ttm_active(facts: Facts, profile: Profile, params: dict) -> Outcome:
                            f"(which loads the TTM module) {why}",
                            fix=f"Rebuild the initramfs of the kernel that will boot: `sudo "
                            f"update-initramfs -u -k {release}` (dracut: `sudo dracut --force "
-                           f"--kver {release}`), or `ojai setup --apply`; then reboot.")
+                           f"--kver {release}`; mkinitcpio: `sudo mkinitcpio -P`), or `ojai "
+                           "setup --apply`; then reboot.")
         notes.append(f"initramfs {ir.image} agrees")
     ev += "".join(f"; {n}" for n in notes)
     if active == configured:
@@ -543,24 +568,26 @@ def _ttm_active(facts: Facts, profile: Profile, params: dict) -> Outcome:
                            fix="Reboot to make the new limit active.")
         return Outcome(ok=False, evidence=ev + "; rebooted since apply but the limit is NOT active",
                        fix="The boot did not pick the limit up: check "
-                       + ("that grub.cfg was regenerated (update-grub), " if gen is None else "")
+                       + (f"that the boot configuration was regenerated ({_regenerate_hint(facts)}), "
+                          if gen is None else "")
                        + f"that the module key matches the live module ({ttm.live_module}."
                        "pages_limit), that the default boot entry is the one that booted, and "
                        "/proc/cmdline.")
-    if gen is not None and ttm.grub_pages is not None:
+    if gen is not None and cmdline is not None:
         return Outcome(ok=False, evidence=ev + "; reboot pending (the generated configuration "
                        "has the limit, the running kernel does not)",
                        fix="Reboot to make the new limit active.")
     return Outcome(ok=False, evidence=ev + "; not applied by ojai: a reboot may be pending, or "
-                   "grub.cfg / the initramfs was not regenerated",
-                   fix="Run `ojai setup --apply`, then reboot.")
+                   f"the boot configuration / the initramfs was not regenerated ({path.title})",
+                   fix=f"Run `ojai setup --apply` (it runs {path.runs}), then reboot.")
 
 
 @kind("ttm_module_key")
 def _ttm_module_key(facts: Facts, profile: Profile, params: dict) -> Outcome:
     ttm = _need(facts, "ttm")
-    places = [f"GRUB sets {ttm.grub_key}"] if ttm.grub_key else []
-    modules = {ttm.grub_key.split(".")[0]} if ttm.grub_key else set()
+    cmdline = ttm.configured_cmdline()
+    places = [f"{cmdline[2]} sets {cmdline[0]}"] if cmdline else []
+    modules = {cmdline[0].split(".")[0]} if cmdline else set()
     for m in ttm.modprobe:
         places.append(f"{m.path}:{m.line} sets {m.module} pages_limit")
         modules.add(m.module)
@@ -577,11 +604,16 @@ def _ttm_module_key(facts: Facts, profile: Profile, params: dict) -> Outcome:
 @kind("ttm_sources_agree")
 def _ttm_sources_agree(facts: Facts, profile: Profile, params: dict) -> Outcome:
     ttm = _need(facts, "ttm")
-    values = {f"GRUB ({ttm.grub_key})": ttm.grub_pages} if ttm.grub_pages is not None else {}
+    cmdline = ttm.configured_cmdline()
+    values = {f"{cmdline[2]} ({cmdline[0]})": cmdline[1]} if cmdline else {}
     for m in ttm.modprobe:
         values[f"{m.path}:{m.line} ({m.module})"] = m.pages
     ev = "; ".join(f"{k}: {v}" for k, v in values.items()) or "only one source or none"
-    return Outcome(ok=len(set(values.values())) <= 1, evidence=ev)
+    ok = len(set(values.values())) <= 1
+    if not ok and cmdline:  # libkmod-config.c: kmod_config_new reads /proc/cmdline last
+        ev += ("; the kernel command line wins (kmod applies its module options after "
+               "/etc/modprobe.d's, and the module takes the last value)")
+    return Outcome(ok=ok, evidence=ev)
 
 
 @kind("cmdline_absent")
@@ -591,8 +623,19 @@ def _cmdline_absent(facts: Facts, profile: Profile, params: dict) -> Outcome:
            and (params.get("value") is None or t == f"{params['token']}={params['value']}")]
     if params.get("only_with_npu") and not profile.npu:
         return Outcome(ok=None, evidence="the NPU path is not part of this profile")
+    fix = None
+    kind = _loader_kind(facts)
+    if bad and kind not in ("grub", "grub-bls"):  # the check's own fix speaks of GRUB
+        from ojai_setup.domain.boot_path import PATHS
+
+        path = PATHS.get(kind, PATHS["unknown"])
+        fix = (f"Remove {params['token']} from the kernel command line where this boot path "
+               f"({path.title}) keeps it ({path.edits}), then {path.runs}, and reboot."
+               if kind not in ("nixos", "unknown") else
+               f"Remove {params['token']} from the kernel command line of the boot loader you "
+               "boot (NixOS: boot.kernelParams, then `sudo nixos-rebuild boot`), and reboot.")
     return Outcome(ok=not bad, evidence=" ".join(bad) + " on the kernel command line" if bad
-                   else f"{params['token']} not on the kernel command line")
+                   else f"{params['token']} not on the kernel command line", fix=fix)
 
 
 @kind("deprecated_gttsize")

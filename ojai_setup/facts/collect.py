@@ -25,6 +25,7 @@ from ojai_setup.facts.state import read_apply_status
 from ojai_setup.formats import machine as parsers
 from ojai_setup.model.facts import (
     Bios,
+    BootLoader,
     Cpu,
     Distro,
     DrmCard,
@@ -222,7 +223,23 @@ def token_origin(root: Root, grub: GrubConfig, key: str) -> str | None:
     return grub.winners.get(var)
 
 
-def read_ttm(root: Root, cmdline: list[str] | None, grub: GrubConfig | None = None) -> Ttm:
+def read_builtin(root: Root, module: str, release: str | None) -> str | None:
+    """Why ``module`` is built into the running kernel (``modules.builtin`` lists it), or None."""
+    if not release:
+        return None
+    for base in ("/usr/lib/modules", "/lib/modules"):
+        text = _read(root, f"{base}/{release}/modules.builtin")
+        if text is None:
+            continue
+        if any(PurePosixPath(line.strip()).name.split(".ko")[0] == module
+               for line in text.splitlines()):
+            return f"{base}/{release}/modules.builtin lists {module}.ko"
+        return None
+    return None
+
+
+def read_ttm(root: Root, cmdline: list[str] | None, grub: GrubConfig | None = None,
+             loader: BootLoader | None = None) -> Ttm:
     from ojai_setup.formats.grub import GrubEditError, cmdline_param, get_kernel_param
     from ojai_setup.formats.modprobe import (
         ModprobeEditError,
@@ -264,6 +281,25 @@ def read_ttm(root: Root, cmdline: list[str] | None, grub: GrubConfig | None = No
                         ttm.grub_pages, ttm.grub_key = _int(value), key
         except GrubEditError as exc:
             ttm.grub_error = str(exc)
+    if loader is not None and loader.kind not in ("grub", "grub-bls"):
+        # a GRUB file on a machine GRUB does not boot configures nothing
+        ttm.grub_pages = ttm.grub_key = ttm.grub_file = None
+        from ojai_setup.facts.boot import read_configured
+
+        try:
+            configured = read_configured(root, loader)
+        except ValueError as exc:
+            ttm.grub_error = str(exc)
+            configured = None
+        if configured is not None:
+            tokens, where = configured
+            for key in ("amdttm.pages_limit", "ttm.pages_limit"):
+                value = cmdline_param(tokens, key)
+                if value is not None:
+                    ttm.config_pages, ttm.config_key, ttm.config_file = _int(value), key, where
+                    break
+    release = _read(root, "/proc/sys/kernel/osrelease")
+    ttm.builtin = read_builtin(root, ttm.live_module or "ttm", release.strip() if release else None)
     files = [(p, _read(root, p) or "") for p in kmod_order(root.glob("/etc/modprobe.d/*.conf"))]
     for module in ("ttm", "amdttm"):
         try:
@@ -407,8 +443,15 @@ def collect(root: Root) -> Facts:
         facts.grub = read_grub_config(root)
     except Exception as exc:  # noqa: BLE001
         facts.unknown["grub"] = _reason(exc, root)
+    loader = None
     try:
-        facts.ttm = read_ttm(root, facts.cmdline, facts.grub)
+        from ojai_setup.facts.boot import read_loader
+
+        loader = read_loader(root, facts.cmdline)
+    except Exception as exc:  # noqa: BLE001
+        facts.unknown["boot.loader"] = _reason(exc, root)
+    try:
+        facts.ttm = read_ttm(root, facts.cmdline, facts.grub, loader)
     except Exception as exc:  # noqa: BLE001
         facts.unknown["ttm"] = _reason(exc, root)
     try:
@@ -417,9 +460,13 @@ def collect(root: Root) -> Facts:
 
         main = _read(root, GRUB_DEFAULT)
         bls = bool(main) and _safe(lambda: bls_enabled(main))
-        facts.boot = read_boot(root, bls, facts.ttm.modprobe if facts.ttm else [])
+        facts.boot = read_boot(root, bls, facts.ttm.modprobe if facts.ttm else [], loader)
     except Exception as exc:  # noqa: BLE001
         facts.unknown["boot"] = _reason(exc, root)
+        if loader is not None:
+            from ojai_setup.model.facts import Boot
+
+            facts.boot = Boot(loader=loader)
     return facts
 
 

@@ -16,6 +16,8 @@ nothing outside it is read by this module itself.
 
 from __future__ import annotations
 
+import re
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -34,6 +36,22 @@ from ojai_setup.model.facts import GrubConfig, GrubSource
 #: sources ``$1/default/grub`` then ``$1/default/grub.d/*.cfg`` as grub-mkconfig does, and
 #: prints, after each file: its path, then for each variable a set flag and its value, NUL
 #: separated. A file's own output goes to stderr so that it cannot disturb the records.
+#: under a machine root (``$__OJAI_ROOT``) no host command may run: PATH leads nowhere, and a command
+#: the files run (GRUB_DISTRIBUTOR="$(sed ... /etc/system-release)" on Fedora) answers with
+#: the root's own capture of it (see ojai_setup.core.root), or nothing
+_NO_HOST_COMMANDS = r"""
+command_not_found_handle() {
+  local __ojai_key="${1##*/}" __ojai_arg
+  shift
+  for __ojai_arg in "$@"; do __ojai_key+=" $__ojai_arg"; done
+  case $__ojai_key in */*) __ojai_key=${__ojai_key//\//%2F} ;; esac
+  if [ -f "$__OJAI_ROOT/.ojai/commands/$__ojai_key/stdout" ]; then
+    printf '%s\n' "$(<"$__OJAI_ROOT/.ojai/commands/$__ojai_key/stdout")"
+  fi
+  return 0
+}
+"""
+
 _SOURCE_CHAIN = r"""
 set -e
 __ojai_etc=$1
@@ -55,14 +73,33 @@ done
 """
 
 
-def source_grub_files(etc_dir: Path, *, timeout: float = 20.0) -> list[tuple[str, str | None, str | None]]:
+#: what would still reach the host under a root: a command or a sourced file by absolute path
+_HOST_PATH = re.compile(r"(\$\(|`)\s*/\S*|(^|[;&|]\s*|\n\s*)(\.|source)\s+/\S*", re.M)
+
+
+def bash_argv(script: str, *args: str, root: Root | None = None) -> tuple[list[str], dict[str, str]]:
+    """bash running ``script`` with ``args`` in a clean environment; under a machine ``root``
+    (not the host) with :data:`_NO_HOST_COMMANDS` first and a PATH that finds no program."""
+    env = {"LC_ALL": "C"}
+    if root is not None and not root.is_host:
+        env["PATH"] = "/nonexistent/ojai-no-host-commands"
+        env["__OJAI_ROOT"] = str(root.resolve("/"))
+        script = _NO_HOST_COMMANDS + script
+    bash = shutil.which("bash") or "/bin/bash"  # ojai's own shell, found on its own PATH
+    return [bash, "--noprofile", "--norc", "-c", script, "_", *args], env
+
+
+def source_grub_files(etc_dir: Path, *, timeout: float = 20.0,
+                      root: Root | None = None) -> list[tuple[str, str | None, str | None]]:
     """Source ``etc_dir/default/grub`` and ``etc_dir/default/grub.d/*.cfg`` in one bash, as
     grub-mkconfig does; return ``(real path, GRUB_CMDLINE_LINUX, GRUB_CMDLINE_LINUX_DEFAULT)``
-    after each file (None: unset). Raises :class:`GrubEditError` when bash stops."""
+    after each file (None: unset). Raises :class:`GrubEditError` when bash stops. Under a
+    machine ``root`` no host program runs (a command the files run is answered from the
+    root's captures)."""
     etc_dir = Path(etc_dir).resolve()
-    argv = ["bash", "--noprofile", "--norc", "-c", _SOURCE_CHAIN, "_", str(etc_dir)]
+    argv, env = bash_argv(_SOURCE_CHAIN, str(etc_dir), root=root)
     try:  # an empty environment but the locale, as `env -i LC_ALL=C` gives (without its exec)
-        proc = subprocess.run(argv, capture_output=True, timeout=timeout, env={"LC_ALL": "C"},
+        proc = subprocess.run(argv, capture_output=True, timeout=timeout, env=env,
                               stdin=subprocess.DEVNULL, cwd="/")
     except subprocess.TimeoutExpired as exc:
         raise GrubEditError(f"bash did not finish sourcing {etc_dir}/default/grub and its "
@@ -107,8 +144,20 @@ def read_grub_config(root: Root) -> GrubConfig | None:
     if not root.exists(GRUB_DEFAULT) and not root.glob(f"{GRUB_DROPIN_DIR}/*.cfg"):
         return None
     etc = root.resolve("/etc")
+    if not root.is_host:
+        for path in [GRUB_DEFAULT, *root.glob(f"{GRUB_DROPIN_DIR}/*.cfg")]:
+            try:
+                text = root.read_text(path)
+            except OSError:
+                continue
+            hit = _HOST_PATH.search(text)
+            if hit:
+                return GrubConfig(error=(
+                    f"{path}: `{hit.group(0).strip()}` names a program or file by its absolute "
+                    "path; under --root ojai runs and reads nothing of the host, so it cannot "
+                    "follow it. Read this machine on the machine itself"))
     try:
-        records = source_grub_files(etc)
+        records = source_grub_files(etc, root=root)
     except GrubEditError as exc:
         for path in [GRUB_DEFAULT, *root.glob(f"{GRUB_DROPIN_DIR}/*.cfg")]:
             try:

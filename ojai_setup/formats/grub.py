@@ -706,6 +706,7 @@ def bls_enabled(text: str, source: str = GRUB_DEFAULT_PATH) -> bool:
 
 
 _TOOLS = {"debian": "update-grub, grub-mkconfig", "arch": "grub-mkconfig",
+          "suse": "grub2-mkconfig",
           "fedora": "grub2-mkconfig, grubby (with the parameters to set)"}
 
 
@@ -715,6 +716,7 @@ def _family(distro_id: str, like: Sequence[str]) -> str | None:
         ("debian", {"debian", "ubuntu"}),
         ("fedora", {"fedora", "rhel", "centos"}),
         ("arch", {"arch"}),
+        ("suse", {"opensuse", "suse", "sles", "opensuse-tumbleweed", "opensuse-leap"}),
     ):
         if any(i in members for i in ids):
             return family
@@ -728,7 +730,7 @@ def regenerate_commands(distro_id: str, like: list[str], available: Callable[[st
 
     ``distro_id``/``like`` are os-release's ``ID`` and ``ID_LIKE``; ``available(program)``
     says whether a program is installed. Debian/Ubuntu: ``update-grub``. Arch:
-    ``grub-mkconfig -o /boot/grub/grub.cfg``. Fedora/RHEL: ``grub2-mkconfig -o
+    ``grub-mkconfig -o /boot/grub/grub.cfg``. openSUSE: ``grub2-mkconfig -o /boot/grub2/grub.cfg``. Fedora/RHEL: ``grub2-mkconfig -o
     /boot/grub2/grub.cfg``; with BLS boot entries (``bls``, see :func:`bls_enabled`)
     grub2-mkconfig leaves the entries' command lines alone, so ``grubby
     --update-kernel=ALL`` with ``args``/``remove_args`` is used when installed, else
@@ -758,6 +760,9 @@ def regenerate_commands(distro_id: str, like: list[str], available: Callable[[st
             return [mkconfig + (["--update-bls-cmdline"] if bls else [])]
         if can_grubby:
             return [grubby]
+    elif family == "suse":  # openSUSE: grub2-mkconfig, and grub2's own folder
+        if available("grub2-mkconfig"):
+            return [["grub2-mkconfig", "-o", "/boot/grub2/grub.cfg"]]
     else:
         raise GrubEditError(
             f"ojai does not know how {distro_id!r} (like {', '.join(like) or 'nothing'}) "

@@ -140,14 +140,31 @@ class Ttm(_Model):
     deprecated_gttsize: list[str] = []  # amdgpu.gttsize / gtt_size tokens
     record: TtmRecord | None = None
     boot_id: str | None = None
+    #: on a boot path other than GRUB's: the limit in the file that configures the command line
+    #: (/etc/kernel/cmdline, the default loader entry, Limine's settings, kernelstub's)
+    config_pages: int | None = None
+    config_key: str | None = None
+    config_file: str | None = None
+    #: why the TTM module cannot take modprobe.d options (built into the kernel), or None
+    builtin: str | None = None
+
+    def configured_cmdline(self) -> tuple[str, int, str] | None:
+        """(key, pages, file) of the limit the configured kernel command line sets, if any."""
+        if self.grub_pages is not None and self.grub_key:
+            return self.grub_key, self.grub_pages, self.grub_file or "/etc/default/grub"
+        if self.config_pages is not None and self.config_key:
+            return self.config_key, self.config_pages, self.config_file or "?"
+        return None
 
     @property
     def configured_pages(self) -> int | None:
         if self.grub_pages is not None:
             return self.grub_pages
+        if self.config_pages is not None:
+            return self.config_pages
         if self.modprobe:
             return self.modprobe[-1].pages
-        return self.cmdline_pages  # set some other way (systemd-boot, NixOS, by hand)
+        return self.cmdline_pages  # set some other way (NixOS, by hand)
 
 
 class GrubSource(_Model):
@@ -197,7 +214,30 @@ class Initramfs(_Model):
     error: str | None = None
 
 
+LoaderKind = Literal["grub", "grub-bls", "systemd-boot-kernel-install", "systemd-boot-entries",
+                     "uki", "limine", "kernelstub", "nixos", "unknown"]
+
+
+class BootLoader(_Model):
+    """What decides the next boot's kernel command line, and the markers that said so."""
+
+    kind: LoaderKind
+    #: the markers that decided, as sentences ("/proc/cmdline carries BOOT_IMAGE=: GRUB booted")
+    evidence: list[str] = []
+    #: markers that point to another boot path (why ``unknown``, or what was outweighed)
+    conflicts: list[str] = []
+    #: the file the command line is configured in (/etc/default/grub, /etc/kernel/cmdline,
+    #: the default loader entry, /etc/kernelstub/configuration, ...)
+    config: str | None = None
+    #: the ESP (or XBOOTLDR) folder holding ``loader/`` or the UKIs: /boot, /efi, /boot/efi
+    esp: str | None = None
+    #: openSUSE's /etc/sysconfig/bootloader LOADER_TYPE, when set
+    loader_type: str | None = None
+
+
 class Boot(_Model):
+    #: the boot path (``boot.loader``): read before anything else about the boot
+    loader: BootLoader | None = None
     generated: BootEntry | None = None
     generated_error: str | None = None
     initramfs: Initramfs | None = None

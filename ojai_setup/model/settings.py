@@ -14,6 +14,11 @@ class Settings(BaseModel):
 
     profile: str | None = None
     gpu_memory_gib: int | None = Field(default=None, ge=1)
+    #: how the TTM limit reaches the kernel: ``cmdline`` (the boot path's kernel command
+    #: line), ``modprobe`` (``options ttm pages_limit=`` in /etc/modprobe.d, as AMD's amd-ttm
+    #: writes it), or ``auto``: the command line where the boot path is known, modprobe.d
+    #: where a setting there already holds the limit
+    ttm_via: Literal["auto", "cmdline", "modprobe"] = "auto"
     llamacpp: Literal["nightly", "source", "none"] = "nightly"
     llamacpp_tag: str | None = None
     llamacpp_src: str = "https://github.com/ggml-org/llama.cpp"
@@ -43,6 +48,14 @@ class Settings(BaseModel):
     @classmethod
     def _host(cls, value: str) -> str:
         return check_host(value)
+
+    @field_validator("models_dir")
+    @classmethod
+    def _absolute_models_dir(cls, value: str) -> str:
+        if not value.startswith("/"):
+            raise ValueError("must be an absolute path, a folder of the machine (such as "
+                             f"{DEFAULT_MODELS_DIR}); with --root it is found under that root")
+        return value
 
     @field_validator("port")
     @classmethod
@@ -102,6 +115,7 @@ class Settings(BaseModel):
 OPTIONS: tuple[tuple[str, str], ...] = (
     ("profile", "--profile"),
     ("gpu_memory_gib", "--gpu-memory"),
+    ("ttm_via", "--ttm-via"),
     ("llamacpp", "--llamacpp"),
     ("llamacpp_tag", "--llamacpp-tag"),
     ("llamacpp_src", "--llamacpp-src"),

@@ -30,8 +30,9 @@ if TYPE_CHECKING:  # imported only where they are used: a llama-server's flags (
 
 #: the programs a step may ask about (``ctx.which``); gathered once, on the machine's PATH
 KNOWN_PROGRAMS = ("update-grub", "grub-mkconfig", "grub2-mkconfig", "grubby",
-                  "update-initramfs", "dracut", "mkinitcpio", "flm", "llama-server",
-                  "lemonade", "lemond")
+                  "update-initramfs", "dracut", "mkinitcpio", "booster", "kernel-install",
+                  "reinstall-kernels", "sdbootutil", "limine-update", "kernelstub", "flm",
+                  "llama-server", "lemonade", "lemond")
 
 
 class LlamaBinary(NamedTuple):

@@ -201,11 +201,27 @@ def lemonade_view(root: Root, facts: Facts, home: str) -> LemonadeView | None:
     return LemonadeView(layout=layout, config=config)
 
 
+def initramfs_for_modprobe(root: Root, facts: Facts) -> Facts:
+    """With ``--ttm-via modprobe``: what the initramfs of the kernel that will boot carries,
+    also where no modprobe.d setting exists yet (doctor lists it only where one does, since
+    listing takes seconds): the step rebuilds it only when it loads the TTM module."""
+    boot = facts.boot
+    image = boot.generated.initrd if boot and boot.generated else None
+    if boot is None or boot.initramfs is not None or not image:
+        return facts
+    from ojai_setup.facts.boot import read_initramfs
+
+    initramfs = read_initramfs(root, image, [])
+    return facts.model_copy(update={"boot": boot.model_copy(update={"initramfs": initramfs})})
+
+
 def gather(root: Root, settings: Settings, *, facts: Facts | None = None,
            remote: Remote | None = None) -> Context:
     """Everything planning needs, read once. Raises :class:`UsageError` for bad settings
     (an unknown profile, a missing ``--catalog`` file)."""
     facts = facts if facts is not None else collect(root)
+    if settings.ttm_via == "modprobe":
+        facts = initramfs_for_modprobe(root, facts)
     profile = resolve_profile(facts, settings)
     target = gpu_target(facts, profile)
     user, home = invoking_user(root)

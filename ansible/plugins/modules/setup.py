@@ -53,6 +53,15 @@ options:
   gpu_memory:
     description: GPU memory budget in GiB (default, the profile's). Must leave the OS 4 GiB.
     type: int
+  ttm_via:
+    description:
+      - How the GPU memory limit reaches the kernel. V(cmdline), the boot path's kernel command
+        line; V(modprobe), C(options ttm pages_limit=) in C(/etc/modprobe.d) as amd-ttm does
+        (not when ttm is built into the kernel); V(auto), the command line unless modprobe.d
+        already holds the limit.
+    type: str
+    choices: [auto, cmdline, modprobe]
+    default: auto
   llamacpp:
     description: How llama-server is put in place.
     type: str
@@ -232,6 +241,7 @@ from ansible_collections.ojai.ojai.plugins.module_utils.ojai_cli import (
 SETTINGS = {
     "profile": ("--profile", "profile"),
     "gpu_memory": ("--gpu-memory", "gpu_memory_gib"),
+    "ttm_via": ("--ttm-via", "ttm_via"),
     "llamacpp": ("--llamacpp", "llamacpp"),
     "llamacpp_tag": ("--llamacpp-tag", "llamacpp_tag"),
     "llamacpp_src": ("--llamacpp-src", "llamacpp_src"),
@@ -255,6 +265,7 @@ ARGS = dict(
     COMMON_ARGS,
     plan=dict(type="path"),
     gpu_memory=dict(type="int"),
+    ttm_via=dict(type="str", choices=["auto", "cmdline", "modprobe"], default="auto"),
     llamacpp=dict(type="str", choices=["nightly", "source", "none"], default="nightly"),
     llamacpp_tag=dict(type="str"),
     llamacpp_src=dict(type="str"),
