@@ -85,6 +85,18 @@ def apply_finding(root: Path) -> dict:
     return next(f for f in report["findings"] if f["id"] == "ojai.apply")
 
 
+def planned_step(args: list[object], name: str) -> dict:
+    """A step of the dry run of ``args``, as ``--json`` gives it (status, sentence)."""
+    data = json.loads(ojai("setup", *args, "--json").stdout)
+    return next(s for s in data["steps"] if s["step"] == name)
+
+
+def last_sentence(result) -> str:
+    """The dry run's last line (wrapped at the terminal's width), as one line."""
+    text = " ".join(result.stdout.split())
+    return text[text.rindex("Plan: "):]
+
+
 # -- what can be known at planning ----------------------------------------------------------
 def test_systemd_units_on_a_machine_without_systemctl_are_blocked_in_the_dry_run(box, catalog):
     """ojai-fresh answers no systemctl: the units' daemon-reload could never run, so the step
@@ -93,11 +105,12 @@ def test_systemd_units_on_a_machine_without_systemctl_are_blocked_in_the_dry_run
     args = [*model_args(box, catalog), "--systemd"]
     plan = ojai("setup", *args)
     assert plan.exit_code == 1, plan.output
-    out = " ".join(plan.stdout.split())
-    assert "BLOCKED routes: `systemctl daemon-reload` needs systemctl, which this machine " \
-           "does not have (systemd does not manage this machine's services: leave out " \
-           "--systemd, or set up systemd)" in out, out
-    assert out.endswith("plan: blocked: fix the step(s) above first")
+    step = planned_step(args, "routes")
+    assert step["status"] == "blocked"
+    assert step["sentence"].startswith(
+        "`systemctl daemon-reload` needs systemctl, which this machine does not have (systemd "
+        "does not manage this machine's services: leave out --systemd, or set up systemd)"), step
+    assert "1 step blocked" in last_sentence(plan)
     applied = ojai("setup", *args, "--apply", "--yes")
     assert applied.exit_code == 1 and "nothing was applied" in applied.stderr
     assert (box / GRUB).read_bytes() == grub and not (box / MODELS).exists()
@@ -126,8 +139,9 @@ def test_a_model_the_hub_will_not_serve_is_blocked_in_the_dry_run(box, catalog, 
         said_there = f"has no {REPO}:{DRAFT} (HTTP 404)"
     plan = ojai("setup", *model_args(box, catalog))
     assert plan.exit_code == 1, plan.output
-    line = " ".join(next(x for x in plan.stdout.split("\n") if "model:" in x).split())
-    assert line.startswith(f"BLOCKED model: {ROUTE}: ") and said_there in line, line
+    step = planned_step(model_args(box, catalog), "model")
+    line = step["sentence"]
+    assert step["status"] == "blocked" and line.startswith(f"{ROUTE}: ") and said_there in line
     assert "--lemonade-downloads" in line and "HF_TOKEN" in line
     applied = ojai("setup", *model_args(box, catalog), "--apply", "--yes")
     assert applied.exit_code == 1 and (box / GRUB).read_bytes() == grub
@@ -205,7 +219,8 @@ def test_a_follow_up_that_fails_before_the_boot_edit_leaves_the_boot_untouched(
 
     dry = ojai("setup", *args)
     assert dry.exit_code == 2, dry.output
-    assert dry.stdout.rstrip().splitlines()[-1].startswith("plan: changes pending")
+    assert "run 1 command as root (update-grub)" in last_sentence(dry)  # the boot, still to do
+    assert "still due: systemctl daemon-reload" in " ".join(dry.stdout.split())  # and what is owed
 
     (capture / "exit_code").write_text("0\n")
     done = ojai("setup", *args, "--apply", "--yes")
@@ -225,8 +240,8 @@ def test_when_the_boot_regeneration_fails_the_dry_run_says_it_is_owed_and_exits_
     assert "still owed (the next apply runs it first): `update-grub`" in said(failed)
     dry = ojai("setup", "--root", root, *NO_LLAMA)
     assert dry.exit_code == 2, dry.output
-    last = dry.stdout.rstrip().splitlines()[-1]
-    assert last == "plan: nothing to change, but an earlier apply left work owed (above)"
+    assert last_sentence(dry) == ("Plan: nothing to change, but an earlier apply left work "
+                                  "owed (above).")
     assert "update-grub" in dry.stdout
 
 
@@ -456,8 +471,10 @@ def test_too_little_room_for_the_nightly_or_a_build_is_blocked_in_the_dry_run(
                        "--backend", "hip"]):
         plan = ojai("setup", "--root", root, "--no-npu", *extra)
         assert plan.exit_code == 1, plan.output
-        line = " ".join(next(x for x in plan.stdout.splitlines() if "llama.cpp:" in x).split())
-        assert "BLOCKED llama.cpp: not enough disk space in /opt/ojai/llama.cpp" in line, line
+        step = planned_step(["--root", root, "--no-npu", *extra], "llama.cpp")
+        line = step["sentence"]
+        assert step["status"] == "blocked", step
+        assert line.startswith("not enough disk space in /opt/ojai/llama.cpp"), line
         assert "0 MiB is free" in line
         applied = ojai("setup", "--root", root, "--no-npu", *extra, "--apply", "--yes")
         assert applied.exit_code == 1 and (root / GRUB).read_bytes() == grub

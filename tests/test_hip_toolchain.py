@@ -124,9 +124,10 @@ def test_a_build_the_toolchain_cannot_make_is_blocked_in_the_dry_run(machine) ->
                 "--backend", "hip", "--no-npu", *extra]
         plan = CliRunner().invoke(app, args)
         assert plan.exit_code == 1, plan.output
-        step = next(line for line in plan.stdout.splitlines() if "llama.cpp:" in line)
-        assert "BLOCKED" in step and "the HIP toolchain cannot build llama.cpp" in step
-        assert ("no hipconfig" if not extra else "cannot compile for gfx9999") in step
+        step = llama_step(json.loads(CliRunner().invoke(app, [*args, "--json"]).stdout))
+        assert step["status"] == "blocked", step
+        assert step["sentence"].startswith("the HIP toolchain cannot build llama.cpp")
+        assert ("no hipconfig" if not extra else "cannot compile for gfx9999") in step["sentence"]
         applied = CliRunner().invoke(app, [*args, "--apply", "--yes"])
         assert applied.exit_code == 1 and "nothing was applied" in applied.stderr
         assert (root / "etc/default/grub").read_bytes() == grub

@@ -274,3 +274,11 @@ def fake_hub(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeHub]:
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_DISABLE_TELEMETRY", True)
     yield hub
     hub.stop()
+
+
+def announce_route(hub: FakeHub, route) -> None:
+    """Put every file of a catalog route on the stand-in hub as an empty placeholder: enough
+    for planning, which asks the hub only whether it serves each file (a ``HEAD``), never for
+    the gigabytes of a real model."""
+    for f in route.files():
+        hub.add_file(route.repo, f.file, b"")
