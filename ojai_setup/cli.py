@@ -299,6 +299,8 @@ def setup(
     lemonade_downloads: Annotated[bool, typer.Option(
         "--lemonade-downloads", help="Let Lemonade download the route's model into its own cache instead of loading ojai's files.")] = False,
     example: ExampleOpt = None,
+    force_handlers: Annotated[bool, typer.Option(
+        "--force-handlers/--no-force-handlers", help="With --apply: when an apply fails, still run the follow-up commands (update-grub, systemctl daemon-reload) of the edits that finished, so the machine is consistent; --no-force-handlers leaves them owed.")] = True,
 ) -> None:
     """Plan the setup of this machine as a dry run, or apply it with --apply.
 
@@ -341,7 +343,8 @@ def setup(
     except ValidationError as exc:
         _fail(term, option_error(exc.errors()[0]), ExitStatus.USAGE)
     _run(term, root, lambda: run_setup(term, root, settings, apply=apply, yes=yes, plan_file=plan,
-                                       out=out, show_new=show_new, show=show))
+                                       out=out, show_new=show_new, show=show,
+                                       force_handlers=force_handlers))
 
 
 @app.command()

@@ -11,6 +11,14 @@ MACHINES = Path(__file__).parent / "machines"
 REPO = Path(__file__).resolve().parent.parent
 
 
+@pytest.fixture(autouse=True)
+def run_root_programs(monkeypatch):
+    """The tests put stand-in programs into their machine copies (a llama-server answering
+    ``--help``) and ask ojai to run them, as a person would with ``OJAI_RUN_ROOT_PROGRAMS=1``;
+    tests of the default (captures only) take the variable away again."""
+    monkeypatch.setenv("OJAI_RUN_ROOT_PROGRAMS", "1")
+
+
 @pytest.fixture
 def machine(tmp_path):
     """Copy a test machine (a sysroot under tests/machines/) into tmp_path and return its path."""

@@ -161,7 +161,8 @@ def test_apply_is_exactly_the_reviewed_plan(fleet):
 
     fresh = res["fresh"]
     assert fresh["changed"] is True
-    assert fresh["files_changed"] == ["/etc/default/grub", "/opt/ojai/routes/flm-gemma4-it-e4b.sh"]
+    # in the order the apply changed them: the boot configuration last
+    assert fresh["files_changed"] == ["/opt/ojai/routes/flm-gemma4-it-e4b.sh", "/etc/default/grub"]
     assert fresh["commands_ran"] == ["update-grub"]
     assert fresh["reboot_required"] is True
     assert fresh["reboot_reasons"] == ["the kernel reads the TTM limit only at boot"]

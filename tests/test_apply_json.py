@@ -66,8 +66,14 @@ def test_apply_json_names_follow_ups_owed_by_an_earlier_apply(machine):
     exit_code.write_text("1\n")
     failed = ojai("setup", "--root", str(root), "--apply", "--yes", "--json", *NO_LLAMA)
     assert failed.exit_code == 1
-    assert failed.stdout == ""  # nothing to parse: the error is on stderr
     assert "`update-grub` failed with exit code 1" in failed.stderr
+    report = json.loads(failed.stdout)  # how the apply ended, as data
+    assert report["exit_code"] == 1 and "`update-grub` failed" in report["error"]
+    assert report["files_changed"] == ["/etc/default/grub"]
+    assert report["owed"] == [{"name": "update-grub", "command": "update-grub"}]
+    assert report["follow_ups_failed"][0]["command"] == "update-grub"
+    assert report["finish_command"] == f"ojai setup --root {root} {' '.join(NO_LLAMA)} --apply"
+    assert report["undo_command"] == f"ojai rollback --root {root}"
 
     exit_code.write_text("0\n")
     again = ojai("setup", "--root", str(root), "--apply", "--json", *NO_LLAMA)

@@ -163,10 +163,10 @@ def test_applying_the_same_plan_twice_changes_nothing_the_second_time(tmp_path):
     second = apply(plan, root, NullProgress())
     assert not second.changed
     assert second.message == "nothing changed: all 3 action(s) were already in place"
-    assert [a.message for a in second.actions] == [
-        f"{GRUB} already has the planned content",
+    assert [a.message for a in second.actions] == [  # the boot configuration last
         f"{CONFIG} already has the planned content",
         f"{LINK} already points to /opt/ojai/llama.cpp/b1311",
+        f"{GRUB} already has the planned content",
     ]
     assert root.read_text(GRUB) == grub_after
     assert not (root.resolve("/var/lib/ojai/backups") / second.apply_id).exists()
@@ -263,23 +263,23 @@ def test_fault_before_rename_leaves_the_original_and_the_next_apply_completes(tm
 def test_fault_in_a_later_action_leaves_earlier_ones_done_and_a_rerun_finishes(tmp_path):
     root = _machine(tmp_path)
     plan = _plan(root)
-    with pytest.raises(Boom):
-        apply(plan, root, NullProgress(), fault_hook=_fail_at("before-rename", after=1))
-    assert "ttm.pages_limit" in root.read_text(GRUB)
-    assert not root.exists(CONFIG)
+    with pytest.raises(Boom):  # at the GRUB file's rename: the boot goes last
+        apply(plan, root, NullProgress(), fault_hook=_fail_at("before-rename", after=2))
+    assert root.read_text(GRUB) == ORIGINAL_GRUB
+    assert root.exists(CONFIG) and os.readlink(root.resolve(LINK)) == "/opt/ojai/llama.cpp/b1311"
     assert _stray_temp_files(root) == []
-    assert _grub_runs(root) == 0  # the apply stopped before its handlers
+    assert _grub_runs(root) == 1  # the follow-up of the finished config edit still ran
 
     result = apply(plan, root, NullProgress())
-    assert [a.changed for a in result.actions] == [False, True, True]
-    assert result.handlers == ["update-grub"] and _grub_runs(root) == 1
+    assert [a.changed for a in result.actions] == [False, False, True]
+    assert result.handlers == ["update-grub"] and _grub_runs(root) == 2
 
 
 def test_symlink_fault_before_rename_keeps_the_old_link(tmp_path):
     root = _machine(tmp_path)
     plan = _plan(root)
     with pytest.raises(Boom):
-        apply(plan, root, NullProgress(), fault_hook=_fail_at("before-rename", after=2))
+        apply(plan, root, NullProgress(), fault_hook=_fail_at("before-rename", after=1))
     assert os.readlink(root.resolve(LINK)) == "/opt/ojai/llama.cpp/b1200"
     assert sorted(p.name for p in root.resolve(LINK).parent.iterdir()) == ["b1200", "b1311", "current"]
 
@@ -335,7 +335,8 @@ def test_a_saved_plan_round_trips_and_applies_exactly_its_own_actions(tmp_path):
     # the steps would plan something else now; the saved plan is what gets applied
     assert "ttm.pages_limit=100" in _plan(root, pages=100).unified_diffs()[0]
     result = apply(loaded, root, NullProgress())
-    assert [a.description for a in result.actions] == [p.action.describe() for p in plan.actions()]
+    assert [a.description for a in result.actions] == [p.action.describe()
+                                                       for p in plan.apply_order()]
     assert "ttm.pages_limit=25165824" in root.read_text(GRUB)
     assert json.loads(root.read_text(CONFIG)) == {"pages": 25165824}
     assert _plan(root, pages=25165824).exit_code == ExitStatus.OK
@@ -457,8 +458,8 @@ def test_verify_names_a_target_that_is_not_as_planned(tmp_path, monkeypatch):
     monkeypatch.setitem(EXECUTORS, "write_file", sloppy)
     with pytest.raises(VerifyError) as err:
         apply(_plan(root), root, NullProgress())
-    assert err.value.path == GRUB
-    assert str(err.value).startswith(f"{GRUB} does not hold the planned content after applying")
+    assert err.value.path == CONFIG  # the first target in the order the apply went
+    assert str(err.value).startswith(f"{CONFIG} does not hold the planned content after applying")
 
 
 def test_a_failing_command_stops_the_apply_with_its_output(tmp_path):

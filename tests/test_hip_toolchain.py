@@ -26,6 +26,7 @@ from ojai_setup.apply.toolchain import (
 )
 from ojai_setup.core.root import Root
 from support.progress import RecordingProgress
+from support.stand_ins import give_hip_toolchain
 
 DATA = Path(__file__).parent / "data" / "hip"
 CASES = tomllib.loads((DATA / "targets.toml").read_text(encoding="utf-8"))["case"]
@@ -48,7 +49,7 @@ def llama_step(plan: dict) -> dict:
 # -- the target choice, as data --------------------------------------------------------------
 @pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])
 def test_target_choice(machine, case: dict) -> None:
-    root = machine(case["machine"])
+    root = give_hip_toolchain(machine(case["machine"]))  # a toolchain that knows the target
     extra = ["--gpu-target", case["gpu_target"]] if "gpu_target" in case else []
     step = llama_step(plan_json(root, *extra))
     assert step["status"] == "change", step
@@ -101,7 +102,7 @@ def test_cost_phrase_per_target() -> None:
 
 
 def test_the_plan_states_the_cost_before_building(machine) -> None:
-    result = CliRunner().invoke(app, ["setup", "--root", str(machine("ojai-fresh")),
+    result = CliRunner().invoke(app, ["setup", "--root", str(give_hip_toolchain(machine("ojai-fresh"))),
                                       "--llamacpp", "source", "--llamacpp-src", SDIST,
                                       "--backend", "hip", "--no-npu"])
     assert result.exit_code == 2
@@ -109,6 +110,33 @@ def test_the_plan_states_the_cost_before_building(machine) -> None:
     start = text.index("change llama.cpp:")
     step = text[start:text.index(" model: ", start)]  # up to the next step's head
     assert f"({estimate('hip', 'gfx1150')}; progress is shown)" in step
+
+
+def test_a_build_the_toolchain_cannot_make_is_blocked_in_the_dry_run(machine) -> None:
+    """No hipconfig on ojai-fresh, or a target its clang lacks: the step is blocked with what
+    to install before anything changes (the GRUB edit included), not at the build."""
+    root = machine("ojai-fresh")
+    grub = (root / "etc/default/grub").read_bytes()
+    for extra in ([], ["--gpu-target", "gfx9999"]):
+        if extra:
+            give_hip_toolchain(root)
+        args = ["setup", "--root", str(root), "--llamacpp", "source", "--llamacpp-src", SDIST,
+                "--backend", "hip", "--no-npu", *extra]
+        plan = CliRunner().invoke(app, args)
+        assert plan.exit_code == 1, plan.output
+        step = llama_step(json.loads(CliRunner().invoke(app, [*args, "--json"]).stdout))
+        assert step["status"] == "blocked", step
+        assert step["sentence"].startswith("the HIP toolchain cannot build llama.cpp")
+        assert ("no hipconfig" if not extra else "cannot compile for gfx9999") in step["sentence"]
+        applied = CliRunner().invoke(app, [*args, "--apply", "--yes"])
+        assert applied.exit_code == 1 and "nothing was applied" in applied.stderr
+        assert (root / "etc/default/grub").read_bytes() == grub
+
+
+def test_the_captured_sid_toolchain_builds_for_the_ryzen_ai_igpus(machine) -> None:
+    tc = check_hip_toolchain(Root(give_hip_toolchain(machine("ojai-fresh"))), "gfx1150,gfx1151")
+    assert tc.env() == {"HIPCXX": "/usr/lib/llvm-21/bin/clang", "HIP_PATH": "/usr"}
+    assert {"gfx1150", "gfx1151"} <= set(tc.targets)
 
 
 # -- the toolchain check on machine directories ----------------------------------------------

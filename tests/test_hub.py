@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
 
 import pytest
@@ -183,6 +184,30 @@ def test_interrupted_download_resumes_on_the_next_call(published, root, tmp_path
     assert get.headers.get("range") == f"bytes={kept}-"
     assert dest(root, big).read_bytes() == entry.data
     assert leftovers(root.path) == []
+
+
+def test_a_download_is_hashed_as_it_is_written_not_read_again(published, root, tmp_path,
+                                                               monkeypatch):
+    """The sha256 is taken from the bytes on their way to the file: no second read of a
+    finished download, and after an interruption only the part kept is read, once."""
+    import ojai_setup.apply.hub as hub
+
+    reads: list[int] = []
+    real = hub._hash_file
+    monkeypatch.setattr(hub, "_hash_file", lambda path, *a: reads.append(path.stat().st_size)
+                        or real(path, *a))
+    big = "gemma-4-big-it-Q4_K_M.gguf"
+    entry = published.add_path(REPO, big, gemma4_main(tmp_path / big, payload_bytes=3 << 20))
+    published.cut_next_download(after=1 << 20)
+    with pytest.raises(HubError, match="the connection closed before the end"):
+        execute_hub_download(root, action(big), NullProgress())
+    published.restore()
+    assert execute_hub_download(root, action(big), NullProgress()) is True
+    assert execute_hub_download(root, action(MAIN), NullProgress()) is True
+    assert reads == []  # neither file was read back to be hashed
+    assert dest(root, big).read_bytes() == entry.data
+    assert json.loads(dest(root, big).with_name(f".{big}.sha256").read_text())["sha256"] == \
+        entry.sha256
 
 
 def test_small_disk_refused_before_download(published, root, monkeypatch):

@@ -12,7 +12,7 @@ from pydantic import BaseModel
 from support.context import ToyContext as PlanContext
 from support.machine_state import record_state, store_capture
 
-from ojai_setup.apply.executor import CommandFailed, apply
+from ojai_setup.apply.executor import CommandFailed, apply, failure_of
 from ojai_setup.apply.journal import RollbackError, load_entry, rollback
 from ojai_setup.core.progress import NullProgress
 from ojai_setup.core.root import CommandResult, Root
@@ -211,28 +211,46 @@ def test_an_apply_that_changed_nothing_is_not_what_rollback_undoes(tmp_path):
     assert rollback(root, NullProgress()).rolled_back == first.apply_id
 
 
+def _fail_after_grub(root: Root):
+    """A fault hook: the disk fills once the GRUB file (the last action: the boot goes last)
+    is written, with update-grub still to run."""
+    def fault(stage: str) -> None:
+        if stage == "action-done" and root.read_text(GRUB) != ORIGINAL:
+            raise OSError("disk full")
+    return fault
+
+
 def test_a_failed_apply_is_journaled_and_can_be_rolled_back(tmp_path):
     root = _machine(tmp_path)
     plan = make_plan(PlanContext(root, Facts(), Settings()), [TtmStep()])
-    stages: list[str] = []
-
-    def fault(stage: str) -> None:
-        stages.append(stage)
-        if stage == "action-done":  # the GRUB file is written, update-grub is still owed
-            raise OSError("disk full")
-
     with pytest.raises(OSError, match="disk full"):
-        apply(plan, root, NullProgress(), fault_hook=fault)
+        apply(plan, root, NullProgress(), fault_hook=_fail_after_grub(root), force_handlers=False)
     state = read_state(root)
     entry = load_entry(root, state.last_apply)
     assert entry.status == "failed" and entry.error == "disk full"
-    assert [f.path for f in entry.files] == [GRUB]
+    assert [f.path for f in entry.files] == [MODPROBE, LINK, GRUB]  # the boot last
     assert [h.name for h in state.pending_handlers] == ["update-grub"]
     backups = root.resolve("/var/lib/ojai/backups") / entry.apply_id
     assert sorted(p.name for p in backups.rglob("*") if p.is_file()) == ["grub"]
 
     result = rollback(root, NullProgress())
-    assert result.restored == [GRUB] and root.read_text(GRUB) == ORIGINAL
+    assert GRUB in result.restored and root.read_text(GRUB) == ORIGINAL
+
+
+def test_the_follow_ups_of_finished_edits_run_when_an_apply_fails(tmp_path):
+    root = _machine(tmp_path)
+    plan = make_plan(PlanContext(root, Facts(), Settings()), [TtmStep()])
+    with pytest.raises(OSError, match="disk full") as err:
+        apply(plan, root, NullProgress(), fault_hook=_fail_after_grub(root))
+    failure = failure_of(err.value)
+    assert failure is not None and failure.error == "disk full"
+    assert failure.result.handlers == ["update-grub"] and failure.result.owed == []
+    assert failure.result.files_changed == [MODPROBE, LINK, GRUB]
+    state = read_state(root)
+    assert state.pending_handlers == []  # the machine is consistent: nothing is owed
+    entry = load_entry(root, state.last_apply)
+    assert entry.status == "failed"
+    assert [(h.name, h.exit_code) for h in entry.handlers] == [("update-grub", 0)]
 
 
 def test_handlers_left_due_by_a_failed_apply_run_on_the_next_apply(tmp_path):

@@ -214,6 +214,8 @@ def test_real_apt_installs_the_debian_package_ojai_verified(fake_github, debian,
     name = f"lemonade-server_{upstream}-debian13_amd64.deb"
     publish(fake_github, real.read_bytes(), tag=f"v{upstream}", name=name)
     out = tmp_path / "plan.json"
+    # planning asks whether systemctl exists (the chroot has it; the machine folder says so)
+    give_commands(debian, "systemctl enable --now lemond")
     assert ojai(*plan_args(debian, "--out", out)).exit_code == 2
     plan = Plan.model_validate_json(out.read_text())
     # only the Lemonade step: the others' commands (update-grub) are not the chroot's business

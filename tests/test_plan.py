@@ -65,6 +65,9 @@ def _root(tmp_path: Path) -> Root:
     base = tmp_path / "machine"
     (base / "etc/default").mkdir(parents=True)
     (base / "etc/default/grub").write_text('GRUB_CMDLINE_LINUX_DEFAULT="quiet"\n')
+    capture = base / ".ojai/commands/update-grub"  # the follow-up the plans here name
+    capture.mkdir(parents=True)
+    (capture / "stdout").write_text("")
     return Root(base)
 
 

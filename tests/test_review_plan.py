@@ -12,6 +12,8 @@ import pytest
 from typer.testing import CliRunner
 
 from ojai_setup.cli import app
+from tests.support.fake_hub import announce_route, fake_hub  # noqa: F401 - fake_hub is a fixture
+from tests.support.machine_state import store_capture
 from tests.support.stand_ins import give_llama_server
 from tests.support.text import flat
 
@@ -25,9 +27,16 @@ def ojai(*args: object):
 
 
 @pytest.fixture
-def box(machine) -> Path:
+def box(machine, fake_hub) -> Path:
+    from ojai_setup.core.root import CommandResult
+    from ojai_setup.domain.catalog import load_catalog
+
     root = machine("ojai-fresh")
     give_llama_server(root)  # so that the routes are planned with --llamacpp none
+    # planning asks whether the units' daemon-reload can run and whether the hub serves the
+    # model's files: a machine with systemd, a hub that has them
+    store_capture(root, CommandResult(("systemctl", "daemon-reload"), 0, ""))
+    announce_route(fake_hub, load_catalog(None).get("gemma-4-26b-a4b"))
     return root
 
 

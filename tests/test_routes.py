@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 from support.gguf_files import gemma4_assistant, gemma4_main
-from support.machine_state import record_state
+from support.machine_state import record_state, store_capture
 from support.stand_ins import give_llama_server
 from typer.testing import CliRunner
 
 from ojai_setup.cli import app
-from ojai_setup.core.root import Root
+from ojai_setup.core.root import CommandResult, Root
 
 CATALOG = """
 [routes.tiny]
@@ -76,6 +76,8 @@ def test_doctor_reports_a_mismatched_pair(machine, tmp_path):
 def test_systemd_units_for_both_routes(machine, tmp_path):
     root = machine("ojai-fresh")
     give_llama_server(root, "gfx1150")
+    # a machine with systemd (without it the step is blocked: see test_failed_apply.py)
+    store_capture(root, CommandResult(("systemctl", "daemon-reload"), 0, ""))
     catalog = tmp_path / "catalog.toml"
     catalog.write_text(CATALOG)
     result = CliRunner().invoke(app, ["setup", "--root", str(root), "--llamacpp", "none", "--json",

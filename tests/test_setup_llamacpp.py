@@ -19,6 +19,7 @@ from support.fake_github import (  # noqa: F401 - fake_github is a fixture
     nightly_entries_from_build,
 )
 from support.llama import llama_server_bin  # noqa: F401 - a fixture
+from support.stand_ins import give_hip_toolchain
 from typer.testing import CliRunner
 
 from ojai_setup.cli import app
@@ -290,7 +291,7 @@ def fake_tarball(root: Path, tmp_path: Path) -> str:
 
 
 def test_source_plan_defaults_to_hip_for_the_gpu_target(machine):
-    root = machine("ojai-fresh")
+    root = give_hip_toolchain(machine("ojai-fresh"))  # without one the step is blocked
     s = step(plan_json(root, "--llamacpp", "source", "--llamacpp-ref", "b11434"))
     [action] = s["actions"]
     assert action["kind"] == "build_from_source"

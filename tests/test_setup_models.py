@@ -109,7 +109,9 @@ def test_plan_lists_the_downloads_with_exact_sizes(box, catalog, published, fake
         ("hub_download", REPO, MAIN, f"/{MODELS}/{REPO}/{MAIN}", published["main"].stat().st_size),
         ("hub_download", REPO, DRAFT, f"/{MODELS}/{REPO}/{DRAFT}", published["draft"].stat().st_size),
     ]
-    assert fake_hub.requests == []  # planning asks the hub nothing
+    # planning asks the hub only whether it serves each file: one HEAD each, no download
+    assert [(r.server, r.method, r.path.rsplit("/", 1)[-1]) for r in fake_hub.requests] == [
+        ("hub", "HEAD", MAIN), ("hub", "HEAD", DRAFT)]
     assert model_files(box) == []
 
 

@@ -34,7 +34,7 @@ def _step(plan, name):
 def test_setup_renders_the_tuned_length_and_says_where_it_came_from(machine, tmp_path):
     root = machine("ojai-fresh")
     give_llama_server(root, "gfx1150")
-    give_lemonade(root, ())
+    give_lemonade(root, ("systemctl restart lemond",))  # its follow-up must be able to run
     before = _step(_plan(root, tmp_path), "routes")
     assert "draft length 2: catalog default" in before["sentence"]
     script = next(a["after"] for a in before["actions"] if a["path"].endswith("tiny-mtp.sh"))

@@ -67,6 +67,15 @@ def execute_create_system_user(root: Root, action: CreateSystemUser,
         task.done()
     if proc.returncode != 0 or not user_exists(root, action.name):
         detail = (proc.stderr.strip() or proc.stdout.strip())[-500:]
+        if not detail:  # the tool said nothing (systemd-sysusers on a full disk): say what we see
+            try:
+                free = shutil.disk_usage(root.resolve("/etc")).free
+            except OSError:
+                free = None
+            detail = (f"it printed nothing, and /etc/passwd has no {action.name}"
+                      + (f"; {free // 1024} KiB are free where /etc is" if free is not None
+                         else "")
+                      + ("; the disk is full" if free is not None and free < 1 << 20 else ""))
         raise ApplyError(f"`{' '.join(argv)}` did not create the system user {action.name} "
-                         f"(exit {proc.returncode}){': ' + detail if detail else ''}")
+                         f"(exit {proc.returncode}): {detail}")
     return ActionOutcome(True, f"created the system user {action.name}")

@@ -314,7 +314,9 @@ def execute_build_from_source(root: Root, action: BuildFromSource,
         stage = work / "stage"
         files = _stage(build / "bin", stage)
         _check_libraries(stage, build, log)
-        ver = root.run([root.machine_path(stage / SERVER), "--version"])
+        # built on this host by this host's compiler a moment ago: run it here, also under --root
+        built_here = root if root.is_host else Root(root.path, run_programs=True)
+        ver = built_here.run([root.machine_path(stage / SERVER), "--version"])
         try:
             version = parse_version(ver.stderr + "\n" + ver.stdout)
         except DialectParseError as exc:

@@ -412,11 +412,25 @@ class ActionReport:
     description: str
     changed: bool
     message: str
+    #: machine paths the action writes
+    targets: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class FollowUp:
+    """A follow-up command (a handler) by its name and the command it runs."""
+
+    name: str
+    argv: tuple[str, ...]
+
+    @property
+    def command(self) -> str:
+        return shlex.join(self.argv)
 
 
 @dataclass
 class ApplyResult:
-    """What an apply did."""
+    """What an apply did (also when it stopped part way: see :func:`failure_of`)."""
 
     apply_id: str | None  # None when the plan had nothing to do
     actions: list[ActionReport] = field(default_factory=list)
@@ -425,10 +439,28 @@ class ApplyResult:
     journal: Path | None = None
     #: what an interrupted earlier apply left, settled before this one started
     recovered: str | None = None
+    #: handler name -> its command, for every handler this apply knew of
+    commands: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    #: the follow-up commands still owed when the apply ended (the next apply runs them)
+    owed: list[FollowUp] = field(default_factory=list)
+    #: follow-up commands that were run and failed: (command, why)
+    failed_handlers: list[tuple[str, str]] = field(default_factory=list)
+    #: machine paths whose original was backed up before they changed
+    backed_up: list[str] = field(default_factory=list)
 
     @property
     def changed(self) -> bool:
         return any(a.changed for a in self.actions) or bool(self.handlers)
+
+    @property
+    def files_changed(self) -> list[str]:
+        """The machine paths of the actions that changed something, in the order they did."""
+        return list(dict.fromkeys(t for a in self.actions if a.changed for t in a.targets))
+
+    def command_of(self, name: str) -> str:
+        """The command of the handler ``name`` (the name itself when unknown)."""
+        argv = self.commands.get(name)
+        return shlex.join(argv) if argv else name
 
     @property
     def message(self) -> str:
@@ -443,10 +475,77 @@ class ApplyResult:
         if self.actions:
             parts.append(f"changed {len(changed)} of {len(self.actions)} action(s)")
         if self.handlers:
-            parts.append("ran " + ", ".join(self.handlers))
+            parts.append("ran " + ", ".join(self.command_of(n) for n in self.handlers))
         if self.reboot:
             parts.append("reboot needed: " + "; ".join(self.reboot))
         return "; ".join(parts)
+
+
+@dataclass(frozen=True)
+class ApplyFailure:
+    """How an apply that stopped part way ended, attached to the exception that stopped it
+    (:func:`failure_of`): the first error, what was done before and after it (the follow-ups
+    of finished edits that still ran, those still owed) and, for an interrupt, the signal
+    (``SIGINT``, ``SIGTERM``). ``journal_error``: the journal could not be closed after it."""
+
+    error: str
+    result: ApplyResult
+    signal: str | None = None
+    journal_error: str | None = None
+
+
+def failure_of(exc: BaseException) -> ApplyFailure | None:
+    """What the apply that raised ``exc`` did before it stopped (None: it had not started)."""
+    found = getattr(exc, "ojai_apply_failure", None)
+    return found if isinstance(found, ApplyFailure) else None
+
+
+class ApplyInterrupted(KeyboardInterrupt):
+    """SIGINT or SIGTERM arrived while an apply ran."""
+
+    def __init__(self, signal_name: str) -> None:
+        super().__init__(signal_name)
+        self.signal_name = signal_name
+
+
+class _Signals:
+    """While an apply runs: SIGINT and SIGTERM stop it with :class:`ApplyInterrupted` (the
+    action under way is undone by its executor, temp file removed); a second signal while the
+    apply winds down (the journal closed, the report made) is held back rather than
+    interrupting that. Only in the main thread; elsewhere signals are left alone."""
+
+    def __init__(self) -> None:
+        self.received: str | None = None
+        self._saved: dict[int, Any] = {}
+
+    def _handler(self, signum: int, frame: object) -> None:
+        import signal as _signal
+
+        if self.received is not None:
+            return  # winding down: the first signal is being handled
+        self.received = _signal.Signals(signum).name
+        raise ApplyInterrupted(self.received)
+
+    def __enter__(self) -> _Signals:
+        import signal as _signal
+        import threading
+
+        if threading.current_thread() is threading.main_thread():
+            for sig in (_signal.SIGINT, _signal.SIGTERM):
+                self._saved[sig] = _signal.signal(sig, self._handler)
+        return self
+
+    def winding_down(self) -> None:
+        """From here on a signal no longer interrupts (the first one was or was not seen)."""
+        if self.received is None:
+            self.received = ""
+
+    def __exit__(self, *exc: object) -> None:
+        import signal as _signal
+
+        for sig, handler in self._saved.items():
+            _signal.signal(sig, handler)
+        self._saved.clear()
 
 
 def _ojai_program() -> str:
@@ -484,18 +583,31 @@ def check_privileges(plan: Plan, root: Root, *, euid: int | None = None,
 
 def apply(plan: Plan, root: Root, progress: Progress, *,
           fault_hook: Callable[[str], None] | None = None, euid: int | None = None,
-          plan_path: str | None = None) -> ApplyResult:
+          plan_path: str | None = None, force_handlers: bool = True,
+          locked: bool = False) -> ApplyResult:
     """Carry out exactly ``plan``'s actions on ``root``.
 
     Before the first change: refuses a plan with a blocked step or made for another root,
     raises :class:`NeedsRoot` (with the ``sudo`` command, naming ``plan_path``), loads every
     executor and validator, and raises :class:`PlanConflict` when a target is neither what the
     plan saw nor what it would write. Targets already as planned are left alone, so applying
-    a plan twice changes nothing the second time. Handlers notified by an action that changed
-    something run once at the end (and, when an earlier apply failed before running its
-    handlers, those run too). Every target is re-read afterwards (:class:`VerifyError`).
-    ``fault_hook(stage)`` is called at each :func:`fault_point`; an exception it raises stops
-    the apply there. ``euid`` stands in for the process's effective uid.
+    a plan twice changes nothing the second time.
+
+    The actions run in :meth:`Plan.apply_order`: downloads, unpacking and builds first, then
+    the other system files and the follow-up commands they notified, then what the next boot
+    reads and its regeneration (``update-grub``) last, so that a failure in the long work
+    leaves the boot untouched. Handlers notified by an action that changed something run
+    once (and, when an earlier apply failed before running its handlers, those run too).
+    When an action or a follow-up fails, the follow-ups of the edits that finished still run
+    (``force_handlers``, as Ansible's), then the first error is raised. SIGINT and SIGTERM
+    stop the apply (:class:`ApplyInterrupted`; the action under way is undone by its
+    executor) without running follow-ups: they stay owed. The exception that stopped an apply
+    carries what it did (:func:`failure_of`). Every target is re-read afterwards
+    (:class:`VerifyError`).
+
+    ``locked``: the caller holds the machine's lock already (it planned under it); else it is
+    taken here. ``fault_hook(stage)`` is called at each :func:`fault_point`; an exception it
+    raises stops the apply there. ``euid`` stands in for the process's effective uid.
     """
     if plan.root != str(root.path):
         raise ApplyError(f"the plan was made for the machine at {plan.root}, not {root.path}; "
@@ -503,7 +615,7 @@ def apply(plan: Plan, root: Root, progress: Progress, *,
     if plan.blocked():
         reasons = "; ".join(f"{r.step}: {r.sentence}" for r in plan.blocked())
         raise ApplyError(f"the plan has blocked steps, so nothing was applied: {reasons}")
-    planned = plan.actions()
+    planned = plan.apply_order()
     try:
         state = read_state(root, euid=euid)
     except JournalError as exc:
@@ -518,8 +630,9 @@ def apply(plan: Plan, root: Root, progress: Progress, *,
         if name is not None:
             validator_for(name)
 
-    lock = MachineLock(state_dir(root, euid=euid), "ojai setup --apply")
-    lock.acquire()
+    lock = None if locked else MachineLock(state_dir(root, euid=euid), "ojai setup --apply")
+    if lock is not None:
+        lock.acquire()
     try:
         try:
             recovered = recover(root, euid=euid)
@@ -529,9 +642,11 @@ def apply(plan: Plan, root: Root, progress: Progress, *,
         for p in planned:
             _precheck(root, p.action)
         return _apply_locked(plan, root, progress, planned, executors, run_handler,
-                             fault_hook=fault_hook, euid=euid, recovered=recovered)
+                             fault_hook=fault_hook, euid=euid, recovered=recovered,
+                             force_handlers=force_handlers)
     finally:
-        lock.release()
+        if lock is not None:
+            lock.release()
 
 
 def _planned_record(plan: Plan, planned: PlannedAction) -> PlannedRecord:
@@ -545,33 +660,73 @@ def _planned_record(plan: Plan, planned: PlannedAction) -> PlannedRecord:
 def _apply_locked(plan: Plan, root: Root, progress: Progress, planned: list[PlannedAction],
                   executors: dict[str, ExecutorFn], run_handler: ExecutorFn, *,
                   fault_hook: Callable[[str], None] | None, euid: int | None,
-                  recovered: Interrupted | None) -> ApplyResult:
+                  recovered: Interrupted | None, force_handlers: bool) -> ApplyResult:
+    from ojai_setup.planning.plan import apply_phase
+
     try:
         journal = Journal(root, "apply", euid=euid, plan_fingerprint=plan.fingerprint.digest)
     except JournalError as exc:
         raise ApplyError(f"{exc}; nothing was changed") from None
     result = ApplyResult(apply_id=journal.id, journal=journal.path,
-                         recovered=recovered.message if recovered else None)
+                         recovered=recovered.message if recovered else None,
+                         commands={name: cmd.argv for name, cmd in plan.handlers.items()})
     pending: dict[str, HandlerRecord] = {h.name: h for h in journal.state.pending_handlers}
+    for h in pending.values():
+        result.commands.setdefault(h.name, h.argv)
     token = _FAULT_HOOK.set(fault_hook) if fault_hook is not None else None
     error: str | None = None
+    failure: BaseException | None = None
+    signal_name: str | None = None
+    journal_error: str | None = None
+    steps = {s.step: s for s in plan.steps}
+    left = {s.step: len(s.actions) for s in plan.steps}  # actions of each step still to run
+
+    # a follow-up that a boot change notifies too runs once, after the boot changes
+    boot_handlers = {n for p in planned if apply_phase(p.action) == "boot" for n in p.action.notify}
+
+    def run_pending(*, later: frozenset[str] | set[str] = frozenset()) -> None:
+        for name in list(pending):
+            if name in later:
+                continue
+            record = pending[name]
+            fault_point("handler-start")
+            try:
+                run_handler(root, RunCommand(argv=record.argv, env=record.env), progress)
+            except CommandFailed as exc:
+                journal.handler(record.model_copy(update={"exit_code": 1}))
+                result.failed_handlers.append((shlex.join(record.argv), str(exc)))
+                raise
+            journal.handler(record.model_copy(update={"exit_code": 0}))
+            result.handlers.append(name)
+            del pending[name]
+            journal.entry.owed = list(pending.values())
+            journal.flush()
+            fault_point("handler-done")
+
+    signals = _Signals()
     overall = progress.task("apply plan", total=len(planned))
-    try:
-        # on disk before the first change: every action, every backup, what is owed
-        journal.entry.owed = list(pending.values())
-        journal.open([_planned_record(plan, p) for p in planned])
-        fault_point("journal-opened")
-        for p in planned:
-            # downloads and installs are kept by rollback unless asked: no backup of them
-            download = p.action.dest if isinstance(
-                p.action, (InstallArchive, BuildFromSource, HubDownload)) else None
-            for target in p.action.targets():
-                journal.stage(target, download=target == download)
-        journal.flush()
-        fault_point("backups-written")
-        index = 0
-        for step in plan.steps:
-            for action in step.actions:
+    with signals:
+        try:
+            # on disk before the first change: every action, every backup, what is owed
+            journal.entry.owed = list(pending.values())
+            journal.open([_planned_record(plan, p) for p in planned])
+            fault_point("journal-opened")
+            for p in planned:
+                # downloads and installs are kept by rollback unless asked: no backup
+                download = p.action.dest if isinstance(
+                    p.action, (InstallArchive, BuildFromSource, HubDownload)) else None
+                for target in p.action.targets():
+                    journal.stage(target, download=target == download)
+            journal.flush()
+            result.backed_up = [f.path for f in journal.entry.files if f.backup]
+            fault_point("backups-written")
+            booting = False
+            for index, p in enumerate(planned):
+                action = p.action
+                if not booting and apply_phase(action) == "boot":
+                    # every other change is in place and followed up: now the boot
+                    booting = True
+                    run_pending(later=boot_handlers)
                 record = journal.entry.planned[index]
                 record.status = "running"
                 journal.flush()
@@ -579,17 +734,19 @@ def _apply_locked(plan: Plan, root: Root, progress: Progress, planned: list[Plan
                 targets = action.targets()
                 before = [path_digest(root, t) for t in targets]
                 try:
-                    outcome = _outcome(executors[action.kind](root, action, progress), before,
-                                       [path_digest(root, t) for t in targets])
+                    outcome = _outcome(executors[action.kind](root, action, progress),
+                                       before, [path_digest(root, t) for t in targets])
                 except BaseException:
                     record.status = "failed"
                     raise
                 record.status, record.changed = "done", outcome.changed
-                journal.action(ActionRecord(step=step.step, kind=action.kind,
+                journal.action(ActionRecord(step=p.step, kind=action.kind,
                                             description=action.describe(),
-                                            changed=outcome.changed, message=outcome.message))
-                result.actions.append(ActionReport(step.step, action.describe(),
-                                                   outcome.changed, outcome.message))
+                                            changed=outcome.changed,
+                                            message=outcome.message))
+                result.actions.append(ActionReport(p.step, action.describe(),
+                                                   outcome.changed, outcome.message,
+                                                   tuple(targets)))
                 if outcome.changed:
                     for name in action.notify:
                         command = plan.handlers[name]
@@ -597,43 +754,81 @@ def _apply_locked(plan: Plan, root: Root, progress: Progress, planned: list[Plan
                             name=name, argv=command.argv, env=dict(command.env)))
                     if action.needs_reboot:
                         result.reboot.append(action.needs_reboot)
+                left[p.step] -= 1
+                step = steps[p.step]
+                if left[p.step] == 0 and any(r.changed for r in result.actions
+                                             if r.step == p.step):
+                    result.reboot.extend(step.reboot)
+                    for key, value in step.records.items():
+                        if isinstance(value, dict):
+                            value = {**value, "boot_id": journal.entry.boot_id,
+                                     "apply_id": journal.id}
+                        journal.set_record(key, value)
                 journal.entry.owed = list(pending.values())
                 journal.flush()
                 fault_point("action-done")
                 overall.advance(1)
-                index += 1
-            if any(r.changed for r in result.actions if r.step == step.step):
-                result.reboot.extend(step.reboot)
-                for key, value in step.records.items():
-                    if isinstance(value, dict):
-                        value = {**value, "boot_id": journal.entry.boot_id,
-                                 "apply_id": journal.id}
-                    journal.set_record(key, value)
-        overall.done()
-        for name in list(pending):
-            record = pending[name]
-            fault_point("handler-start")
-            run_handler(root, RunCommand(argv=record.argv, env=record.env), progress)
-            journal.handler(record.model_copy(update={"exit_code": 0}))
-            result.handlers.append(name)
-            del pending[name]
-            journal.entry.owed = list(pending.values())
-            journal.flush()
-            fault_point("handler-done")
-        result.reboot = list(dict.fromkeys(result.reboot))
-        for reason in result.reboot:
-            journal.reboot(reason)
-        for p in planned:
-            problem = verify_action(root, p.action)
-            if problem is not None:
-                raise VerifyError(next(iter(p.action.targets()), ""), problem)
-    except BaseException as exc:
-        error = str(exc) or type(exc).__name__
-        raise
-    finally:
-        overall.done()
-        if token is not None:
-            _FAULT_HOOK.reset(token)
-        journal.close("failed" if error else "complete", error,
-                      pending_handlers=list(pending.values()))
+            overall.done()
+            run_pending()
+            result.reboot = list(dict.fromkeys(result.reboot))
+            for reason in result.reboot:
+                journal.reboot(reason)
+            for p in planned:
+                problem = verify_action(root, p.action)
+                if problem is not None:
+                    raise VerifyError(next(iter(p.action.targets()), ""), problem)
+        except KeyboardInterrupt as exc:
+            signals.winding_down()
+            failure = exc
+            signal_name = exc.signal_name if isinstance(exc, ApplyInterrupted) else "SIGINT"
+            error = f"stopped by {signal_name}"
+        except Exception as exc:
+            signals.winding_down()
+            failure = exc
+            error = str(exc) or type(exc).__name__
+            if force_handlers:
+                _force_handlers(root, pending, result, journal, run_handler, progress)
+        except BaseException as exc:  # SystemExit and the like: journal it, pass it on
+            signals.winding_down()
+            error = str(exc) or type(exc).__name__
+            raise
+        finally:
+            signals.winding_down()
+            overall.done()
+            if token is not None:
+                _FAULT_HOOK.reset(token)
+            result.reboot = list(dict.fromkeys(result.reboot))
+            result.owed = [FollowUp(h.name, tuple(h.argv)) for h in pending.values()]
+            try:
+                journal.close("failed" if error else "complete", error,
+                              pending_handlers=list(pending.values()))
+            except JournalError as exc:
+                if error is None:
+                    raise
+                # the first error is the one to report; the journal's own comes second
+                journal_error = str(exc)
+    if failure is not None:
+        setattr(failure, "ojai_apply_failure", ApplyFailure(
+            error or "", result, signal=signal_name, journal_error=journal_error))
+        raise failure
     return result
+
+
+def _force_handlers(root: Root, pending: dict[str, HandlerRecord], result: ApplyResult,
+                    journal: Journal, run_handler: ExecutorFn, progress: Progress) -> None:
+    """After a failure: run the follow-ups the finished edits notified, each once, so that
+    the machine is consistent; a follow-up that fails (or already failed) stays owed."""
+    tried = {command for command, _ in result.failed_handlers}
+    for name in list(pending):
+        record = pending[name]
+        if shlex.join(record.argv) in tried:
+            continue
+        try:
+            run_handler(root, RunCommand(argv=record.argv, env=record.env), progress)
+        except Exception as exc:
+            journal.handler(record.model_copy(update={"exit_code": 1}))
+            result.failed_handlers.append((shlex.join(record.argv), str(exc)))
+            continue
+        journal.handler(record.model_copy(update={"exit_code": 0}))
+        result.handlers.append(name)
+        del pending[name]

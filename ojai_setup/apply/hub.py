@@ -1,9 +1,13 @@
 """Model downloads from the Hugging Face Hub, each checked against the hub's LFS sha256.
 
-Requests go through ``huggingface_hub``: a ``HEAD /{repo}/resolve/{revision}/{file}`` for the
-commit, size and download location (usually a redirect to a CDN, where the token is not sent),
-``POST /api/models/{repo}/paths-info/{commit}`` for the LFS sha256, and a streamed ``GET`` of the
-location. ``HF_ENDPOINT``, ``HF_TOKEN`` and ``HF_HUB_OFFLINE`` are read when a download runs.
+The metadata comes through ``huggingface_hub``: a ``HEAD /{repo}/resolve/{revision}/{file}`` for
+the commit, size and download location (usually a redirect to a CDN, where the token is not
+sent) and ``POST /api/models/{repo}/paths-info/{commit}`` for the LFS sha256. The body is then
+streamed by ojai itself (``GET`` of the location in 4 MiB blocks straight to the file, hashed as
+it is written, so a finished download is never read a second time: ``benchmarks/
+download_speed.py`` compares it with curl), or, for a file the Hub serves through Xet and with
+``hf_xet`` installed, fetched with huggingface_hub's Xet transfer and hashed once after.
+``HF_ENDPOINT``, ``HF_TOKEN`` and ``HF_HUB_OFFLINE`` are read when a download runs.
 
 Files go to ``<models_dir>/<org>/<repo>/<file>`` (default models dir ``/var/lib/ojai/models``:
 the system ``lemond`` service runs with ``ProtectHome=yes`` and cannot read anything under
@@ -18,15 +22,17 @@ runs recognise it without re-reading many gigabytes and without asking the hub."
 from __future__ import annotations
 
 import hashlib
+import http.client
 import json
 import os
+import urllib.error
+import urllib.request
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import httpx2  # noqa: E402 - after the environment default above
 from huggingface_hub import HfApi, get_hf_file_metadata, hf_hub_url
 from huggingface_hub import constants as hf_constants
-from huggingface_hub.file_download import http_get
 from huggingface_hub.hf_api import RepoFile
 from huggingface_hub.utils import HfHubHTTPError, build_hf_headers
 
@@ -46,6 +52,10 @@ os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 
 
 _HASH_CHUNK = 8 << 20
+#: bytes read from the connection, hashed and written at a time
+_BLOCK = 4 << 20
+#: seconds a connection may stay silent
+_TIMEOUT = 60.0
 
 
 class HubError(ApplyError):
@@ -104,8 +114,137 @@ def _hash_file(path: Path, progress: Progress, description: str) -> str:
     return digest.hexdigest()
 
 
+def _http_download(part: Path, location: str, headers: dict[str, str], resume: int,
+                   expected_size: int, action: HubDownload, progress: Progress,
+                   where: str) -> str:
+    """Stream ``location`` onto the end of ``part`` (from byte ``resume``, with a ``Range``
+    request) and return the sha256 of the whole file: hashed as it is written, so that a
+    finished download is not read a second time (only the part kept from an interrupted run
+    is read, once, before the transfer goes on). Writes go straight to the file descriptor in
+    blocks of :data:`_BLOCK`; an interruption keeps what arrived for the next run."""
+    digest = hashlib.sha256()
+    if resume:
+        with part.open("rb") as f:
+            left = resume
+            while left and (chunk := f.read(min(_HASH_CHUNK, left))):
+                digest.update(chunk)
+                left -= len(chunk)
+    request = urllib.request.Request(location, headers={
+        **{k: v for k, v in headers.items() if k.lower() != "accept-encoding"},
+        "Accept-Encoding": "identity", **({"Range": f"bytes={resume}-"} if resume else {})})
+    task = progress.task(f"download {action.filename}", total=expected_size)
+    task.update(completed=resume)
+    got = resume
+    fd = os.open(part, os.O_WRONLY)
+    hasher: _Hasher | None = None
+    try:
+        with urllib.request.urlopen(request, timeout=_TIMEOUT) as response:
+            if resume and response.status != 206:  # the server ignored the range: start over
+                os.ftruncate(fd, 0)
+                digest, got = hashlib.sha256(), 0
+                task.update(completed=0)
+            os.lseek(fd, got, os.SEEK_SET)
+            hasher = _Hasher(digest)
+            while True:
+                buffer = hasher.free.get()
+                n = response.readinto(buffer)
+                if not n:
+                    hasher.free.put(buffer)
+                    break
+                chunk = memoryview(buffer)[:n]
+                written = 0
+                while written < n:
+                    written += os.write(fd, chunk[written:])
+                hasher.work.put((buffer, n))
+                got += n
+                task.advance(n)
+                if got > expected_size:
+                    break
+        hasher.finish()
+        if got < expected_size:  # http.client's readinto ends quietly when the peer hangs up
+            raise http.client.IncompleteRead(b"", expected_size - got)
+    except urllib.error.HTTPError as exc:
+        raise HubError(f"{where}: download stopped after {got} of {expected_size} bytes (HTTP "
+                       f"{exc.code} {exc.reason} from {urlsplit(location).netloc}); run again "
+                       "to resume it") from None
+    except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError) as exc:
+        cause = getattr(exc, "reason", None) or exc
+        if isinstance(exc, http.client.IncompleteRead):
+            cause = "the connection closed before the end"
+        raise HubError(f"{where}: download stopped after {got} of {expected_size} bytes "
+                       f"({' '.join(str(cause).split()) or type(exc).__name__}); run again "
+                       "to resume it") from None
+    finally:
+        if hasher is not None:
+            hasher.finish()
+        os.close(fd)
+        task.done()
+    return digest.hexdigest()
+
+
+class _Hasher:
+    """sha256 of the blocks a download writes, taken in a thread of its own, so that hashing
+    overlaps the transfer (hashlib lets go of the GIL for large blocks, as socket reads and
+    file writes do) instead of adding its time to it. Blocks come from a small pool of
+    buffers (:attr:`free`) and go back to it once hashed (:attr:`work`), in order."""
+
+    POOL = 4
+
+    def __init__(self, digest) -> None:
+        import queue
+        import threading
+
+        self.digest = digest
+        self.free: queue.Queue = queue.Queue()
+        self.work: queue.Queue = queue.Queue()
+        for _ in range(self.POOL):
+            self.free.put(bytearray(_BLOCK))
+        self._thread = threading.Thread(target=self._run, name="ojai-sha256", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while (item := self.work.get()) is not None:
+            buffer, n = item
+            self.digest.update(memoryview(buffer)[:n])
+            self.free.put(buffer)
+
+    def finish(self) -> None:
+        """Hash what is queued, then stop (again: nothing)."""
+        if self._thread.is_alive():
+            self.work.put(None)
+            self._thread.join()
+
+
+def _xet_available() -> bool:
+    try:
+        from huggingface_hub.utils import is_xet_available
+    except ImportError:
+        return False
+    return bool(is_xet_available())
+
+
+def _xet_download(part: Path, xet: object, headers: dict[str, str], expected_size: int,
+                  action: HubDownload, progress: Progress, where: str) -> str:
+    """The Hub's Xet transfer (``hf_xet``, as huggingface_hub uses it for Xet-backed files):
+    chunks fetched in parallel and reassembled into ``part``; then its sha256, read once."""
+    from huggingface_hub.file_download import xet_get
+
+    task = progress.task(f"download {action.filename} (Xet)", total=expected_size)
+    try:
+        xet_get(incomplete_path=part, xet_file_data=xet, headers=headers,
+                expected_size=expected_size, displayed_filename=action.filename,
+                tqdm_class=_bar_class(task))
+    except Exception as exc:  # hf_xet's errors are its own types
+        got = part.stat().st_size if part.is_file() else 0
+        raise HubError(f"{where}: the Xet download stopped after {got} of {expected_size} "
+                       f"bytes ({' '.join(str(exc).split())}); run again to download it") from exc
+    finally:
+        task.done()
+    return _hash_file(part, progress, f"verify {action.filename}")
+
+
 def _bar_class(task: TaskHandle) -> type:
-    """A tqdm stand-in for ``http_get`` that forwards byte counts to ``task``."""
+    """A tqdm stand-in for ``xet_get`` that forwards byte counts to ``task``."""
 
     class _Bar:
         def __init__(self, **_: object) -> None:
@@ -201,28 +340,20 @@ def execute_hub_download(root: Root, action: HubDownload, progress: Progress, *,
     headers = build_hf_headers()
     if not _same_origin(url, meta.location):
         headers.pop("authorization", None)  # signed CDN URLs: the token stays on the hub
-    task = progress.task(f"download {action.filename}", total=expected_size)
-    task.update(completed=resume)
-    try:
-        if not resume:
-            part.touch(PRIVATE_FILE_MODE)
-            part.chmod(PRIVATE_FILE_MODE)
-        with part.open("r+b") as f:
-            f.seek(resume)
-            http_get(meta.location, f, resume_size=resume, headers=headers, expected_size=expected_size,
-                     displayed_filename=action.filename, tqdm_class=_bar_class(task))
-    except (HfHubHTTPError, httpx2.HTTPError, OSError, ValueError) as exc:
-        got = part.stat().st_size if part.is_file() else 0
-        cause = " ".join(str(exc).split())
-        raise HubError(f"{where}: download stopped after {got} of {expected_size} bytes ({cause}); "
-                       "run again to resume it") from exc
-    task.done()
+    if not resume:
+        part.touch(PRIVATE_FILE_MODE)
+        part.chmod(PRIVATE_FILE_MODE)
+    xet = getattr(meta, "xet_file_data", None)
+    if xet is not None and _xet_available():
+        digest = _xet_download(part, xet, headers, expected_size, action, progress, where)
+    else:
+        digest = _http_download(part, meta.location, headers, resume, expected_size, action,
+                                progress, where)
 
     got = part.stat().st_size
     if got != expected_size:
         part.unlink()
         raise HubError(f"{where}: downloaded {got} bytes, the hub said {expected_size}; the download was deleted")
-    digest = _hash_file(part, progress, f"verify {action.filename}")
     if digest != expected_sha:
         part.unlink()
         raise HubError(f"{where}: sha256 mismatch: expected {expected_sha}, the download has {digest}; "

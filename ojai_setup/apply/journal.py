@@ -175,7 +175,8 @@ class Journal:
         real = self.root.resolve(machine_path)
         before = path_digest(self.root, machine_path)
         record = FileRecord(path=machine_path, existed_before=before is not None, before=before,
-                            download=download)
+                            download=download,
+                            made_dirs=_missing_parents(self.root, machine_path) if download else [])
         if before is not None and before.startswith("sha256:") and not download:
             st = os.lstat(real)
             backup = Path("backups") / self.id / machine_path.lstrip("/")
@@ -235,6 +236,18 @@ class Journal:
         return self.entry
 
 
+def _missing_parents(root: Root, machine_path: str) -> list[str]:
+    """The folders above ``machine_path`` that do not exist yet, outermost first."""
+    from pathlib import PurePosixPath
+
+    missing: list[str] = []
+    parent = PurePosixPath(machine_path).parent
+    while str(parent) != "/" and not root.resolve(str(parent)).exists():
+        missing.insert(0, str(parent))
+        parent = parent.parent
+    return missing
+
+
 def _fsync_dir(path: Path) -> None:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
@@ -254,6 +267,9 @@ def _settle_files(root: Root, directory: Path, entry: JournalEntry) -> None:
         if record.after == record.before:
             if record.backup:
                 _drop_backup(directory, directory / record.backup)
+            if record.download and record.before is None and _download_traces(root, record) \
+                    and record.path not in {t.path for t in entry.traces}:
+                entry.traces.append(record)
         else:
             kept.append(record)
     entry.files = kept
@@ -391,8 +407,13 @@ class RollbackResult:
     @property
     def message(self) -> str:
         if self.nothing:
-            return (f"the interrupted apply {self.rolled_back} stopped before its first "
+            what = (f"the interrupted apply {self.rolled_back} stopped before its first "
                     f"change; nothing to roll back")
+            if self.removed:
+                what += "; removed what its downloads left: " + ", ".join(self.removed)
+            if self.left:
+                what += "; left in place: " + "; ".join(self.left)
+            return what
         parts = [f"rolled back apply {self.rolled_back}"]
         if self.restored:
             parts.append("restored " + ", ".join(self.restored))
@@ -477,6 +498,12 @@ def _decide(root: Root, record: FileRecord, remove_downloads: bool
     kept = "downloaded or installed by the apply; `ojai rollback --remove-downloads` removes it"
     if record.before is None:
         if now is None:
+            if record.download and _download_traces(root, record):
+                if remove_downloads:
+                    return "remove", ("what the download left (records, partial files, "
+                                      "unpack staging, folders made for it)")
+                return "keep", ("a download that did not finish left files beside it; "
+                                "`ojai rollback --remove-downloads` removes them")
             return "none", "already gone"
         if record.download and not remove_downloads:
             return "keep", kept
@@ -506,6 +533,8 @@ def _preview(root: Root, directory: Path, *, remove_downloads: bool,
         raise RollbackError(f"nothing to roll back: no apply is journaled in {directory}{hint}")
     entry = load_entry(root, state.last_apply, euid=euid)
     preview = RollbackPreview(entry=entry, directory=directory)
+    for record in entry.traces:
+        preview.items.append((record, *_decide(root, record, remove_downloads)))
     for record in reversed(entry.files):
         now = path_digest(root, record.path)
         if now not in (record.after, record.before):
@@ -529,35 +558,40 @@ def _settled_preview(root: Root, directory: Path, settled: Interrupted | None, *
     """The preview once :func:`recover` ran: an interrupted apply that changed nothing is
     itself what there is to undo (nothing); otherwise the last apply journaled."""
     if settled is not None and settled.entry.kind == "apply" and not settled.entry.changed:
-        return RollbackPreview(entry=settled.entry, directory=directory, settled=settled)
+        preview = RollbackPreview(entry=settled.entry, directory=directory, settled=settled)
+        for record in settled.entry.traces:  # a download killed before it finished
+            preview.items.append((record, *_decide(root, record, remove_downloads)))
+        return preview
     preview = _preview(root, directory, remove_downloads=remove_downloads, euid=euid)
     preview.settled = settled
     return preview
 
 
 def preview_rollback(root: Root, *, remove_downloads: bool = False,
-                     euid: int | None = None) -> RollbackPreview:
+                     euid: int | None = None, locked: bool = False) -> RollbackPreview:
     """What a rollback of the last apply would restore, remove and keep, the follow-up
     commands it would run and whether a reboot follows, for a person to review.
 
     Holds the machine's lock while it looks, and first settles an apply that was interrupted
     (:func:`recover`), which is then the one to undo. Raises :class:`RollbackError` when there
-    is nothing to roll back."""
+    is nothing to roll back. ``locked``: the caller holds the lock already."""
     from ojai_setup.apply.lock import MachineLock
 
     directory = state_dir(root, euid=euid)
-    lock = MachineLock(directory, "ojai rollback")
-    lock.acquire()
+    lock = None if locked else MachineLock(directory, "ojai rollback")
+    if lock is not None:
+        lock.acquire()
     try:
         return _settled_preview(root, directory, recover(root, euid=euid),
                                 remove_downloads=remove_downloads, euid=euid)
     finally:
-        lock.release()
+        if lock is not None:
+            lock.release()
 
 
 def rollback(root: Root, progress: Progress, *, force: bool = False,
              remove_downloads: bool = False, euid: int | None = None,
-             preview: RollbackPreview | None = None) -> RollbackResult:
+             preview: RollbackPreview | None = None, locked: bool = False) -> RollbackResult:
     """Put back what the last apply changed, and journal it as a rollback.
 
     Holds the machine's lock (:class:`~ojai_setup.apply.lock.LockHeld` when another ojai
@@ -572,13 +606,15 @@ def rollback(root: Root, progress: Progress, *, force: bool = False,
     Refuses (:class:`RollbackError`, nothing restored) when a path changed after the apply,
     unless ``force``, or when the last apply is no longer the one ``preview`` (the one a
     person reviewed, from :func:`preview_rollback`) showed. Repeated rollbacks walk back
-    through earlier applies.
+    through earlier applies. ``locked``: the caller holds the lock already (it took it
+    before the preview, so nothing changed the machine between the two).
     """
     from ojai_setup.apply.lock import MachineLock
 
     directory = state_dir(root, euid=euid)
-    lock = MachineLock(directory, "ojai rollback")
-    lock.acquire()
+    lock = None if locked else MachineLock(directory, "ojai rollback")
+    if lock is not None:
+        lock.acquire()
     try:
         settled = recover(root, euid=euid)
         if preview is None:
@@ -591,11 +627,18 @@ def rollback(root: Root, progress: Progress, *, force: bool = False,
                                     f"{preview.entry.apply_id}; nothing was restored: run "
                                     "`ojai rollback` again and review it")
         if preview.nothing:
-            return RollbackResult(rolled_back=preview.entry.apply_id,
-                                  journal_id=preview.entry.apply_id, nothing=True)
+            result = RollbackResult(rolled_back=preview.entry.apply_id,
+                                    journal_id=preview.entry.apply_id, nothing=True)
+            for record, decision, why in preview.items:  # what its downloads left
+                if decision == "remove":
+                    _remove(root, record, result)
+                elif decision == "keep":
+                    result.left.append(f"{record.path} ({why})")
+            return result
         return _rollback(root, preview, progress, force=force, euid=euid)
     finally:
-        lock.release()
+        if lock is not None:
+            lock.release()
 
 
 def _rollback(root: Root, preview: RollbackPreview, progress: Progress, *, force: bool,
@@ -657,13 +700,40 @@ def _rollback(root: Root, preview: RollbackPreview, progress: Progress, *, force
     return result
 
 
+def _download_traces(root: Root, record: FileRecord) -> list[Path]:
+    """What a download or install left beside its path (records, partial files, unpack
+    staging) and the folders made for it that are still there."""
+    from ojai_setup.facts.disk import download_leftovers
+
+    return download_leftovers(root.resolve(record.path)) + [
+        root.resolve(d) for d in record.made_dirs if root.resolve(d).is_dir()]
+
+
 def _remove(root: Root, record: FileRecord, result: RollbackResult) -> None:
     real = root.resolve(record.path)
     if real.is_dir() and not real.is_symlink():
         shutil.rmtree(real)
-    else:
-        real.unlink(missing_ok=True)
-    result.removed.append(record.path)
+        result.removed.append(record.path)
+    elif real.exists() or real.is_symlink():
+        real.unlink()
+        result.removed.append(record.path)
+    if not record.download:
+        return
+    from ojai_setup.facts.disk import download_leftovers
+
+    # what ojai made for the download: its records, partial files, unpack staging, folders
+    for extra in download_leftovers(real):
+        if extra.is_dir() and not extra.is_symlink():
+            shutil.rmtree(extra)
+        else:
+            extra.unlink(missing_ok=True)
+        result.removed.append(root.machine_path(extra) if not root.is_host else str(extra))
+    for folder in reversed(record.made_dirs):
+        try:
+            root.resolve(folder).rmdir()  # only when empty: other downloads may share it
+        except OSError:
+            continue
+        result.removed.append(folder)
 
 
 def _restore(root: Root, directory: Path, record: FileRecord, result: RollbackResult) -> None:

@@ -234,42 +234,65 @@ class PlanReport:
         if reasons:
             term.entry("[bold]A reboot is needed after applying:[/] ", "; ".join(reasons),
                        hang=2)
-        term.entry("", f"[bold]{escape(summarize(plan).sentence())}[/]", hang=6, markup=True)
         if self.owed:
             term.entry("", self.owed, hang=2)
+        # the last line says what the exit code says, work owed by an earlier apply included
+        term.entry("", f"[bold]{escape(plan_summary(plan, self.owed))}[/]", hang=6, markup=True)
 
 
 def _lines(n: int) -> str:
     return "1 line" if n == 1 else f"{n} lines"
 
 
-def apply_report(plan: Plan, result, *, handler_commands: dict[str, list[str]] | None = None,
-                 journal: str | None = None, exit_code: int = 0) -> dict:
+def plan_summary(plan: Plan, owed: str = "") -> str:
+    """The dry run's last line (the plan's count of what it does), which says what its exit
+    code says (:func:`dry_run_exit`): with nothing to change but work an earlier apply owes,
+    that work."""
+    from ojai_setup.planning.summary import summarize
+
+    if dry_run_exit(plan, owed) == ExitStatus.CHANGES and plan.exit_code == ExitStatus.OK:
+        return "Plan: nothing to change, but an earlier apply left work owed (above)."
+    return summarize(plan).sentence()
+
+
+def dry_run_exit(plan: Plan, owed: str = "") -> ExitStatus:
+    """0 nothing to do, 2 changes pending (or work an earlier apply owes), 1 blocked."""
+    if owed and plan.exit_code == ExitStatus.OK:
+        return ExitStatus.CHANGES
+    return plan.exit_code
+
+
+def apply_report(plan: Plan, result, *, journal: str | None = None, exit_code: int = 0,
+                 failure=None, finish: str | None = None, undo: str | None = None) -> dict:
     """What an apply did, as the JSON document ``ojai setup --apply --json`` prints
     (``"schema": "ojai.apply/1"``): every action with whether it changed something, the files
-    changed, the follow-up commands that ran, and whether a reboot is needed."""
-    import shlex
-
-    files: list[str] = []
-    for planned, report in zip(plan.actions(), result.actions):
-        if report.changed:
-            files.extend(t for t in planned.action.targets() if t not in files)
-    commands = dict(handler_commands or {})
-    commands.update({name: list(cmd.argv) for name, cmd in plan.handlers.items()})
-    return {
+    changed, the follow-up commands that ran and those still owed (by name and command),
+    whether a reboot is needed; for an apply that stopped, its first error (``error``,
+    ``interrupted_by``) and the commands that finish or undo it."""
+    data = {
         "ojai_version": plan.ojai_version,
         "changed": result.changed,
         "message": result.message,
         "actions": [{"step": a.step, "description": a.description, "changed": a.changed,
                      "message": a.message} for a in result.actions],
-        "files_changed": files,
-        "handlers": [{"name": name, "command": shlex.join(commands[name]) if name in commands
-                      else None} for name in result.handlers],
+        "files_changed": result.files_changed,
+        "handlers": [{"name": name, "command": result.command_of(name)}
+                     for name in result.handlers],
+        "owed": [{"name": h.name, "command": h.command} for h in result.owed],
         "reboot_required": bool(result.reboot),
         "reboot_reasons": list(result.reboot),
         "journal": journal,
         "exit_code": exit_code,
     }
+    if failure is not None:
+        data.update({
+            "error": failure.error, "interrupted_by": failure.signal,
+            "journal_error": failure.journal_error,
+            "follow_ups_failed": [{"command": c, "error": why}
+                                  for c, why in result.failed_handlers],
+            "backed_up": [p for p in result.backed_up if p in result.files_changed],
+            "finish_command": finish, "undo_command": undo})
+    return data
 
 
 class ApplyReport:
@@ -278,29 +301,103 @@ class ApplyReport:
 
     schema = "ojai.apply/1"
 
-    def __init__(self, plan: Plan, result, root: Root, *, handler_commands: dict[str, list[str]]
-                 | None = None, journal: str | None = None, exit_code: int = 0,
-                 owed: str = "") -> None:
+    def __init__(self, plan: Plan, result, root: Root, *, journal: str | None = None,
+                 exit_code: int = 0, owed: str = "") -> None:
         self.plan, self.result, self.root, self.owed = plan, result, root, owed
-        self.handler_commands, self.journal, self.exit_code = handler_commands, journal, exit_code
+        self.journal, self.exit_code = journal, exit_code
 
     def to_json(self) -> dict:
-        return apply_report(self.plan, self.result, handler_commands=self.handler_commands,
-                            journal=self.journal, exit_code=self.exit_code)
+        return apply_report(self.plan, self.result, journal=self.journal,
+                            exit_code=self.exit_code)
 
     def render(self, term: Terminal) -> None:
         from ojai_setup.commands.verify import next_steps
 
         if self.owed:
-            term.entry("", "every step is satisfied, but " + self.owed[0].lower() + self.owed[1:],
+            term.entry("", "every step was already satisfied; an earlier apply left work owed",
                        hang=2)
         if self.result.recovered:
             term.entry("finished first: ", self.result.recovered, hang=2)
         term.entry("[bold]applied:[/] ", self.result.message, hang=2)
+        if self.result.owed:
+            term.entry("still owed: ", ", ".join(f"`{h.command}`" for h in self.result.owed),
+                       hang=2)
         if self.journal:
             term.entry("journal: ", self.journal, hang=2)
         for line in next_steps(self.root):
             term.entry("", line, hang=2)
+
+
+class ApplyFailureReport:
+    """How an apply that stopped part way ended (an error, Ctrl-C, SIGTERM): its first error,
+    what changed (and whether it was backed up), which follow-up commands ran, failed or are
+    still owed (each by its command), whether the boot configuration was touched, and the one
+    command that finishes the apply and the one that undoes it. For a person it goes to
+    stderr, like every error; ``--json`` prints :func:`apply_report`'s document."""
+
+    schema = "ojai.apply/1"
+
+    def __init__(self, plan: Plan, failure, *, finish: str, undo: str,
+                 journal: str | None, exit_code: int) -> None:
+        self.plan, self.failure, self.finish, self.undo = plan, failure, finish, undo
+        self.journal, self.exit_code = journal, exit_code
+
+    def to_json(self) -> dict:
+        return apply_report(self.plan, self.failure.result, journal=self.journal,
+                            exit_code=self.exit_code, failure=self.failure,
+                            finish=self.finish, undo=self.undo)
+
+    def lines(self) -> list[str]:
+        """Everything after the first line (the error), as plain sentences."""
+        from ojai_setup.planning.plan import apply_phase
+
+        f = self.failure
+        result = f.result
+        out: list[str] = []
+        if result.recovered:
+            out.append(f"finished first: {result.recovered}")
+        changed = result.files_changed
+        if changed:
+            backed = [p for p in result.backed_up if p in changed]
+            out.append("changed: " + ", ".join(changed)
+                       + (f" (the originals of {', '.join(backed)} are backed up)" if backed
+                          else ""))
+        else:
+            out.append("nothing on the machine was changed")
+        if result.handlers:
+            out.append("ran: " + ", ".join(f"`{result.command_of(n)}`" for n in result.handlers))
+        for command, why in result.failed_handlers:
+            out.append(f"failed: `{command}`: {why}")
+        if result.owed:
+            out.append("still owed (the next apply runs it first): "
+                       + ", ".join(f"`{h.command}`" for h in result.owed))
+        boot = [p.action for p in self.plan.apply_order() if apply_phase(p.action) == "boot"]
+        if boot:
+            boot_handlers = {n for a in boot for n in a.notify}
+            if not any(t in changed for a in boot for t in a.targets()):
+                out.append("the boot configuration was not touched: the machine boots as before")
+            elif any(h.name in boot_handlers for h in result.owed):
+                out.append("the boot configuration was changed and its regeneration is owed")
+            else:
+                out.append("the boot configuration was changed and regenerated; a reboot "
+                           "makes it active")
+        if f.journal_error:
+            out.append(f"then the journal could not be written: {f.journal_error}")
+        if self.journal:
+            out.append(f"journal: {self.journal}")
+        if changed or result.handlers or result.owed:
+            out.append(f"to finish: {self.finish}")
+            out.append(f"to undo: {self.undo}")
+        else:
+            out.append(f"to try again: {self.finish}")
+        return out
+
+    def render(self, term: Terminal) -> None:
+        f = self.failure
+        what = (f"apply stopped by {f.signal}" if f.signal else f"apply failed: {f.error}")
+        term.error(what)
+        for line in self.lines():
+            term.note(line)
 
 
 class NothingToApply:
@@ -322,9 +419,7 @@ class NothingToApply:
 
 def run_setup(term: Terminal, root_dir: Path, settings: Settings, *, apply: bool, yes: bool,
               plan_file: Path | None, out: Path | None, show_new: bool = False,
-              show: str | None = None) -> int:
-    from ojai_setup.facts.state import JournalError, read_apply_status, read_state
-
+              show: str | None = None, force_handlers: bool = True) -> int:
     root = Root(root_dir)
     if plan_file is not None and settings.options() and not term.json_mode:
         term.note(f"--plan {plan_file}: the plan records the settings it was made with; "
@@ -344,6 +439,73 @@ def run_setup(term: Terminal, root_dir: Path, settings: Settings, *, apply: bool
         return show_file(term, shown, show)
     if plan_file is not None and not apply:
         return show_saved(term, root, plan_file, show_new=show_new)
+    if not apply:
+        return _dry_run(term, root, settings, out, show_new=show_new)
+    from ojai_setup.apply.lock import MachineLock
+    from ojai_setup.core.errors import StateError
+    from ojai_setup.facts.state import state_dir
+
+    # the lock covers planning too: no other ojai changes the machine between the plan
+    # this apply makes (or checks) and the apply itself
+    lock = MachineLock(state_dir(root), "ojai setup --apply")
+    try:
+        lock.acquire()
+    except StateError as exc:
+        term.error(str(exc))
+        return ExitStatus.FAILED
+    try:
+        return _apply_locked(term, root, settings, yes=yes, plan_file=plan_file, out=out,
+                             show_new=show_new, force_handlers=force_handlers)
+    finally:
+        lock.release()
+
+
+def _save_plan(term: Terminal, plan: Plan, out: Path) -> bool:
+    """Save ``plan`` to ``out``; False (and the error said) when it cannot be written."""
+    try:
+        plan.save(out)
+    except OSError as exc:
+        why = exc.strerror or str(exc)
+        if not out.parent.is_dir():
+            why = f"no folder {out.parent}"
+        term.error(f"--out {out}: the plan cannot be written there ({why.lower()}); "
+                   "nothing was saved or applied. Give a file in a folder you can "
+                   "write to")
+        return False
+    return True
+
+
+def _dry_run(term: Terminal, root: Root, settings: Settings, out: Path | None, *,
+             show_new: bool) -> int:
+    from ojai_setup.facts.state import JournalError, read_apply_status
+
+    plan = build_plan(root, settings)
+    if out is not None and not _save_plan(term, plan, out):
+        return ExitStatus.USAGE
+    try:
+        status = read_apply_status(root)
+    except JournalError as exc:
+        term.error(str(exc))
+        return ExitStatus.FAILED
+    owed_note = _owed_note(status)
+    term.show(PlanReport(plan, owed=owed_note, show_new=show_new,
+                         saved=str(out) if out is not None else None))
+    if out is not None and not term.json_mode:
+        from ojai_setup.planning.plan import apply_command
+
+        term.note(f"plan saved to {out}; show it again (and whether it is still fresh) "
+                  f"with `{apply_command(plan, str(out), apply=False)}`; apply exactly it "
+                  f"with `{apply_command(plan, str(out))}`")
+    return int(dry_run_exit(plan, owed_note))
+
+
+def _apply_locked(term: Terminal, root: Root, settings: Settings, *, yes: bool,
+                  plan_file: Path | None, out: Path | None, show_new: bool,
+                  force_handlers: bool) -> int:
+    """``ojai setup --apply`` once the machine's lock is held: plan (or check the saved plan),
+    show, ask, apply, verify, and say how it ended."""
+    from ojai_setup.facts.state import JournalError, read_apply_status, read_state
+
     if plan_file is not None:
         try:
             plan = Plan.load(plan_file)
@@ -360,26 +522,17 @@ def run_setup(term: Terminal, root_dir: Path, settings: Settings, *, apply: bool
             return ExitStatus.FAILED
     else:
         plan = build_plan(root, settings)
-        if out is not None:
-            try:
-                plan.save(out)
-            except OSError as exc:
-                why = exc.strerror or str(exc)
-                if not out.parent.is_dir():
-                    why = f"no folder {out.parent}"
-                term.error(f"--out {out}: the plan cannot be written there ({why.lower()}); "
-                           "nothing was saved or applied. Give a file in a folder you can "
-                           "write to")
-                return ExitStatus.USAGE
+        if out is not None and not _save_plan(term, plan, out):
+            return ExitStatus.USAGE
     try:
-        status = read_apply_status(root)
+        status = read_apply_status(root, locked=True)
     except JournalError as exc:
         term.error(str(exc))
         return ExitStatus.FAILED
     owed_note = _owed_note(status)
     if plan_file is None:
-        if not (apply and term.json_mode):  # with --apply, --json prints the apply's report
-            term.show(PlanReport(plan, owed="" if apply else owed_note, show_new=show_new,
+        if not term.json_mode:  # with --apply, --json prints the apply's report
+            term.show(PlanReport(plan, show_new=show_new,
                                  saved=str(out) if out is not None else None))
         if out is not None and not term.json_mode:
             from ojai_setup.planning.plan import apply_command
@@ -387,19 +540,11 @@ def run_setup(term: Terminal, root_dir: Path, settings: Settings, *, apply: bool
             term.note(f"plan saved to {out}; show it again (and whether it is still fresh) "
                       f"with `{apply_command(plan, str(out), apply=False)}`; apply exactly it "
                       f"with `{apply_command(plan, str(out))}`")
-    if not apply:
-        if owed_note and plan.exit_code == ExitStatus.OK:
-            return ExitStatus.CHANGES
-        return int(plan.exit_code)
     if plan.exit_code == ExitStatus.FAILED:
         term.error("the plan has blocked steps; nothing was applied")
         return ExitStatus.FAILED
-    if status.running:
-        term.error("another ojai is changing this machine right now; nothing was applied. "
-                   "Wait for it to finish and run this again")
-        return ExitStatus.FAILED
     try:
-        owed = {h.name: list(h.argv) for h in read_state(root).pending_handlers}
+        read_state(root)
     except JournalError as exc:
         term.error(str(exc))
         return ExitStatus.FAILED
@@ -421,33 +566,42 @@ def run_setup(term: Terminal, root_dir: Path, settings: Settings, *, apply: bool
             f"`{settings.command('--out', 'plan.json', root=root_arg)}` and apply "
             "exactly that with --apply --plan plan.json)"):
         return ExitStatus.FAILED
-    from ojai_setup.apply.executor import NeedsRoot
+    from ojai_setup.apply.executor import NeedsRoot, failure_of
     from ojai_setup.apply.executor import apply as apply_plan
     from ojai_setup.core.errors import ApplyError, StateError
 
+    applied_settings = settings if plan_file is None else Settings(**plan.settings)
     try:
-        result = apply_plan(plan, root, term.progress(),
-                            plan_path=str(plan_file) if plan_file else None)
+        result = apply_plan(plan, root, term.progress(), locked=True,
+                            plan_path=str(plan_file) if plan_file else None,
+                            force_handlers=force_handlers)
     except NeedsRoot as exc:
         term.error(str(exc))
         return ExitStatus.FAILED
-    except StateError as exc:  # the machine's lock is held, the journal cannot be written
-        term.error(str(exc))
-        return ExitStatus.FAILED
-    except (ApplyError, OSError, ValueError) as exc:
-        from ojai_setup.planning.plan import apply_command
-
-        finish = (apply_command(plan, str(plan_file)) if plan_file is not None
-                  else settings.command("--apply", root=root_arg))
-        term.error(f"apply failed: {exc}. Changed files were backed up; run `{finish}` again to "
-                   f"finish, or `{_rollback_command(root)}` to undo")
-        return ExitStatus.FAILED
-    after = build_plan(root, settings if plan_file is None else Settings(**plan.settings))
+    except (ApplyError, StateError, OSError, ValueError, KeyboardInterrupt) as exc:
+        failure = failure_of(exc)
+        if failure is None:  # stopped before its journal was opened: nothing changed
+            if isinstance(exc, KeyboardInterrupt):
+                term.error("interrupted before the first change; nothing was changed")
+                return ExitStatus.INTERRUPTED
+            term.error(f"{exc}" if isinstance(exc, StateError) else f"apply failed: {exc}; "
+                       "nothing was changed")
+            return ExitStatus.FAILED
+        code = ExitStatus.INTERRUPTED if failure.signal else ExitStatus.FAILED
+        report = ApplyFailureReport(
+            plan, failure, finish=applied_settings.command("--apply", root=root_arg),
+            undo=_rollback_command(root), journal=_journal_path(root, failure.result.journal),
+            exit_code=int(code))
+        if term.json_mode:
+            term.show(report)
+            term.error(f"apply failed: {failure.error}" if not failure.signal
+                       else f"apply stopped by {failure.signal}")
+        else:
+            report.render(term)
+        return code
+    after = build_plan(root, applied_settings)
     leftover = [r for r in after.steps if r.status != "satisfied"]
-    journal = None
-    if result.journal:
-        journal = str(result.journal if root.is_host else root.machine_path(result.journal))
-    term.show(ApplyReport(plan, result, root, handler_commands=owed, journal=journal,
+    term.show(ApplyReport(plan, result, root, journal=_journal_path(root, result.journal),
                           exit_code=int(ExitStatus.FAILED if leftover else ExitStatus.OK),
                           owed=owed_note if plan.exit_code == ExitStatus.OK else ""))
     if leftover:
@@ -455,6 +609,13 @@ def run_setup(term: Terminal, root_dir: Path, settings: Settings, *, apply: bool
                    + "; ".join(f"{r.step}: {r.sentence}" for r in leftover))
         return ExitStatus.FAILED
     return ExitStatus.OK
+
+
+def _journal_path(root: Root, path: Path | None) -> str | None:
+    """A journal file as a machine path (the real path on the host)."""
+    if path is None:
+        return None
+    return str(path if root.is_host else root.machine_path(path))
 
 
 def _settings_problem(exc: Exception) -> str:
@@ -739,19 +900,40 @@ def _rollback_command(root: Root, *options: str) -> str:
 
 def run_rollback(term: Terminal, root_dir: Path, *, force: bool, yes: bool = False,
                  remove_downloads: bool = False) -> int:
+    from ojai_setup.apply.lock import MachineLock
+    from ojai_setup.core.errors import StateError
+    from ojai_setup.facts.state import state_dir
+
+    root = Root(root_dir)
+    # one lock from the preview to the last restore: what a person reviews is what is undone
+    lock = MachineLock(state_dir(root), "ojai rollback")
+    try:
+        lock.acquire()
+    except StateError as exc:
+        term.error(str(exc))
+        return ExitStatus.FAILED
+    try:
+        return _rollback_locked(term, root, force=force, yes=yes,
+                                remove_downloads=remove_downloads)
+    finally:
+        lock.release()
+
+
+def _rollback_locked(term: Terminal, root: Root, *, force: bool, yes: bool,
+                     remove_downloads: bool) -> int:
     from ojai_setup.apply.journal import RollbackError, preview_rollback, rollback
     from ojai_setup.core.errors import StateError
 
-    root = Root(root_dir)
     try:
-        preview = preview_rollback(root, remove_downloads=remove_downloads)
+        preview = preview_rollback(root, remove_downloads=remove_downloads, locked=True)
     except (RollbackError, StateError, OSError) as exc:
         term.error(str(exc))
         return ExitStatus.FAILED
     if preview.settled is not None:
         term.note(preview.settled.message)
     if preview.nothing:
-        term.show(RollbackReport(preview, rollback(root, term.progress(), preview=preview), root))
+        term.show(RollbackReport(preview, rollback(root, term.progress(), preview=preview,
+                                                   locked=True), root))
         return ExitStatus.OK
     if not term.json_mode:  # with --json, the report after the rollback carries the preview
         term.show(RollbackPreviewReport(preview, root))
@@ -773,7 +955,7 @@ def run_rollback(term: Terminal, root_dir: Path, *, force: bool, yes: bool = Fal
         return ExitStatus.FAILED
     try:
         result = rollback(root, term.progress(), force=force, remove_downloads=remove_downloads,
-                          preview=preview)
+                          preview=preview, locked=True)
     except (RollbackError, StateError, OSError) as exc:
         term.error(str(exc))
         return ExitStatus.FAILED

@@ -12,9 +12,10 @@ Capture layout, for a command ``flm validate --json``::
     <root>/.ojai/commands/flm validate --json/exit_code (optional, default 0)
 
 A command with no capture is "not installed" (exit code 127). The key is the program's base
-name followed by its arguments, joined by single spaces. One exception: a program that lives
-inside the root itself (for example a ``llama-server`` that ojai installed under
-``<root>/opt/ojai``) is part of that machine and is executed for real.
+name followed by its arguments, joined by single spaces. A program that lives inside the root
+itself (a ``llama-server`` under ``<root>/opt/ojai``) is answered from its captures too: it is
+executed on this host only when the person asks for it (``OJAI_RUN_ROOT_PROGRAMS=1``, or
+``Root(path, run_programs=True)``), since it may be another machine's binary, or anything.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ from typing import NamedTuple
 
 COMMANDS_DIR = ".ojai/commands"
 NOT_FOUND = 127
+#: set to 1 to let ojai execute programs found inside a ``--root`` machine on this host
+RUN_ROOT_PROGRAMS_ENV = "OJAI_RUN_ROOT_PROGRAMS"
 
 
 class CommandResult(NamedTuple):
@@ -59,9 +62,14 @@ def command_key(argv: list[str] | tuple[str, ...]) -> str:
 class Root:
     """Resolves machine paths under a root directory and runs (or replays) commands."""
 
-    def __init__(self, path: str | os.PathLike[str] = "/", *, timeout: float = 30.0) -> None:
+    def __init__(self, path: str | os.PathLike[str] = "/", *, timeout: float = 30.0,
+                 run_programs: bool | None = None) -> None:
         self.path = Path(path).resolve() if str(path) != "/" else Path("/")
         self.timeout = timeout
+        #: whether a program inside this (non-host) root may be executed on the host
+        self.run_programs = (os.environ.get(RUN_ROOT_PROGRAMS_ENV, "").strip() in ("1", "yes",
+                                                                                  "true")
+                             if run_programs is None else run_programs)
         #: every file path read, found by a glob, and every command run (``doctor --capture``)
         self.reads: list[str] = []
         self.found: list[str] = []
@@ -143,7 +151,7 @@ class Root:
     def _run(self, argv: list[str], *, env: dict[str, str] | None,
              timeout: float | None) -> CommandResult:
         if not self.is_host:
-            if argv[0].startswith("/"):
+            if argv[0].startswith("/") and self.run_programs:
                 real = self.resolve(argv[0])
                 if real.is_file() and os.access(real, os.X_OK):
                     return self._exec([str(real), *argv[1:]], argv, env, timeout, "root-binary")

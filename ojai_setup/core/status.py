@@ -16,3 +16,5 @@ class ExitStatus(IntEnum):
     CHANGES = 2
     #: the command line itself is wrong (sysexits' EX_USAGE)
     USAGE = 64
+    #: ``ojai setup --apply`` stopped by Ctrl-C (SIGINT) or SIGTERM, as shells count 128 + 2
+    INTERRUPTED = 130

@@ -817,6 +817,14 @@ def _apply_state(facts: Facts, profile: Profile, params: dict) -> Outcome:
                        f"commands ran{owed}",
                        fix="Run `ojai setup --apply`: it runs the owed commands first.")
     last = f"; last apply {status.last_apply}" if status.last_apply else ""
+    if status.leftovers:
+        import shlex
+
+        return Outcome(ok=False, severity="warn",
+                       evidence="an interrupted install left " + ", ".join(status.leftovers),
+                       fix="`ojai setup --apply` clears them as it installs llama.cpp again; "
+                       "or remove them by hand: `sudo rm -rf "
+                       + " ".join(shlex.quote(p) for p in status.leftovers) + "`")
     return Outcome(ok=True, evidence=f"no apply interrupted, nothing owed{last}")
 
 

@@ -65,3 +65,16 @@ def estimate(backend: str, gpu_target: str | None) -> str:
                      f"less with more cores), {_size(m.build_bytes)} free while building, "
                      f"{_size(m.install_bytes)} installed")
     return "; ".join(parts)
+
+
+def disk_need(backend: str, gpu_target: str | None) -> int | None:
+    """The bytes a build needs free (its build folder and its install, as measured, the
+    largest measured target standing in for one not measured); None when nothing is measured."""
+    table = measured()
+    targets = [t for t in (gpu_target or "").replace(";", ",").split(",") if t]
+    keys = [f"hip {t}" for t in targets] if backend == "hip" else ["cpu"]
+    found = [table.get(k) or table.get("hip gfx1150") for k in keys]
+    found = [m for m in found if m is not None]
+    if not found:
+        return None
+    return sum(m.build_bytes + m.install_bytes for m in found)

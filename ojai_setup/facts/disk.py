@@ -41,3 +41,22 @@ def partial_bytes(dest: Path) -> int:
     """Bytes already fetched by an interrupted download of ``dest`` (kept for resuming)."""
     return max((p.stat().st_size for p in dest.parent.glob(f".{dest.name}.*.partial")
                 if p.is_file()), default=0) if dest.parent.is_dir() else 0
+
+
+#: what a download or install of ``NAME`` leaves beside it, besides ``NAME`` itself: the
+#: verified-digest and GGUF-info records of a model file, its partial download, and a
+#: nightly's zip, unpack staging and retired install (see apply/hub.py, apply/archive.py)
+LEFTOVER_PATTERNS = (".{name}.sha256", ".{name}.info.json", ".{name}.*.partial",
+                     ".{name}.zip", ".{name}.zip.part", ".{name}.unpack", ".{name}.old",
+                     ".{name}.build-*", "{name}.build.log")
+
+
+def download_leftovers(dest: Path) -> list[Path]:
+    """The files and folders ojai's download or install of ``dest`` left beside it (records,
+    partial downloads, unpack staging), sorted."""
+    if not dest.parent.is_dir():
+        return []
+    found: set[Path] = set()
+    for pattern in LEFTOVER_PATTERNS:
+        found.update(dest.parent.glob(pattern.format(name=dest.name)))
+    return sorted(found)

@@ -106,19 +106,38 @@ def lock_is_held(directory: Path) -> bool:
     return False
 
 
-def read_apply_status(root: Root, *, euid: int | None = None) -> ApplyStatus:
+#: what an install into ojai's llama.cpp folder leaves when it is stopped half way
+_INSTALL_LEFTOVERS = (".*.unpack", ".*.zip", ".*.zip.part", ".*.old", ".*.build-*")
+
+
+def install_leftovers(root: Root) -> list[str]:
+    """Machine paths of what an interrupted nightly unpack or source build left in
+    ``/opt/ojai/llama.cpp`` (none while one runs: call it when no apply holds the lock)."""
+    from ojai_setup.core.paths import LLAMACPP_DIR
+
+    base = root.resolve(LLAMACPP_DIR)
+    if not base.is_dir():
+        return []
+    found = {p for pattern in _INSTALL_LEFTOVERS for p in base.glob(pattern)}
+    return sorted(f"{LLAMACPP_DIR}/{p.name}" for p in found)
+
+
+def read_apply_status(root: Root, *, euid: int | None = None,
+                      locked: bool = False) -> ApplyStatus:
     """Whether an apply is under way, was interrupted, or left follow-up commands owed (the
-    machine's own state first, so that a user sees what an apply as root left)."""
+    machine's own state first, so that a user sees what an apply as root left). ``locked``:
+    this process holds the machine's lock, so an apply marked running was interrupted."""
     directory = root.resolve(STATE_DIR)
     state = _load_state(directory)
     own = state_dir(root, euid=euid)
     if own != directory and state.running is None and not state.pending_handlers:
         directory, state = own, _load_state(own)
     status = ApplyStatus(last_apply=state.last_apply,
-                         owed=[shlex.join(h.argv) for h in state.pending_handlers])
+                         owed=[shlex.join(h.argv) for h in state.pending_handlers],
+                         leftovers=install_leftovers(root))
     if state.running is None:
         return status
-    status.running = lock_is_held(directory)
+    status.running = not locked and lock_is_held(directory)
     status.interrupted = None if status.running else state.running
     from ojai_setup.model.journal import JournalEntry  # only an apply under way has one
 

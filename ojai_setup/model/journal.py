@@ -30,6 +30,8 @@ class FileRecord(BaseModel):
     #: a download or install (a model file, a llama.cpp folder): rollback leaves it in place
     #: unless asked to remove downloads
     download: bool = False
+    #: for a download: the folders that did not exist before it (made for it), outermost first
+    made_dirs: list[str] = []
 
 
 class ActionRecord(BaseModel):
@@ -82,6 +84,9 @@ class JournalEntry(BaseModel):
     owed: list[HandlerRecord] = []
     actions: list[ActionRecord] = []
     files: list[FileRecord] = []
+    #: downloads that changed nothing but left something beside their path (a partial file,
+    #: unpack staging, the folders made for them): not a change; ``--remove-downloads`` clears it
+    traces: list[FileRecord] = []
     handlers: list[HandlerRecord] = []
     reboot: list[str] = []
     #: state records this entry set, with their previous values (None: was unset)

@@ -45,3 +45,6 @@ class ApplyStatus(BaseModel):
     total: int = 0
     #: follow-up commands owed (update-grub, update-initramfs) and not yet run
     owed: list[str] = []
+    #: what an interrupted install left in ojai's llama.cpp folder (unpack staging, a zip, a
+    #: retired install, a build's temp folder), as machine paths
+    leftovers: list[str] = []

@@ -121,6 +121,15 @@ class Context(NamedTuple):
     #: .deb to install (with the sha256 GitHub states), or why it cannot be had
     lemonade_deb: LemonadeDeb | None = None
     lemonade_deb_error: str | None = None
+    #: free bytes where llama.cpp is installed (``/opt/ojai/llama.cpp`` or its nearest existing
+    #: parent), with ``--llamacpp nightly|source``; None: not asked, or unknown
+    install_free_bytes: int | None = None
+    #: why the Hugging Face Hub will not serve a model file the route still has to download
+    #: (None: it will, nothing is to download, or it was not asked)
+    hub_error: str | None = None
+    #: with ``--llamacpp source`` and the HIP backend: why the machine's HIP toolchain cannot
+    #: build for the target (None: it can, or no HIP build is asked for)
+    toolchain_error: str | None = None
 
     def which(self, program: str) -> str | None:
         """Where ``program`` is on the machine (None: not there); only :data:`KNOWN_PROGRAMS`."""

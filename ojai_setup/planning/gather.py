@@ -56,17 +56,22 @@ def _no_lemonade_lookup(tag: str | None) -> LemonadeDeb:
 class Remote(NamedTuple):
     """Where remote facts come from: ``release(tag, family)`` finds a nightly release,
     ``lemonade_release(tag)`` the lemonade-server .deb of a Lemonade release (without one, the
-    lookup fails as if GitHub could not be reached)."""
+    lookup fails as if GitHub could not be reached), ``hub(repo, file, revision)`` raises
+    :class:`RemoteError` when the Hugging Face Hub will not serve a model file to download
+    (None: not asked)."""
 
     release: Callable[[str | None, str], NightlyAsset]
     lemonade_release: Callable[[str | None], LemonadeDeb] = _no_lemonade_lookup
+    hub: Callable[[str, str, str | None], None] | None = None
 
     @staticmethod
     def github() -> Remote:
         from ojai_setup.facts.github import resolve_lemonade_release, resolve_release
+        from ojai_setup.facts.hub import hub_serves
 
         return Remote(release=lambda tag, family: resolve_release(None, tag, family),
-                      lemonade_release=lambda tag: resolve_lemonade_release(None, tag))
+                      lemonade_release=lambda tag: resolve_lemonade_release(None, tag),
+                      hub=hub_serves)
 
 
 def resolve_profile(facts: Facts, settings: Settings) -> Profile:
@@ -266,6 +271,14 @@ def gather(root: Root, settings: Settings, *, facts: Facts | None = None,
             except OjaiError as exc:
                 release_error = str(exc)
 
+    toolchain_error = hip_toolchain_error(root, facts, settings, target)
+    install_free = None
+    if settings.llamacpp != "none":
+        try:
+            install_free = free_bytes(root.resolve(LLAMACPP_DIR))
+        except (OjaiError, OSError):
+            install_free = None
+
     lemonade = lemonade_view(root, facts, home)
     lemonade_deb = lemonade_deb_error = None
     if settings.lemonade == "release" and lemonade is None:
@@ -278,6 +291,10 @@ def gather(root: Root, settings: Settings, *, facts: Facts | None = None,
         state, state_error = read_state(root), None
     except OjaiError as exc:
         state, state_error = State(), str(exc)
+
+    hub_error = None
+    if route is not None and not settings.lemonade_downloads:
+        hub_error = hub_error_for(root, route, settings.models_dir, remote or Remote.github())
 
     free = free_error = None
     if settings.model:
@@ -302,8 +319,46 @@ def gather(root: Root, settings: Settings, *, facts: Facts | None = None,
         state=state, state_error=state_error, models_free_bytes=free,
         models_free_error=free_error, programs=programs, api_key_sha256=api_key_sha256,
         api_key_error=api_key_error, groups=machine_groups(root),
-        draft_length_source=draft_source,
+        draft_length_source=draft_source, toolchain_error=toolchain_error,
+        install_free_bytes=install_free, hub_error=hub_error,
         footprint=route_footprint(root, route, settings.models_dir) if route else None)
+
+
+def hub_error_for(root: Root, route: Route, models_dir: str, remote: Remote) -> str | None:
+    """Why the hub will not serve the route's files still to download (the first that fails),
+    or None: they are all on disk, the hub serves them, or ``remote`` does not ask."""
+    if remote.hub is None:
+        return None
+    from ojai_setup.domain.models import plan_model_downloads
+
+    for download in plan_model_downloads(root, route, models_dir):
+        if root.resolve(download.dest).is_file():
+            continue  # on disk, only its digest is still to check (the hub is asked then)
+        try:
+            remote.hub(download.repo_id, download.filename, download.revision)
+        except RemoteError as exc:
+            return str(exc)
+    return None
+
+
+def hip_toolchain_error(root: Root, facts: Facts, settings: Settings,
+                        target: str | None) -> str | None:
+    """For a HIP source build (``--llamacpp source``, the HIP backend): why the machine's
+    toolchain cannot build for the target, read now so that the dry run blocks the step
+    before anything changes; None when it can or no HIP build is asked for."""
+    if settings.llamacpp != "source":
+        return None
+    backend = settings.llamacpp_backend or ("hip" if facts.rocm_version else "cpu")
+    wanted = settings.gpu_target or target
+    if backend != "hip" or not wanted:
+        return None
+    from ojai_setup.facts.toolchain import ToolchainError, check_hip_toolchain
+
+    try:
+        check_hip_toolchain(root, wanted)
+    except ToolchainError as exc:
+        return str(exc).replace("; nothing was written for this build", "")
+    return None
 
 
 def route_footprint(root: Root, route: Route, models_dir: str) -> Footprint | None:

@@ -123,6 +123,23 @@ class Fingerprint(BaseModel):
         return hashlib.sha256(canonical_json(self.model_dump(mode="json")).encode()).hexdigest()
 
 
+#: the phases of an apply, in the order it runs them (:meth:`Plan.apply_order`)
+APPLY_PHASES = ("fetch", "system", "boot")
+#: actions that download, unpack or build: long and fallible, so they run before any edit
+FETCH_KINDS = frozenset({"install_archive", "build_from_source", "hub_download",
+                         "install_package"})
+
+
+def apply_phase(action: Action) -> str:
+    """``fetch`` (a download, unpack or build), ``boot`` (a change the next boot reads: it
+    needs a reboot to take effect) or ``system`` (every other change)."""
+    if action.kind in FETCH_KINDS:
+        return "fetch"
+    if action.needs_reboot:
+        return "boot"
+    return "system"
+
+
 class PlannedAction(BaseModel):
     """An action together with the step that asked for it."""
 
@@ -162,8 +179,14 @@ class Plan(BaseModel):
 
     # -- reading a plan -------------------------------------------------------------------
     def actions(self) -> list[PlannedAction]:
-        """Every action, in the order it will be applied."""
+        """Every action, in the order the steps list them."""
         return [PlannedAction(step=r.step, action=a) for r in self.steps for a in r.actions]
+
+    def apply_order(self) -> list[PlannedAction]:
+        """Every action in the order an apply carries them out (:func:`apply_phase`): the long
+        fallible work first (downloads, unpacking, builds), then the other system files, then
+        what the next boot reads; in plan order within each phase."""
+        return sorted(self.actions(), key=lambda p: APPLY_PHASES.index(apply_phase(p.action)))
 
     @property
     def exit_code(self) -> ExitStatus:
@@ -297,11 +320,13 @@ def make_plan(ctx: PlanInputs, steps: Sequence[Step]) -> Plan:
     results: list[StepResult] = []
     handlers: dict[str, RunCommand] = {}
     paths: list[str] = []
+    provided: set[str] = set()
     for step in steps:
         seen = len(ctx.root.reads)
         result = step.plan(ctx)
         if result.step != step.name:
             raise ValueError(f"step {step.name!r} returned a result named {result.step!r}")
+        result = block_unrunnable(result, ctx.root, provided)
         results.append(result)
         paths.extend(ctx.root.reads[seen:])
         paths.extend(result.reads)
@@ -325,6 +350,59 @@ def make_plan(ctx: PlanInputs, steps: Sequence[Step]) -> Plan:
         fingerprint=Fingerprint(ojai_version=version, facts_sha256=facts_digest(ctx.facts),
                                 files=files),
     )
+
+
+#: programs a package that a plan installs brings (a later command of the plan may run them)
+PACKAGE_PROGRAMS: dict[str, tuple[str, ...]] = {
+    "lemonade-server": ("lemonade", "lemond"),
+    "fastflowlm": ("flm",),
+}
+#: how to get a program a command needs, where ojai knows it
+PROGRAM_HINTS: dict[str, str] = {
+    "systemctl": "systemd does not manage this machine's services: leave out --systemd, or "
+                 "set up systemd",
+}
+
+
+def _installs(action: Action) -> list[str]:
+    """The packages ``action`` installs (an InstallPackage, or ``apt-get install ...``)."""
+    if action.kind == "install_package":
+        return [action.package]
+    if isinstance(action, RunCommand) and action.argv[:1] in (("apt-get",), ("apt",)) \
+            and "install" in action.argv:
+        return [a for a in action.argv[action.argv.index("install") + 1:]
+                if not a.startswith("-")]
+    return []
+
+
+def block_unrunnable(result: StepResult, root: Root, provided: set[str]) -> StepResult:
+    """``result``, or the step blocked when a command it runs (an action, or a follow-up its
+    actions notify) needs a program the machine does not have and no earlier action of the
+    plan installs: known at planning, so the dry run says it before anything changes.
+    ``provided`` collects the programs the plan's installs bring, step after step."""
+    if result.status != "change":
+        return result
+    missing: list[tuple[str, str]] = []
+    for action in result.actions:
+        commands = [action] if isinstance(action, RunCommand) else []
+        commands += [result.handlers[n] for n in action.notify if n in result.handlers]
+        for command in commands:
+            program = command.argv[0]
+            if program not in provided and root.which(program) is None and \
+                    (program, shlex.join(command.argv)) not in missing:
+                missing.append((program, shlex.join(command.argv)))
+        for package in _installs(action):
+            provided.update(PACKAGE_PROGRAMS.get(package, ()))
+    if not missing:
+        return result
+    where = "" if root.is_host else " (a machine directory answers commands from its captures " \
+        "in .ojai/commands)"
+    said = "; ".join(f"`{command}` needs {program}, which this machine does not have"
+                     + (f" ({PROGRAM_HINTS[program]})" if program in PROGRAM_HINTS else "")
+                     for program, command in missing)
+    return StepResult.blocked(result.step, f"{said}{where}, so this step cannot be applied "
+                              f"(it would {result.sentence}); install what is missing and plan "
+                              "again", reads=result.reads)
 
 
 def remake_command(plan: Plan, plan_path: str) -> str:

@@ -22,6 +22,16 @@ CURRENT = LLAMACPP_CURRENT
 SERVER = LLAMA_SERVER
 
 
+#: the room a nightly needs, in zip sizes: the zip, and its unpacked files taken as twice the
+#: zip (a lower bound, so that the dry run blocks only what cannot fit; unpacking itself still
+#: stops past ARCHIVE_EXPANSION times the zip)
+UNPACKED_FACTOR = 3
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:.0f} MiB"
+
+
 def _label(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-.")[:40] or "src"
 
@@ -77,6 +87,14 @@ class LlamacppStep:
             return StepResult.satisfied(
                 self.name, f"llama.cpp nightly {asset.tag} for {family} is installed and verified "
                 f"in {action.dest}", reads=(action.dest, CURRENT))
+        need = asset.size * UNPACKED_FACTOR
+        if ctx.install_free_bytes is not None and asset.size and need > ctx.install_free_bytes:
+            return StepResult.blocked(
+                self.name, f"not enough disk space in {INSTALL_BASE} for llama.cpp nightly "
+                f"{asset.tag}: its zip is {_mib(asset.size)}, and with its unpacked files "
+                f"(taken as twice the zip) it needs at least {_mib(need)}; "
+                f"{_mib(ctx.install_free_bytes)} is free; "
+                "free some space, or keep the installed build with --llamacpp none")
         return StepResult.change(self.name, f"install llama.cpp nightly {asset.tag} for {family} "
                                  f"({asset.size / 2**20:.0f} MiB, sha256 checked before unpacking)",
                                  [action])
@@ -90,8 +108,18 @@ class LlamacppStep:
         built = built_sentence(ctx.root, action)
         if built is not None and self._current_target(ctx) in (folder, action.dest):
             return StepResult.satisfied(self.name, built, reads=(action.dest, CURRENT))
-        from ..domain.costs import estimate
+        if action.backend == "hip" and ctx.toolchain_error:
+            return StepResult.blocked(self.name, f"{ctx.toolchain_error}; or build for the "
+                                      "CPU with --backend cpu")
+        from ..domain.costs import disk_need, estimate
 
+        need = disk_need(action.backend, action.gpu_target)
+        if need is not None and ctx.install_free_bytes is not None and \
+                need > ctx.install_free_bytes:
+            return StepResult.blocked(
+                self.name, f"not enough disk space in {INSTALL_BASE} to build llama-server: the "
+                f"build needs about {_mib(need)} ({estimate(action.backend, action.gpu_target)})"
+                f", {_mib(ctx.install_free_bytes)} is free; free some space first")
         return StepResult.change(
             self.name, f"{action.reason} ({estimate(action.backend, action.gpu_target)}"
             "; progress is shown)", [action])

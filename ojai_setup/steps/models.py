@@ -49,6 +49,12 @@ class ModelStep:
                 return StepResult.blocked(self.name, f"{route.name}: the files on disk are not a "
                                           "matched MTP pair: " + "; ".join(pair.reasons)
                                           + ". Delete them to download the right files.")
+        if downloads and ctx.hub_error:
+            return StepResult.blocked(
+                self.name, f"{route.name}: {ctx.hub_error}. Ways forward: HF_ENDPOINT (a mirror) "
+                f"and HF_TOKEN (a gated repository); put the files into {settings.models_dir} "
+                f"yourself ({route.repo}/<file>); or --lemonade-downloads (Lemonade fetches "
+                "them when it first loads the route)")
         if downloads:
             pending = {a.dest for a in downloads}
             total = sum(f.size for f in route.files()

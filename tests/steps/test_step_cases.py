@@ -5,7 +5,7 @@ A case is ``tests/steps/cases/<step>/<case>.json``::
     {"machine": "ojai-fresh",                 # a test machine under tests/machines/
      "settings": {"llamacpp": "none"},        # ojai setup's settings
      "files": {"/etc/default/grub.d/x.cfg": "..."},   # written into the copy first
-     "give": ["llama-server", "lemonade"],    # stand-ins installed first (support/stand_ins.py)
+     "give": ["llama-server", "lemonade", "hip-toolchain"],  # parts added first (support/stand_ins.py)
      "release": {"tag": "b1311", ...},        # the nightly GitHub would name (else: offline)
      "gguf": {"/var/lib/ojai/models/o/r/m.gguf": "gemma4_main"},  # tiny real GGUF files
      "lemonade_release": {"tag": "v11.7.0", ...},  # Lemonade's .deb GitHub would name (else: offline)
@@ -32,7 +32,7 @@ from pathlib import Path
 import pytest
 from support.context import OFFLINE
 from support.purity import pure
-from support.stand_ins import give_lemonade, give_llama_server
+from support.stand_ins import give_hip_toolchain, give_lemonade, give_llama_server
 
 from ojai_setup.core.root import Root
 from ojai_setup.domain.lemonade_release import LemonadeDeb
@@ -63,6 +63,8 @@ def test_step_case(case: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
             give_llama_server(root_dir)
         elif what == "lemonade":
             give_lemonade(root_dir, ())
+        elif what == "hip-toolchain":
+            give_hip_toolchain(root_dir)
         else:
             raise ValueError(f"{case}: unknown stand-in {what!r}")
     for path, writer in spec.get("gguf", {}).items():

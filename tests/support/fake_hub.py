@@ -28,6 +28,7 @@ import json
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from functools import cached_property
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlsplit
@@ -42,11 +43,12 @@ class HubFile:
     data: bytes
     body: bytes  # what the CDN sends; differs from ``data`` when corrupted
 
-    @property
+    # computed once: the real hub does not hash a file for every request
+    @cached_property
     def sha256(self) -> str:
         return hashlib.sha256(self.data).hexdigest()
 
-    @property
+    @cached_property
     def git_oid(self) -> str:
         return hashlib.sha1(self.data).hexdigest()
 
@@ -244,10 +246,11 @@ def _make_handler(hub: FakeHub, role: str) -> type[BaseHTTPRequestHandler]:
                 self.send_header(key, value)
             self.send_header("Content-Length", str(total - start))
             self.end_headers()
+            view = memoryview(body)  # no copy of a large body per request
             if cut is None:
-                self.wfile.write(body[start:])
+                self.wfile.write(view[start:])
                 return
-            self.wfile.write(body[start:start + cut])
+            self.wfile.write(view[start:start + cut])
             self.wfile.flush()
             self.close_connection = True
 
@@ -271,3 +274,11 @@ def fake_hub(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeHub]:
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_DISABLE_TELEMETRY", True)
     yield hub
     hub.stop()
+
+
+def announce_route(hub: FakeHub, route) -> None:
+    """Put every file of a catalog route on the stand-in hub as an empty placeholder: enough
+    for planning, which asks the hub only whether it serves each file (a ``HEAD``), never for
+    the gigabytes of a real model."""
+    for f in route.files():
+        hub.add_file(route.repo, f.file, b"")

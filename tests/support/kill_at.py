@@ -6,6 +6,13 @@
 ``action-done``, ``handler-start``, ``restore-start``, ...); the process is killed, as
 ``kill -9`` would, the ``N``-th time it reaches that point. Nothing is cleaned up and no
 ``finally`` runs: what is left on the machine is what a real kill leaves.
+
+``OJAI_TEST_AT`` does something else at that point instead:
+
+- ``SIGINT`` or ``SIGTERM``: the process sends itself that signal (Ctrl-C, ``kill``), which
+  ojai handles as it would from a terminal or a service manager;
+- ``pause:FILE``: the process writes ``FILE.ready`` and waits (holding the machine's lock and
+  whatever it holds) until ``FILE`` exists, then goes on; another ojai can be started meanwhile.
 """
 
 from __future__ import annotations
@@ -13,19 +20,34 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import time
+from pathlib import Path
 
 
 def main() -> None:
     stage, nth, *args = sys.argv[1:]
     wanted = int(nth)
     seen = 0
+    what = os.environ.get("OJAI_TEST_AT", "kill")
 
     def hook(name: str) -> None:
         nonlocal seen
-        if name == stage:
-            seen += 1
-            if seen == wanted:
-                os.kill(os.getpid(), signal.SIGKILL)
+        if name != stage:
+            return
+        seen += 1
+        if seen != wanted:
+            return
+        if what == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        elif what in ("SIGINT", "SIGTERM"):
+            os.kill(os.getpid(), getattr(signal, what))
+            time.sleep(5)  # the handler raises before this ends
+        elif what.startswith("pause:"):
+            go = Path(what.removeprefix("pause:"))
+            go.with_name(go.name + ".ready").write_text(str(os.getpid()))
+            deadline = time.monotonic() + 120
+            while not go.exists() and time.monotonic() < deadline:
+                time.sleep(0.05)
 
     from ojai_setup.apply.faults import set_fault_hook
     from ojai_setup.cli import app

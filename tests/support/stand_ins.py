@@ -1,5 +1,6 @@
 """Parts added to a test machine copy: a llama-server stand-in, Lemonade as a system service,
-and user catalog routes for tiny models.
+Debian unstable's HIP toolchain (captured, tests/data/hip/README.md) and user catalog routes
+for tiny models.
 
 The stand-in and the Lemonade parts are composed, not captured: the stand-in answers
 ``--version`` and ``--help`` as upstream llama.cpp build 11434 does (the version line of
@@ -17,6 +18,7 @@ from pathlib import Path
 from ojai_setup.core.root import COMMANDS_DIR, command_key
 
 HELP = Path(__file__).resolve().parents[2] / "ojai_setup" / "formats" / "reference-help-b11434.txt"
+SID_TOOLCHAIN = Path(__file__).resolve().parents[1] / "data" / "hip" / "debian-sid-rocm6.4"
 LEMONADE_CONFIG = "var/lib/lemonade"
 
 
@@ -41,6 +43,16 @@ def give_llama_server(root: Path, family: str | None = None) -> Path:
 
 #: what Lemonade 11.7.0 prints for ``--version`` (the default stand-in)
 LEMONADE_11_7 = {"lemonade --version": "lemonade version 11.7.0\n"}
+
+
+def give_hip_toolchain(root: Path) -> Path:
+    """Debian unstable's HIP toolchain (hipcc 7.0.2 on clang 21, ROCm 6.4's hip, hipBLAS and
+    rocBLAS CMake packages) as captured from a real install: what ojai's toolchain check
+    reads, so that a HIP source build of gfx1150 or gfx1151 can be planned on ``root``."""
+    import shutil
+
+    shutil.copytree(SID_TOOLCHAIN, root, symlinks=True, dirs_exist_ok=True)
+    return root
 
 
 def give_built_llama_server(root: Path, built: Path) -> Path:

@@ -125,6 +125,12 @@ options:
   api_key_file:
     description: With O(systemd), a file holding the API key llama-server asks clients for.
     type: path
+  force_handlers:
+    description:
+      - When the apply fails, still run the follow-up commands (C(update-grub), C(systemctl daemon-reload)) of the edits that finished, so that the host is consistent.
+      - V(false) leaves them owed; the next apply runs them first.
+    type: bool
+    default: true
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
 attributes:
@@ -277,6 +283,7 @@ ARGS = dict(
     lemonade_tag=dict(type="str"),
     lemonade_downloads=dict(type="bool", default=False),
     api_key_file=dict(type="path"),
+    force_handlers=dict(type="bool", default=True),
 )
 
 
@@ -410,6 +417,8 @@ def load_saved_plan(module, path):
 def apply_plan(module, path):
     """``ojai setup --apply --plan PATH --json``: the apply report, or OjaiFailure."""
     args = ["setup", "--root", module.params["root"], "--apply", "--plan", path, "--json"]
+    if not module.params["force_handlers"]:
+        args.append("--no-force-handlers")
     rc, stdout, stderr = run_ojai(module, args)
     report = parse_json(stdout)
     if report is not None and report.get("schema") != "ojai.apply/1":

@@ -1,0 +1,483 @@
+"""Applies that fail or are stopped half way, on copies of ojai-fresh: the long work (model
+downloads) runs before any system file is edited and the boot configuration goes last, the
+follow-ups of finished edits still run, every ending says what changed, what is owed and the
+whole commands that finish and undo; SIGINT and SIGTERM at every boundary; two ojai processes
+at once (apply + apply, apply + rollback), each refusal naming the holder of the lock.
+
+Model files come from a local stand-in for the Hugging Face Hub (tests/support/fake_hub.py);
+Ctrl-C, SIGTERM and the second process are real (tests/support/kill_at.py runs ojai in a
+child process that signals itself, or pauses holding the lock, at a fault point)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from support.fake_github import fake_github  # noqa: F401 - fake_github is a fixture
+from support.fake_hub import FakeHub, fake_hub  # noqa: F401 - fake_hub is a fixture
+from support.gguf_files import gemma4_assistant, gemma4_main
+from support.stand_ins import give_hip_toolchain, give_llama_server, route_toml
+from typer.testing import CliRunner
+
+from ojai_setup.cli import app
+from ojai_setup.model.settings import Settings
+
+KILLER = Path(__file__).parent / "support" / "kill_at.py"
+REPO = "ojai-test/tiny-gemma4-GGUF"
+ROUTE = "tiny-gemma"
+MAIN = "gemma-4-tiny-it-Q4_K_M.gguf"
+DRAFT = "mtp-gemma-4-tiny-it.gguf"
+MODELS = "var/lib/ojai/models"
+GRUB = "etc/default/grub"
+LIMIT = "ttm.pages_limit=12582912"
+NO_LLAMA = ["--llamacpp", "none", "--no-npu"]
+
+
+def ojai(*args: object):
+    return CliRunner().invoke(app, [str(a) for a in args])
+
+
+def said(result) -> str:
+    return " ".join(result.stderr.split())
+
+
+@pytest.fixture
+def catalog(tmp_path: Path, fake_hub: FakeHub) -> Path:
+    folder = tmp_path / "published"
+    main = gemma4_main(folder / MAIN, payload_bytes=64 * 1024)
+    draft = gemma4_assistant(folder / DRAFT, payload_bytes=64 * 1024)
+    fake_hub.add_path(REPO, MAIN, main)
+    fake_hub.add_path(REPO, DRAFT, draft)
+    path = tmp_path / "catalog.toml"
+    path.write_text(route_toml(ROUTE, REPO, main, draft))
+    return path
+
+
+@pytest.fixture
+def box(machine) -> Path:
+    root = machine("ojai-fresh")
+    give_llama_server(root)
+    return root
+
+
+def model_args(root: Path, catalog: Path) -> list[object]:
+    return ["--root", root, *NO_LLAMA, "--catalog", catalog, "--model", ROUTE]
+
+
+def grub_runs(root: Path) -> int:
+    return sum(1 for e in journal_entries(root) for h in e["handlers"]
+               if h["name"] == "update-grub" and h.get("exit_code") == 0)
+
+
+def journal_entries(root: Path) -> list[dict]:
+    folder = root / "var/lib/ojai/journal"
+    entries = [json.loads(p.read_text()) for p in folder.glob("*.json")] if folder.is_dir() else []
+    return sorted(entries, key=lambda e: e["started"])
+
+
+def apply_finding(root: Path) -> dict:
+    report = json.loads(ojai("doctor", "--json", "--root", root).stdout)
+    return next(f for f in report["findings"] if f["id"] == "ojai.apply")
+
+
+def planned_step(args: list[object], name: str) -> dict:
+    """A step of the dry run of ``args``, as ``--json`` gives it (status, sentence)."""
+    data = json.loads(ojai("setup", *args, "--json").stdout)
+    return next(s for s in data["steps"] if s["step"] == name)
+
+
+def last_sentence(result) -> str:
+    """The dry run's last line (wrapped at the terminal's width), as one line."""
+    text = " ".join(result.stdout.split())
+    return text[text.rindex("Plan: "):]
+
+
+# -- what can be known at planning ----------------------------------------------------------
+def test_systemd_units_on_a_machine_without_systemctl_are_blocked_in_the_dry_run(box, catalog):
+    """ojai-fresh answers no systemctl: the units' daemon-reload could never run, so the step
+    is blocked before anything changes, the GRUB edit included."""
+    grub = (box / GRUB).read_bytes()
+    args = [*model_args(box, catalog), "--systemd"]
+    plan = ojai("setup", *args)
+    assert plan.exit_code == 1, plan.output
+    step = planned_step(args, "routes")
+    assert step["status"] == "blocked"
+    assert step["sentence"].startswith(
+        "`systemctl daemon-reload` needs systemctl, which this machine does not have (systemd "
+        "does not manage this machine's services: leave out --systemd, or set up systemd)"), step
+    assert "1 step blocked" in last_sentence(plan)
+    applied = ojai("setup", *args, "--apply", "--yes")
+    assert applied.exit_code == 1 and "nothing was applied" in applied.stderr
+    assert (box / GRUB).read_bytes() == grub and not (box / MODELS).exists()
+
+
+def closed_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize("how", ["unreachable", "offline", "no-such-file"])
+def test_a_model_the_hub_will_not_serve_is_blocked_in_the_dry_run(box, catalog, fake_hub,
+                                                                  monkeypatch, how):
+    grub = (box / GRUB).read_bytes()
+    if how == "unreachable":
+        monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{closed_port()}")
+        said_there = "cannot reach http://127.0.0.1:"
+    elif how == "offline":
+        monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+        said_there = "must be downloaded, but HF_HUB_OFFLINE is set"
+    else:
+        del fake_hub.files[(REPO, DRAFT)]
+        said_there = f"has no {REPO}:{DRAFT} (HTTP 404)"
+    plan = ojai("setup", *model_args(box, catalog))
+    assert plan.exit_code == 1, plan.output
+    step = planned_step(model_args(box, catalog), "model")
+    line = step["sentence"]
+    assert step["status"] == "blocked" and line.startswith(f"{ROUTE}: ") and said_there in line
+    assert "--lemonade-downloads" in line and "HF_TOKEN" in line
+    applied = ojai("setup", *model_args(box, catalog), "--apply", "--yes")
+    assert applied.exit_code == 1 and (box / GRUB).read_bytes() == grub
+    assert fake_hub.requests_to("cdn") == []
+
+
+def test_files_already_on_disk_need_no_hub(box, catalog, fake_hub, monkeypatch):
+    assert ojai("setup", *model_args(box, catalog), "--apply", "--yes").exit_code == 0
+    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{closed_port()}")
+    plan = ojai("setup", *model_args(box, catalog))
+    assert plan.exit_code == 0, plan.output  # verified on disk: nothing asked, nothing to do
+
+
+# -- fetch first, change the boot last ------------------------------------------------------
+def test_a_download_that_fails_after_planning_leaves_the_boot_untouched(box, catalog, fake_hub):
+    grub = (box / GRUB).read_bytes()
+    plan = ojai("setup", *model_args(box, catalog))
+    assert plan.exit_code == 2, plan.output  # the hub answered while planning
+    fake_hub.cut_next_download(1000)  # then the connection drops during the download
+    failed = ojai("setup", *model_args(box, catalog), "--apply", "--yes")
+    assert failed.exit_code == 1, failed.output
+    text = said(failed)
+    assert "download stopped after" in text
+    assert (box / GRUB).read_bytes() == grub  # the boot was never touched
+    assert "the boot configuration was not touched" in text
+    assert grub_runs(box) == 0 and apply_finding(box)["severity"] == "pass"  # nothing owed
+    settings = Settings(llamacpp="none", npu=False, user_catalog=str(catalog), model=ROUTE)
+    assert "nothing on the machine was changed" in text and "backed up" not in text
+    assert f"to try again: {settings.command('--apply', root=str(box))}" in text, text
+    assert "ojai rollback" not in text  # nothing to undo
+
+    fake_hub.restore()
+    done = ojai("setup", *model_args(box, catalog), "--apply", "--yes")
+    assert done.exit_code == 0, done.output
+    assert LIMIT in (box / GRUB).read_text() and grub_runs(box) == 1
+    assert ojai("setup", *model_args(box, catalog)).exit_code == 0
+
+
+def test_the_plan_and_the_journal_put_the_downloads_first_and_the_boot_last(box, catalog):
+    from ojai_setup.commands.setup import build_plan
+    from ojai_setup.core.root import Root
+    from ojai_setup.planning.plan import apply_phase
+
+    plan = build_plan(Root(box), Settings(llamacpp="none", npu=False, user_catalog=str(catalog),
+                                          model=ROUTE))
+    order = [p.action for p in plan.apply_order()]
+    phases = [apply_phase(a) for a in order]
+    assert phases == sorted(phases, key=("fetch", "system", "boot").index)
+    assert phases[0] == "fetch" and phases[-1] == "boot"
+    assert [p.step for p in plan.actions()][0] == "gpu-memory"  # the dry run lists steps as before
+    assert ojai("setup", *model_args(box, catalog), "--apply", "--yes").exit_code == 0
+    [entry] = journal_entries(box)
+    assert [p["kind"] for p in entry["planned"]][:2] == ["hub_download", "hub_download"]
+    assert entry["planned"][-1]["targets"] == ["/etc/default/grub"]
+
+
+def test_a_follow_up_that_fails_before_the_boot_edit_leaves_the_boot_untouched(
+        box, catalog, machine):
+    """``systemctl daemon-reload`` (of the units) runs before the GRUB edit: when it fails, the
+    boot is as before and the one command owed is named by its command, and once it can run,
+    the next apply runs it and says so."""
+    capture = box / ".ojai/commands/systemctl daemon-reload"
+    capture.mkdir(parents=True)
+    (capture / "exit_code").write_text("1\n")
+    (capture / "stderr").write_text("Failed to connect to bus: No such file or directory\n")
+    grub = (box / GRUB).read_bytes()
+    args = [*model_args(box, catalog), "--systemd"]
+    failed = ojai("setup", *args, "--apply", "--yes")
+    assert failed.exit_code == 1, failed.output
+    text = said(failed)
+    assert "`systemctl daemon-reload` failed with exit code 1" in text
+    assert "still owed (the next apply runs it first): `systemctl daemon-reload`" in text
+    assert (box / GRUB).read_bytes() == grub
+    assert "the boot configuration was not touched" in text
+
+    dry = ojai("setup", *args)
+    assert dry.exit_code == 2, dry.output
+    assert "run 1 command as root (update-grub)" in last_sentence(dry)  # the boot, still to do
+    assert "still due: systemctl daemon-reload" in " ".join(dry.stdout.split())  # and what is owed
+
+    (capture / "exit_code").write_text("0\n")
+    done = ojai("setup", *args, "--apply", "--yes")
+    assert done.exit_code == 0, done.output
+    out = " ".join(done.stdout.split())
+    assert "ran systemctl daemon-reload, update-grub" in out
+    assert "still owed" not in out and "still due" not in out
+    assert ojai("setup", *args).exit_code == 0
+
+
+def test_when_the_boot_regeneration_fails_the_dry_run_says_it_is_owed_and_exits_2(machine):
+    root = machine("ojai-fresh")
+    (root / ".ojai/commands/update-grub/exit_code").write_text("1\n")
+    failed = ojai("setup", "--root", root, *NO_LLAMA, "--apply", "--yes")
+    assert failed.exit_code == 1
+    assert "the boot configuration was changed and its regeneration is owed" in said(failed)
+    assert "still owed (the next apply runs it first): `update-grub`" in said(failed)
+    dry = ojai("setup", "--root", root, *NO_LLAMA)
+    assert dry.exit_code == 2, dry.output
+    assert last_sentence(dry) == ("Plan: nothing to change, but an earlier apply left work "
+                                  "owed (above).")
+    assert "update-grub" in dry.stdout
+
+
+# -- SIGINT and SIGTERM at every boundary ---------------------------------------------------
+CLOUD = 'GRUB_CMDLINE_LINUX_DEFAULT="console=tty1 console=ttyS0 amdgpu.gttsize=512"\n'
+#: every boundary of the two-file apply of test_interrupted.py
+BOUNDARIES = [
+    ("journal-opened", 1), ("backups-written", 1),
+    ("action-start", 1), ("before-rename", 1), ("action-done", 1),
+    ("action-start", 2), ("before-rename", 2), ("action-done", 2),
+    ("handler-start", 1), ("handler-done", 1),
+]
+
+
+def cloud_box(machine) -> Path:
+    root = machine("ojai-fresh")
+    d = root / "etc/default/grub.d"
+    d.mkdir(parents=True)
+    (d / "50-cloudimg-settings.cfg").write_text(CLOUD)
+    return root
+
+
+def snapshot(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes()
+            for p in sorted((root / "etc").rglob("*")) if p.is_file()}
+
+
+def at(root: Path, stage: str, nth: int, what: str, *args: str, wait: bool = True):
+    env = {**os.environ, "OJAI_TEST_AT": what, "COLUMNS": "200"}
+    argv = [sys.executable, str(KILLER), stage, str(nth), *args]
+    if not wait:
+        return subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True)
+    return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("signal_name", ["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize("stage,nth", BOUNDARIES, ids=[f"{s}-{n}" for s, n in BOUNDARIES])
+def test_a_signal_at_any_boundary_ends_with_what_happened_and_both_commands(
+        machine, stage, nth, signal_name):
+    root = cloud_box(machine)
+    original = snapshot(root)
+    proc = at(root, stage, nth, signal_name, "setup", "--root", str(root), "--apply", "--yes",
+              *NO_LLAMA)
+    assert proc.returncode == 130, (proc.returncode, proc.stdout[-2000:], proc.stderr[-2000:])
+    err = " ".join(proc.stderr.split())
+    assert f"apply stopped by {signal_name}" in err, err
+    assert f"to finish: ojai setup --root {root} {' '.join(NO_LLAMA)} --apply" in err \
+        or f"to try again: ojai setup --root {root}" in err, err
+    [entry] = journal_entries(root)
+    assert entry["status"] == "failed" and entry["error"] == f"stopped by {signal_name}"
+    state = json.loads((root / "var/lib/ojai/state.json").read_text())
+    assert state["running"] is None  # the journal was closed, not left running
+    assert not [p for p in root.rglob(".*") if p.name.endswith((".ojai-tmp", ".tmp"))]
+    if entry["files"]:
+        assert f"to undo: ojai rollback --root {root}" in err
+    owed = [h["argv"] for h in state["pending_handlers"]]
+    if owed:
+        assert "still owed (the next apply runs it first): `update-grub`" in err
+
+    if nth % 2:  # odd ones are finished by a new apply, even ones undone by rollback
+        done = ojai("setup", "--root", root, "--apply", "--yes", *NO_LLAMA)
+        assert done.exit_code == 0, done.output
+        assert ojai("setup", "--root", root, *NO_LLAMA).exit_code == 0
+    else:
+        undo = ojai("rollback", "--root", root, "--yes")
+        assert undo.exit_code in (0, 1), undo.output
+        assert snapshot(root) == original
+    assert apply_finding(root)["severity"] == "pass"
+
+
+# -- two ojai processes at once -------------------------------------------------------------
+def wait_ready(go: Path, proc: subprocess.Popen) -> int:
+    ready = go.with_name(go.name + ".ready")
+    deadline = time.monotonic() + 60
+    while not ready.exists():
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "the first ojai never reached its pause"
+        time.sleep(0.05)
+    return int(ready.read_text())
+
+
+@pytest.mark.parametrize("first", ["apply", "rollback"])
+def test_a_second_ojai_is_refused_before_it_plans_and_names_the_holder(machine, tmp_path, first):
+    root = cloud_box(machine)
+    if first == "rollback":
+        assert ojai("setup", "--root", root, "--apply", "--yes", *NO_LLAMA).exit_code == 0
+        args = ["rollback", "--root", str(root), "--yes"]
+        stage, holder = "restore-start", "ojai rollback"
+    else:
+        args = ["setup", "--root", str(root), "--apply", "--yes", *NO_LLAMA]
+        stage, holder = "action-start", "ojai setup --apply"
+    go = tmp_path / "go"
+    proc = at(root, stage, 1, f"pause:{go}", *args, wait=False)
+    try:
+        pid = wait_ready(go, proc)
+        during = snapshot(root)
+        for second in (["setup", "--root", root, "--apply", "--yes", *NO_LLAMA],
+                       ["rollback", "--root", root, "--yes"]):
+            refused = ojai(*second)
+            assert refused.exit_code == 1, refused.output
+            text = said(refused)
+            assert f"process {pid} (`{holder}`, since 20" in text, text
+            assert "nothing was changed" in text
+            assert refused.stdout == ""  # refused before planning: no plan shown
+        assert snapshot(root) == during
+    finally:
+        go.write_text("")
+        out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, (out[-2000:], err[-2000:])
+    # the first one finished as if alone
+    dry = ojai("setup", "--root", root, *NO_LLAMA)
+    assert dry.exit_code == (0 if first == "apply" else 2), dry.output
+    assert apply_finding(root)["severity"] == "pass"
+
+
+# -- what --remove-downloads removes -------------------------------------------------------
+def model_leftovers(root: Path) -> list[str]:
+    models = root / MODELS
+    return sorted(str(p.relative_to(root)) for p in models.rglob("*")) if models.exists() else []
+
+
+def test_remove_downloads_takes_the_records_and_the_folders_made_for_them(box, catalog):
+    assert ojai("setup", *model_args(box, catalog), "--apply", "--yes").exit_code == 0
+    assert any(n.endswith(".sha256") for n in model_leftovers(box))  # the digest records
+    undo = ojai("rollback", "--root", box, "--yes", "--remove-downloads")
+    assert undo.exit_code == 0, undo.output
+    assert not (box / MODELS).exists(), model_leftovers(box)  # made by the apply, so removed
+
+
+def test_remove_downloads_after_a_kill_mid_download_leaves_no_partial_file(box, catalog):
+    """Killed (SIGKILL) with the first model file fully fetched but not yet renamed: the
+    ``.partial`` is all there is of it; rollback --remove-downloads takes it and the folders."""
+    proc = at(box, "before-rename", 1, "kill", "setup", *map(str, model_args(box, catalog)),
+              "--apply", "--yes")
+    assert proc.returncode == -9, proc.stderr[-2000:]
+    assert any(n.endswith(".partial") for n in model_leftovers(box)), model_leftovers(box)
+    undo = ojai("rollback", "--root", box, "--yes", "--remove-downloads")
+    assert undo.exit_code == 0, undo.output
+    assert "partial" in undo.stdout
+    assert not (box / MODELS).exists(), model_leftovers(box)
+    assert apply_finding(box)["severity"] == "pass"
+
+
+NIGHTLY = "/opt/ojai/llama.cpp"
+STAGING = f"{NIGHTLY}/.b1311-gfx1150.unpack"
+
+
+@pytest.fixture
+def nightly(fake_github, tmp_path: Path):  # noqa: F811
+    from support.fake_github import Entry, make_zip
+
+    from ojai_setup.domain.nightly import asset_name
+
+    body = make_zip(tmp_path / "b1311.zip", [
+        Entry("llama-server", b"#!/bin/sh\necho 'version: 1311 (abc1234)' >&2\n", 0o100755),
+        Entry("libllama.so", b"b1311", 0o100755)])
+    fake_github.add_release("b1311", {asset_name("b1311", "gfx1150"): body})
+    return fake_github
+
+
+@pytest.mark.parametrize("remove", [True, False], ids=["remove-downloads", "doctor-then-setup"])
+def test_a_kill_during_the_nightlys_unpack_leaves_nothing_behind_for_long(machine, nightly,
+                                                                          remove):
+    root = machine("ojai-fresh")
+    proc = at(root, "before-rename", 1, "kill", "setup", "--root", str(root), "--no-npu",
+              "--apply", "--yes")  # the nightly is unpacked, not yet renamed into place
+    assert proc.returncode == -9, proc.stderr[-2000:]
+    assert (root / STAGING.lstrip("/")).is_dir()
+    assert LIMIT not in (root / GRUB).read_text()  # the boot comes after the install
+    if remove:
+        undo = ojai("rollback", "--root", root, "--yes", "--remove-downloads")
+        assert undo.exit_code == 0, undo.output
+        assert STAGING in undo.stdout
+        assert not (root / STAGING.lstrip("/")).exists()
+        assert apply_finding(root)["severity"] == "pass"
+        return
+    undo = ojai("rollback", "--root", root, "--yes")  # settles it; keeps downloads
+    assert undo.exit_code == 0, undo.output
+    finding = apply_finding(root)
+    assert finding["severity"] == "warn" and STAGING in finding["evidence"], finding
+    assert f"sudo rm -rf {STAGING}" in finding["fix"] and "ojai setup --apply" in finding["fix"]
+    done = ojai("setup", "--root", root, "--no-npu", "--apply", "--yes")
+    assert done.exit_code == 0, done.output
+    assert not (root / STAGING.lstrip("/")).exists()
+    assert apply_finding(root)["severity"] == "pass"
+
+
+# -- nothing of the host under --root -------------------------------------------------------
+def test_a_program_inside_a_root_is_not_run_on_the_host_unless_asked(machine, tmp_path,
+                                                                       monkeypatch):
+    """A llama-server inside the machine folder that would leave a mark if it ran: by default
+    ojai answers from the machine's captures (none here: it cannot tell its flags) and never
+    runs it; with OJAI_RUN_ROOT_PROGRAMS=1 it does."""
+    from ojai_setup.core.root import Root
+
+    root = machine("ojai-fresh")
+    mark = tmp_path / "it-ran"
+    server = give_llama_server(root)
+    server.write_text(f"#!/bin/sh\ntouch '{mark}'\necho 'version: 1 (abc)' >&2\n")
+    monkeypatch.delenv("OJAI_RUN_ROOT_PROGRAMS")
+    plan = ojai("setup", "--root", root, *NO_LLAMA)
+    assert plan.exit_code in (1, 2), plan.output
+    assert not mark.exists()
+    result = Root(root).run(["/opt/ojai/llama.cpp/current/llama-server", "--version"])
+    assert result.source == "missing" and not mark.exists()
+
+    capture = root / ".ojai/commands/llama-server --version"  # a recorded answer stands in
+    capture.mkdir(parents=True)
+    (capture / "stderr").write_text("version: 0.6.0-dev (build 11434, commit abc1234)\n")
+    result = Root(root).run(["/opt/ojai/llama.cpp/current/llama-server", "--version"])
+    assert result.source == "capture" and "build 11434" in result.stderr and not mark.exists()
+
+    asked = Root(root, run_programs=True).run(["/opt/ojai/llama.cpp/current/llama-server",
+                                               "--version"])
+    assert asked.source == "root-binary" and mark.exists()
+
+
+def test_too_little_room_for_the_nightly_or_a_build_is_blocked_in_the_dry_run(
+        machine, nightly, monkeypatch):
+    """OJAI_DISK_BUDGET_BYTES caps the free space ojai counts: the nightly's zip and its
+    unpacked files, or a build's measured folder and install, must fit before anything runs."""
+    root = give_hip_toolchain(machine("ojai-fresh"))
+    grub = (root / GRUB).read_bytes()
+    monkeypatch.setenv("OJAI_DISK_BUDGET_BYTES", "100")
+    for extra in ([], ["--llamacpp", "source", "--llamacpp-src", "/srv/llama.tar.gz",
+                       "--backend", "hip"]):
+        plan = ojai("setup", "--root", root, "--no-npu", *extra)
+        assert plan.exit_code == 1, plan.output
+        step = planned_step(["--root", root, "--no-npu", *extra], "llama.cpp")
+        line = step["sentence"]
+        assert step["status"] == "blocked", step
+        assert line.startswith("not enough disk space in /opt/ojai/llama.cpp"), line
+        assert "0 MiB is free" in line
+        applied = ojai("setup", "--root", root, "--no-npu", *extra, "--apply", "--yes")
+        assert applied.exit_code == 1 and (root / GRUB).read_bytes() == grub
+    assert nightly.downloads() == []
+    monkeypatch.delenv("OJAI_DISK_BUDGET_BYTES")
+    assert ojai("setup", "--root", root, "--no-npu").exit_code == 2  # room enough: planned
