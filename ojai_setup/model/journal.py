@@ -30,6 +30,9 @@ class FileRecord(BaseModel):
     #: a download or install (a model file, a llama.cpp folder): rollback leaves it in place
     #: unless asked to remove downloads
     download: bool = False
+    #: for a path that did not exist: the content rollback writes instead of removing it
+    #: (``WriteFile.rollback_to``)
+    rollback_to: str | None = None
 
 
 class ActionRecord(BaseModel):
