@@ -226,8 +226,9 @@ def build_uefi_image(dest: Path) -> UefiImage:
         if "BOOT_IMAGE=" in cmdline:
             raise VMError(f"GRUB booted the UEFI disk: /proc/cmdline is {cmdline!r}")
         m.succeed("test -d /sys/firmware/efi && findmnt /boot/efi")
-        m.succeed("grep -qa systemd-boot /sys/firmware/efi/efivars/"
-                  "LoaderInfo-4a67b082-0a4c-41cf-b6c7-440b29bb8c4f")
+        # UTF-16 after a 4-byte attribute word
+        m.succeed("tr -d '\\000' < /sys/firmware/efi/efivars/"
+                  "LoaderInfo-4a67b082-0a4c-41cf-b6c7-440b29bb8c4f | grep -qa systemd-boot")
         m.succeed("test -e /sys/module/ttm/parameters/pages_limit")
         m.succeed("test ! -e /etc/kernel/cmdline && test -f /etc/default/grub")
         m.succeed("/opt/ojai/bin/pip check")
