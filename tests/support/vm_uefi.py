@@ -26,8 +26,8 @@ It is made from the same debootstrapped tree as the BIOS/GRUB guest of :mod:`sup
     ${OJAI_TEST_CACHE:-~/.cache/ojai-tests}/vm/uefi-<recipe hash>/disk.qcow2, vars.qcow2
 
 For a test session, :func:`uefi_booted` boots an overlay once, installs this checkout's ojai
-(the wheel goes in over the control channel) and stores the running guest as a snapshot; each
-test starts a copy of it (:func:`uefi_from_snapshot`).
+(from a small read-only second disk, which stays attached) and stores the running guest as a
+snapshot; each test starts a copy of it (:func:`uefi_from_snapshot`).
 
 Building needs what :mod:`support.vm` needs, plus ``ovmf``, ``dosfstools`` and ``mtools``.
 Run this file as a script to build ahead of pytest (``.ci/run`` does).
@@ -35,7 +35,6 @@ Run this file as a script to build ahead of pytest (``.ci/run`` does).
 
 from __future__ import annotations
 
-import base64
 import fcntl
 import hashlib
 import json
@@ -281,34 +280,39 @@ def ensure_uefi_image() -> UefiImage:
 class Snapshot:
     disk: Path
     efi_vars: Path
+    #: the read-only disk that carried the wheel: attached to the snapshot's guest, so every
+    #: copy started from it has it too (``-loadvm`` wants the same devices)
+    payload: Path
 
 
 def uefi_booted(workdir: Path) -> Snapshot:
     """Overlays of the cached disk and variable store holding snapshot :data:`vm.SNAPSHOT` of
-    a guest booted through systemd-boot with this checkout's ojai installed (one boot: the
-    wheel goes in over the control channel, pip installs it with no index, then ``savevm``)."""
+    a guest booted through systemd-boot with this checkout's ojai installed (one boot: pip
+    installs the wheel from a small read-only second disk, with no index, then ``savevm``)."""
     image = ensure_uefi_image()
     workdir.mkdir(parents=True, exist_ok=True)
-    wheel = vm.build_ojai_wheel(workdir / "wheel")
+    wheels = workdir / "payload"
+    shutil.rmtree(wheels, ignore_errors=True)
+    vm.build_ojai_wheel(wheels)
+    payload = vm.make_payload_disk(wheels, workdir / "payload.ext4")
+    os.chmod(payload, 0o444)
     disk = vm.overlay(image.disk, workdir / "booted.qcow2")
     efi_vars = vm.overlay(image.efi_vars, workdir / "booted-vars.qcow2")
-    m = uefi_machine(disk, efi_vars, workdir / "boot", name="uefi-snapshot")
+    m = uefi_machine(disk, efi_vars, workdir / "boot", name="uefi-snapshot", payload=payload)
     try:
         m.wait_for_boot()
-        data = base64.b64encode(wheel.read_bytes()).decode()
-        m.succeed(f"mkdir -p /var/tmp/ojai && echo {data} | base64 -d > /var/tmp/ojai/{wheel.name}")
-        m.succeed(f"/opt/ojai/bin/pip install --quiet --no-index --no-cache-dir --no-deps "
-                  f"/var/tmp/ojai/{wheel.name} && ln -sf /opt/ojai/bin/ojai /usr/local/bin/ojai "
-                  "&& rm -rf /var/tmp/ojai && /opt/ojai/bin/pip check && ojai --version",
+        m.succeed("mkdir -p /mnt/payload && mount -o ro /dev/vdb /mnt/payload")
+        m.succeed("/opt/ojai/bin/pip install --quiet --no-index --no-cache-dir --no-deps "
+                  "/mnt/payload/ojai-*.whl && ln -sf /opt/ojai/bin/ojai /usr/local/bin/ojai",
                   timeout=1200)
-        m.succeed("sync")
+        m.succeed("umount /mnt/payload && /opt/ojai/bin/pip check && ojai --version && sync")
         m.savevm(vm.SNAPSHOT)
     finally:
         m.kill()
     for path in (disk, efi_vars):
         os.chmod(path, 0o444)
     log(f"UEFI snapshot after {m.boot_times[-1]:.0f} s of boot: {disk}")
-    return Snapshot(disk, efi_vars)
+    return Snapshot(disk, efi_vars, payload)
 
 
 def uefi_from_snapshot(snapshot: Snapshot, workdir: Path, name: str) -> Machine:
@@ -318,7 +322,8 @@ def uefi_from_snapshot(snapshot: Snapshot, workdir: Path, name: str) -> Machine:
     for src, dst in ((snapshot.disk, disk), (snapshot.efi_vars, efi_vars)):
         shutil.copyfile(src, dst)
         os.chmod(dst, 0o644)
-    machine = uefi_machine(disk, efi_vars, workdir, name=name, loadvm=vm.SNAPSHOT)
+    machine = uefi_machine(disk, efi_vars, workdir, name=name, loadvm=vm.SNAPSHOT,
+                           payload=snapshot.payload)
     machine.start()
     try:
         machine.resume()
