@@ -6,6 +6,9 @@ Builds the image first when it is not cached, prints how long its build took (fr
 own record), then boots a fresh overlay of it and prints: seconds from starting qemu to a booted system (``systemctl is-system-running``),
 each reboot through the disk's GRUB, one ``ojai``-sized Python start (``import pydantic, rich,
 typer`` in the guest's venv), ``update-grub`` and ``update-initramfs -u``, and the power-off.
+Then what the scenarios do instead of a first boot: a snapshot of a booted guest (one boot and
+``savevm``), and ``--resumes`` guests started from copies of it (copy, ``-loadvm``, the first
+command answered), with the ratio of a boot to a start from the snapshot.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ def timed(label: str, fn) -> float:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reboots", type=int, default=2)
+    parser.add_argument("--resumes", type=int, default=3)
     args = parser.parse_args()
     image = vm.ensure_image()
     for key, value in image.info.get("timings", {}).items():
@@ -40,7 +44,7 @@ def main() -> int:
         disk = vm.overlay(image.disk, Path(tmp) / "disk.qcow2")
         machine = vm.Machine(disk, Path(tmp) / "vm", name="bench")
         try:
-            timed("boot (qemu start -> system running)", machine.wait_for_boot)
+            boot = timed("boot (qemu start -> system running)", machine.wait_for_boot)
             for n in range(args.reboots):
                 timed(f"reboot {n + 1} (through the disk's GRUB)", machine.reboot)
             timed("python start with pydantic, rich, typer",
@@ -50,6 +54,22 @@ def main() -> int:
             timed("power off", machine.shutdown)
         finally:
             machine.kill()
+        snapshot = Path(tmp) / "snapshot"
+        timed("snapshot of a booted guest (boot + savevm)",
+              lambda: vm.booted_snapshot(image.disk, snapshot))
+        starts = []
+        for n in range(args.resumes):
+            guests: list[vm.Machine] = []
+            try:
+                starts.append(timed(
+                    f"start {n + 1} from the snapshot (copy, -loadvm)",
+                    lambda n=n: guests.append(vm.from_snapshot(
+                        snapshot / "booted.qcow2", Path(tmp) / f"resume{n}", "bench"))))
+            finally:
+                for guest in guests:
+                    guest.kill()
+        best = min(starts)
+        print(f"{'a boot / a start from the snapshot':<44} {boot / best:7.1f} x")
     return 0
 
 

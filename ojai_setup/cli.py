@@ -19,23 +19,102 @@ from ojai_setup.core.status import ExitStatus
 _CLICK_USAGE_ERROR = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
 
 
+def _given(argv: list[str], opts: list[str]) -> str | None:
+    """The value given to the option named ``opts`` in ``argv`` (``--port 99`` or ``--port=99``)."""
+    for i, word in enumerate(argv):
+        for opt in opts:
+            if word == opt and i + 1 < len(argv):
+                return argv[i + 1]
+            if word.startswith(opt + "="):
+                return word[len(opt) + 1:]
+    return None
+
+
+def parser_error(exc, argv: list[str]) -> str | None:
+    """The option parser's error in the one style of every option error (``--port eighty: must
+    be a whole number``, ``--bogus: ojai setup has no such option``), or None for the errors
+    that are no option's (``ojai`` alone shows its help)."""
+    import re
+
+    kind = type(exc).__name__
+    words = [w for w in argv[:1] if not w.startswith("-")]
+    cmd = exc.ctx.command_path if getattr(exc, "ctx", None) else " ".join(["ojai", *words])
+    if kind == "NoSuchOption":
+        maybe = (f"; did you mean {' or '.join(sorted(exc.possibilities))}?"
+                 if exc.possibilities else "")
+        return f"{exc.option_name}: {cmd} has no such option{maybe} (`{cmd} --help` lists them)"
+    if kind in ("BadOptionUsage", "MissingParameter") and getattr(exc, "option_name", None):
+        return f"{exc.option_name}: needs a value (`{cmd} --help` says which)"
+    if kind == "MissingParameter" and getattr(exc, "param", None) is not None:
+        name = (exc.param.opts or [exc.param.name])[0]
+        return f"{name.upper() if not name.startswith('-') else name}: missing (`{cmd} --help` " \
+            "says what to give)"
+    if kind == "BadParameter" and getattr(exc, "param", None) is None:
+        # raised by a command itself, in ojai's words already: "--lengths: a range like 1-8"
+        text = str(exc.message)
+        opt = re.match(r"(--[a-z0-9-]+): ", text)
+        value = _given(argv, [opt.group(1)]) if opt else None
+        if opt and value is not None:
+            import shlex
+
+            return f"{opt.group(1)} {shlex.quote(value)}: {text[opt.end():]}"
+        return text
+    if kind == "BadParameter" and getattr(exc, "param", None) is not None:
+        opts = [o for o in getattr(exc.param, "opts", []) if o.startswith("--")] or ["--?"]
+        text = str(exc.message).removeprefix("Value error, ").rstrip(".")
+        choices = re.search(r"is not one of (.*)$", text)
+        bound = re.search(r"(greater|less) than or equal to (\S+)", text)
+        if choices:
+            what = "must be one of " + ", ".join(c.strip(" '") for c in re.split(
+                r",|\bor\b", choices.group(1)) if c.strip(" '"))
+        elif bound:
+            what = f"must be {'at least' if bound.group(1) == 'greater' else 'at most'} {bound.group(2)}"
+        elif "valid integer" in text:
+            what = "must be a whole number"
+        elif "valid number" in text:
+            what = "must be a number"
+        else:
+            what = text.replace("Input should be", "must be")
+        import shlex
+
+        value = _given(argv, opts)
+        return f"{opts[0]}{'' if value is None else ' ' + shlex.quote(value)}: {what}"
+    found = re.match(r"No such command '(.*)'", str(getattr(exc, "message", "")))
+    if found:
+        return f"{found.group(1)}: {cmd} has no such command (`{cmd} --help` lists them)"
+    return None
+
+
 class _Group(TyperGroup):
     """The option parser's own errors (``--bogus``, a bad value) exit with
-    :attr:`ExitStatus.USAGE` like every other usage error, not click's 2 ("changes pending")."""
+    :attr:`ExitStatus.USAGE` like every other usage error, not click's 2 ("changes pending"),
+    and say it in the style of every option error (:func:`parser_error`)."""
 
-    def make_context(self, *args, **kwargs):
+    def make_context(self, info_name, args, *rest, **kwargs):
+        argv = list(args)
         try:
-            return super().make_context(*args, **kwargs)
+            ctx = super().make_context(info_name, args, *rest, **kwargs)
         except _CLICK_USAGE_ERROR as exc:
-            exc.exit_code = ExitStatus.USAGE
-            raise
+            self._usage(exc, argv)
+        ctx.meta["ojai.argv"] = argv
+        return ctx
 
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
         except _CLICK_USAGE_ERROR as exc:
+            self._usage(exc, ctx.meta.get("ojai.argv", []))
+
+    @staticmethod
+    def _usage(exc, argv: list[str]) -> NoReturn:
+        message = parser_error(exc, argv)
+        if message is None:
             exc.exit_code = ExitStatus.USAGE
-            raise
+            raise exc
+        from ojai_setup.commands.terminal import Terminal
+
+        Terminal().error(message)
+        raise typer.Exit(int(ExitStatus.USAGE))
 
 
 app = typer.Typer(
@@ -100,9 +179,52 @@ def _main(version: Annotated[bool, typer.Option(
     pass
 
 
+def option_error(err: dict) -> str:
+    """A setting's validation error as the option that gave it: ``--port 99999: must be
+    1-65535`` (the one style of every option error)."""
+    from ojai_setup.core.problems import problem
+    from ojai_setup.model.settings import OPTIONS, Settings
+
+    if not err.get("loc"):  # a check across options says which ones itself
+        return problem(err)
+    field = str(err["loc"][0])
+    flag = dict(OPTIONS).get(field, "--" + field.replace("_", "-"))
+    meta = getattr(Settings.model_fields.get(field), "metadata", [])
+    low = next((m.ge for m in meta if hasattr(m, "ge")), None)
+    high = next((m.le for m in meta if hasattr(m, "le")), None)
+    what = problem(err)
+    if err.get("type") in ("greater_than_equal", "less_than_equal") and None not in (low, high):
+        what = f"must be {low}-{high}"
+    value = err.get("input")
+    if not isinstance(value, (str, int, float)) or isinstance(value, bool):
+        return f"{flag}: {what}"
+    import shlex
+
+    # a validator that names the value already: once is enough
+    what = what.removeprefix(f"{value!r} ")
+    return f"{flag} {shlex.quote(str(value))}: {what}"
+
+
 def _fail(term, message: str, code: int = ExitStatus.FAILED) -> NoReturn:
     term.error(message)
     raise typer.Exit(int(code))
+
+
+ExampleOpt = Annotated[Optional[str], typer.Option(
+    "--example", metavar="NAME", help="Run on a bundled example machine instead of --root (ojai-fresh: an "
+    "OJAI box before setup; ojai-applied, ojai-rebooted, strix-halo-dkms).")]
+
+
+def _example(term, name: str | None, root: Path) -> Path:
+    """The root of the bundled example machine ``name`` (``--example``), else ``root``."""
+    if name is None:
+        return root
+    from ojai_setup.core.resources import example_root
+
+    try:
+        return example_root(name)
+    except FileNotFoundError as exc:
+        _fail(term, f"--example {name}: {exc}", ExitStatus.USAGE)
 
 
 def _run(term, root: Path, command: Callable[[], int]) -> NoReturn:
@@ -125,9 +247,7 @@ def doctor(
     capture: Annotated[Optional[Path], typer.Option(
         "--capture", help="Also record everything doctor read into FILE.tar.gz (serials and user "
         "names removed); `ojai doctor --root <unpacked dir>` replays it.")] = None,
-    example: Annotated[Optional[str], typer.Option(
-        "--example", help="Run on a bundled example machine instead (e.g. ojai-fresh: an OJAI "
-        "box before setup).")] = None,
+    example: ExampleOpt = None,
 ) -> None:
     """Detect the hardware and check every precondition, with a fix for each failure.
 
@@ -137,13 +257,7 @@ def doctor(
     from ojai_setup.commands.terminal import Terminal
 
     term = Terminal(json_mode=json_out)
-    if example is not None:
-        from ojai_setup.core.resources import example_root
-
-        try:
-            root = example_root(example)
-        except FileNotFoundError as exc:
-            _fail(term, str(exc), ExitStatus.USAGE)
+    root = _example(term, example, root)
     _run(term, root, lambda: run_doctor(term, root, profile_name=_value(profile), capture=capture))
 
 
@@ -155,6 +269,8 @@ def setup(
     plan: Annotated[Optional[Path], typer.Option(
         "--plan", help="With --apply: apply exactly this saved plan; refused when the machine changed since.")] = None,
     out: Annotated[Optional[Path], typer.Option("--out", help="Save the plan (with its fingerprint) to FILE.")] = None,
+    show_new: Annotated[bool, typer.Option("--show-new", help="Show the files the plan creates whole, not only their names and sizes.")] = False,
+    show: Annotated[Optional[str], typer.Option("--show", metavar="PATH", help="Print only the file PATH of the plan (or of the saved --plan FILE): a new file as it will be written, an edited one as its diff.")] = None,
     json_out: JsonOpt = False,
     profile: ProfileOpt = None,
     gpu_memory: Annotated[Optional[int], typer.Option(
@@ -182,13 +298,15 @@ def setup(
         "--lemonade-tag", help="With --lemonade release: the release to install (e.g. v11.7.0); default: the latest.")] = None,
     lemonade_downloads: Annotated[bool, typer.Option(
         "--lemonade-downloads", help="Let Lemonade download the route's model into its own cache instead of loading ojai's files.")] = False,
+    example: ExampleOpt = None,
 ) -> None:
     """Plan the setup of this machine as a dry run, or apply it with --apply.
 
-    Shows one line per step (satisfied / will change / blocked), a diff of every file it would
-    change, and what needs a reboot. Exit code: 0 nothing to do, 2 changes pending, 1 error or
-    blocked. Planning needs no root; applying stops before the first change and prints the
-    exact sudo command when it needs root.
+    Shows each step (ok / change / BLOCKED) with its details beneath, the whole diff of every
+    file it edits, the files it creates with their size (--show-new: whole), what needs a
+    reboot, and one line counting it all. Exit code: 0 nothing to do, 2 changes pending, 1
+    error or blocked, 64 usage error. Planning needs no root; applying stops before the first
+    change and prints the exact sudo command when it needs root.
     """
     from pydantic import ValidationError
 
@@ -197,6 +315,10 @@ def setup(
     from ojai_setup.model.settings import Settings
 
     term = Terminal(json_mode=json_out)
+    if example is not None and apply:
+        _fail(term, f"--example {example}: an example machine is there to look at, not to "
+              "change; copy it (cp -r) and apply to the copy with --root DIR", ExitStatus.USAGE)
+    root = _example(term, example, root)
     if not root.is_dir():
         _fail(term, f"--root {root}: not a directory", ExitStatus.USAGE)
     try:
@@ -217,13 +339,9 @@ def setup(
             _fail(term, "--api-key-file needs --systemd: the key reaches llama-server through "
                   "the unit's root-only environment file, never through a script", ExitStatus.USAGE)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        message = str(err["msg"]).removeprefix("Value error, ")
-        if err["loc"]:
-            message = f"--{str(err['loc'][0]).replace('_', '-')}: {message}"
-        _fail(term, message, ExitStatus.USAGE)
+        _fail(term, option_error(exc.errors()[0]), ExitStatus.USAGE)
     _run(term, root, lambda: run_setup(term, root, settings, apply=apply, yes=yes, plan_file=plan,
-                                       out=out))
+                                       out=out, show_new=show_new, show=show))
 
 
 @app.command()
@@ -234,17 +352,25 @@ def models(
     gpu_memory: Annotated[Optional[int], typer.Option("--gpu-memory", min=1, help="GPU memory budget in GiB to fit against (default: the profile's).")] = None,
     models_dir: Annotated[Optional[str], typer.Option("--models-dir", help="Where models are stored (default /var/lib/ojai/models).")] = None,
     catalog: Annotated[Optional[str], typer.Option("--catalog", help="User catalog of routes (TOML; default ~/.config/ojai/catalog.toml).")] = None,
+    example: ExampleOpt = None,
 ) -> None:
     """List the routes ojai knows: whether each fits this machine's GPU budget and is downloaded."""
+    from pydantic import ValidationError
+
     from ojai_setup.commands.models import run_models
     from ojai_setup.commands.terminal import Terminal
     from ojai_setup.model.settings import Settings
 
     term = Terminal(json_mode=json_out)
+    root = _example(term, example, root)
     fields = dict(profile=_value(profile), gpu_memory_gib=gpu_memory, user_catalog=catalog)
     if models_dir:
         fields["models_dir"] = models_dir
-    _run(term, root, lambda: run_models(term, root, Settings(**fields)))
+    try:
+        settings = Settings(**fields)
+    except ValidationError as exc:
+        _fail(term, option_error(exc.errors()[0]), ExitStatus.USAGE)
+    _run(term, root, lambda: run_models(term, root, settings))
 
 
 @app.command()

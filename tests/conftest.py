@@ -27,8 +27,9 @@ def machine(tmp_path):
 
 
 #: the order the tests are handed out in, and the groups that stay on one worker under
-#: ``pytest -n 2 --dist loadgroup`` (what ``.ci/run`` runs): the guests first, since they take
-#: the longest and one core (qemu under TCG) and share a session's installed image; then the
+#: ``pytest -n 2 --dist loadgroup`` (what ``.ci/run`` runs): the guests first, one at a time to
+#: each worker, since they take the longest (each qemu under TCG on one core; the installed
+#: image and its booted snapshot are made once and shared, tests/support/vm.py); then the
 #: modules that start real servers or chroots, each on one worker so that its module- and
 #: session-scoped servers start once; then the rest, one test at a time to whichever worker is
 #: free; the tests of the compiled HIP build last, together, since they wait for it.
@@ -40,7 +41,7 @@ def _group(item) -> tuple[str, str | None]:
     if item.get_closest_marker("hip_build") is not None:
         return "hip_build", "hip_build"
     if item.get_closest_marker("vm") is not None:
-        return "vm", "vm"
+        return "vm", None
     if item.get_closest_marker("slow") is not None:
         return "slow", item.nodeid.split("::", 1)[0]
     return "fast", None

@@ -31,6 +31,7 @@ from ojai_setup.formats.kernel_cmdline import CmdlineFormatError, edit_params, t
 from ojai_setup.formats.kernelstub import edit_kernel_options, kernel_options
 from ojai_setup.formats.limine import assignments, default_cmdline
 from ojai_setup.formats.uki import UkiError, read_sections
+from tests.support.text import step_text
 
 ARGS = ["--llamacpp", "none", "--no-npu"]
 LIMIT = "ttm.pages_limit=12582912"
@@ -64,7 +65,7 @@ def test_arch_with_systemd_boot_never_touches_the_leftover_grub_file(machine):
     assert entry_options((root / "boot/loader/entries/arch.conf").read_text()) == [
         "root=UUID=3b9e61a2-7c4d-4f1e-9a0b-5d2c8e7f1a64", "rw", "quiet", LIMIT]
     again = ojai("setup", "--root", str(root), *ARGS)
-    line = next(x for x in again.output.splitlines() if "gpu-memory" in x)
+    line = step_text(again.output, "gpu-memory")
     assert line.split()[0] == "ok" and "/boot/loader/entries/arch.conf" in line, line
     finding, _ = ttm_finding(root)
     assert "reboot pending" in finding["evidence"]
@@ -114,7 +115,7 @@ def test_uki_without_the_configured_limit_is_rebuilt_with_kernel_install(machine
     assert "boots with no ttm.pages_limit" in finding["evidence"], finding
     assert "kernel-install add" in finding["fix"] and "grub" not in finding["fix"]
     plan = ojai("setup", "--root", str(root), *ARGS)
-    line = next(x for x in plan.output.splitlines() if "gpu-memory" in x)
+    line = step_text(plan.output, "gpu-memory")
     assert "run kernel-install add 6.17.0-1012-oem" in line, line
 
 
@@ -353,7 +354,7 @@ def test_modprobe_route_rebuilds_the_initramfs_only_when_it_carries_ttm(machine,
     assert (root / "etc/modprobe.d/99-ojai-ttm.conf").read_text().splitlines()[-1] == (
         "options ttm pages_limit=12582912")
     again = ojai("setup", "--root", str(root), "--ttm-via", "modprobe", *ARGS)
-    line = next(x for x in again.output.splitlines() if "gpu-memory" in x)
+    line = step_text(again.output, "gpu-memory")
     assert line.split()[0] == "ok" and "/etc/modprobe.d/99-ojai-ttm.conf" in line, line
     back = ojai("rollback", "--root", str(root), "--yes")
     assert back.exit_code == 0, back.output
@@ -415,7 +416,7 @@ def test_kernelstub_entry_without_the_configured_limit_names_kernelstub(machine)
     assert "Pop_OS-current.conf (default entry 'Pop!_OS') boots with no" in finding["evidence"]
     assert "kernelstub --verbose --preserve-live-mode" in finding["fix"]
     plan = ojai("setup", "--root", str(root), *ARGS)
-    line = next(x for x in plan.output.splitlines() if "gpu-memory" in x)
+    line = step_text(plan.output, "gpu-memory")
     assert "run kernelstub --verbose --preserve-live-mode" in line, line
 
 

@@ -67,7 +67,7 @@ def test_gpu_target_must_look_like_one(machine) -> None:
     result = CliRunner().invoke(app, ["setup", "--root", str(machine("ojai-fresh")),
                                       "--llamacpp", "source", "--gpu-target", "gfx1150;rm -rf /"])
     assert result.exit_code == 64
-    assert "--gpu-target: 'gfx1150;rm -rf /' is not a GPU target" in result.output
+    assert "--gpu-target 'gfx1150;rm -rf /': is not a GPU target" in result.output
 
 
 def test_gpu_target_with_the_cpu_backend_blocks_the_step(machine) -> None:
@@ -105,8 +105,10 @@ def test_the_plan_states_the_cost_before_building(machine) -> None:
                                       "--llamacpp", "source", "--llamacpp-src", SDIST,
                                       "--backend", "hip", "--no-npu"])
     assert result.exit_code == 2
-    line = next(x for x in result.stdout.splitlines() if "change llama.cpp" in x)
-    assert f"({estimate('hip', 'gfx1150')}; progress is shown)" in line
+    text = " ".join(result.stdout.split())  # the step wraps with a hanging indent
+    start = text.index("change llama.cpp:")
+    step = text[start:text.index(" model: ", start)]  # up to the next step's head
+    assert f"({estimate('hip', 'gfx1150')}; progress is shown)" in step
 
 
 # -- the toolchain check on machine directories ----------------------------------------------

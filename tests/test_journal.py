@@ -135,7 +135,8 @@ def test_a_damaged_state_file_is_named(tmp_path):
     path = root.resolve("/var/lib/ojai/state.json")
     path.parent.mkdir(parents=True)
     path.write_text("{truncated")
-    with pytest.raises(JournalError, match=r"state.json is unreadable or damaged"):
+    with pytest.raises(JournalError, match=r"state.json: ojai's state is not valid JSON at line 1, "
+                       r"column 2 .*; move it aside \(`mv .*state.json .*state.json.damaged`\)"):
         read_state(root)
 
 

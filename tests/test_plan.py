@@ -258,12 +258,13 @@ def test_save_and_load_round_trip(tmp_path):
 
 
 @pytest.mark.parametrize("content, message", [
-    ('{"format": "ojai-plan", "steps": [', r"not a valid plan file: it is not JSON \(line 1"),
+    ('{"format": "ojai-plan", "steps": [', r"not a valid plan file: it is not valid JSON at line 1, "
+     r"column 35 \(cut short, or edited by hand\); make the plan again with `ojai setup --out"),
     ('{"terraform_version": "1.9"}', r"not an ojai plan \(no \"format\": \"ojai-plan\" field\)"),
     ('[1, 2]', r"not an ojai plan"),
     ('{"format": "ojai-plan", "format_version": 7}', r"plan format version 7 is not supported"),
     ('{"format": "ojai-plan", "format_version": 1, "root": "/"}',
-     r"the plan file is damaged: ojai_version: Field required"),
+     r"the plan file is damaged: ojai_version is missing \(it is required\); created is missing"),
 ])
 def test_loading_a_bad_file_says_what_is_wrong(tmp_path, content, message):
     path = tmp_path / "plan.json"

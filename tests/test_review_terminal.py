@@ -1,5 +1,6 @@
 """The dry run as a person sees it: in a real terminal (tmux) at 80 and 200 columns, through
-``script``, and in a pipe, every changed line of the GRUB diff is whole on screen."""
+``script``, and in a pipe, every changed line of the GRUB diff is whole on screen, and every
+step and finding that wraps keeps its hanging indent (no line of them starts at column 0)."""
 
 from __future__ import annotations
 
@@ -32,7 +33,10 @@ def _command(root: Path) -> str:
     return f"{OJAI} setup --root {root} --llamacpp none --no-npu"
 
 
-def _tmux(root: Path, tmp_path: Path, width: int, height: int) -> str:
+def _tmux(root: Path, tmp_path: Path, width: int, height: int, *, command: str | None = None,
+          joined: bool = True) -> str:
+    """What ``command`` (the dry run) shows in a tmux window of that size; ``joined``: the
+    lines the terminal wrapped are joined again (``capture-pane -J``), else as on screen."""
     if shutil.which("tmux") is None:
         pytest.fail("tmux is needed for this test (Debian package tmux; .ci/run installs it)")
     sock, done = str(tmp_path / "tmux.sock"), tmp_path / "done"
@@ -40,13 +44,14 @@ def _tmux(root: Path, tmp_path: Path, width: int, height: int) -> str:
     env.pop("NO_COLOR", None)
     env.pop("COLUMNS", None)
     subprocess.run(["tmux", "-S", sock, "new-session", "-d", "-x", str(width), "-y", str(height),
-                    f"{_command(root)}; touch {done}; sleep 60"], check=True, env=env)
+                    f"{command or _command(root)}; touch {done}; sleep 60"], check=True, env=env)
     try:
         deadline = time.monotonic() + 60
         while not done.exists():
             assert time.monotonic() < deadline, "ojai setup did not finish in the terminal"
             time.sleep(0.2)
-        screen = subprocess.run(["tmux", "-S", sock, "capture-pane", "-p", "-J", "-S", "-200"],
+        screen = subprocess.run(["tmux", "-S", sock, "capture-pane", "-p",
+                                 *(["-J"] if joined else []), "-S", "-400"],
                                 capture_output=True, text=True, check=True).stdout
     finally:
         subprocess.run(["tmux", "-S", sock, "kill-server"], capture_output=True)
@@ -119,3 +124,67 @@ def test_apply_json_in_a_real_terminal_refuses_instead_of_asking(box, tmp_path):
         in text, text
     assert "--apply --yes --json" in text
     assert (box / "etc/default/grub").read_bytes() == before
+
+
+def _sections(screen: str) -> dict[str, list[str]]:
+    """The lines of the dry run's sections (findings, steps, files, follow-ups), by the head
+    line that opens each, as they are on screen."""
+    sections: dict[str, list[str]] = {}
+    current = None
+    for line in screen.splitlines():
+        if line and not line[0].isspace() and line.rstrip().endswith(":"):
+            current = sections.setdefault(line.split(" (")[0].rstrip(":"), [])
+        elif not line.strip() or line.startswith(("---", "+++", "@@", "Plan:", "A reboot")):
+            current = None
+        elif current is not None:
+            current.append(line)
+    return sections
+
+
+#: the heads of the two sections a wrapped line must never leave: the only lines there that
+#: start at column 0
+HEADS = ("Doctor's findings on this machine", "Steps:")
+
+
+def _at_column_0(screen: str) -> list[str]:
+    """The lines above the first diff and file list (doctor's findings and the steps) that
+    start at column 0 without being a section's head: a wrapped line that lost its indent."""
+    top = screen.split("\n--- ", 1)[0].split("\nFiles ", 1)[0].split("\nOther files ", 1)[0]
+    return [line for line in top.splitlines()
+            if line.strip() and not line[0].isspace() and not line.startswith(HEADS)]
+
+
+@pytest.mark.parametrize("width, height", [(80, 24), (200, 50)])
+def test_wrapped_steps_and_findings_keep_their_hanging_indent_in_a_real_terminal(
+        box, tmp_path, width, height):
+    """At 80 columns the steps' sentences and doctor's findings wrap (a URL longer than a line
+    too): every line the terminal shows of them starts under the text, never at column 0
+    (where the status words are)."""
+    command = f"{OJAI} setup --root {box} --no-npu --model gemma-4-26b-a4b --systemd"
+    screen = _tmux(box, tmp_path, width, height, command=command, joined=False)
+    assert _at_column_0(screen) == [], screen
+    sections = _sections(screen)
+    steps, findings = sections.get("Steps"), sections.get("Doctor's findings on this machine")
+    assert steps and findings, screen
+    heads = [line for line in steps if not line.startswith("   ")]
+    assert [h.split()[1] for h in heads] == [
+        "gpu-memory:", "llama.cpp:", "model:", "service-user:", "routes:", "lemonade:", "npu:"]
+    if width == 80:  # the long ones did wrap, under their text
+        assert len(steps) > len(heads) + 10
+        assert any(line.startswith(" " * 10) and not line.startswith(" " * 11) for line in steps)
+    assert all(len(line.rstrip()) <= width for line in steps + findings), screen
+
+
+@pytest.mark.parametrize("env_extra", [{"NO_COLOR": "1", "COLUMNS": "80"}, {"COLUMNS": "80"}])
+def test_piped_steps_wrap_the_same_without_colour(box, env_extra):
+    """In a pipe (``$COLUMNS`` wide, 80 without it) the steps and findings wrap with the same
+    hanging indent; the diff lines stay whole."""
+    env = {**os.environ, **env_extra}
+    out = subprocess.run([*_command(box).split(), "--model", "gemma-4-26b-a4b"],
+                         capture_output=True, text=True, env=env).stdout
+    assert "\x1b[" not in out
+    sections = _sections(out)
+    lines = sections["Steps"] + sections["Doctor's findings on this machine"]
+    assert all(line.startswith("  ") and len(line) <= 80 for line in lines), out
+    assert any(line.startswith("          ") for line in sections["Steps"]), out  # wrapped
+    assert ADDED in out.splitlines() and REMOVED in out.splitlines()

@@ -47,7 +47,7 @@ def test_rollback_shows_the_diff_and_refuses_without_a_terminal(machine):
     assert "+++ /etc/default/grub (restored)" in result.stdout
     removed = [line for line in result.stdout.splitlines() if line.startswith("-GRUB_CMDLINE")]
     assert removed and "ttm.pages_limit=" in removed[0]
-    assert "then run: update-grub" in result.stdout
+    assert "Then, as root:\n  update-grub\n" in result.stdout
     assert "A reboot is needed after rolling back" in result.stdout
     assert "refusing to roll back without review" in result.stderr
     assert grub.read_text() == edited != original

@@ -28,6 +28,7 @@ from ojai_setup.core.root import CommandResult, Root
 from ojai_setup.domain.launch import LaunchError, render_flm_script, render_llama_unit
 from ojai_setup.domain.nightly import NightlyError, asset_name, install_action
 from ojai_setup.facts.github import resolve_release
+from tests.support.text import flat
 
 FLM_UNIT = "etc/systemd/system/ojai-flm-gemma4-it-e4b.service"
 FLM_SCRIPT = "opt/ojai/routes/flm-gemma4-it-e4b.sh"
@@ -78,7 +79,7 @@ def test_services_run_as_a_system_user_the_plan_creates(machine, umask_000):
     assert "ojai:" not in (root / "etc/passwd").read_text() if (root / "etc/passwd").exists() else True
     plan = ojai("setup", "--root", root, "--systemd", "--llamacpp", "none")
     assert plan.exit_code == 2, plan.output
-    assert "change service-user: create the unprivileged system user ojai" in plan.stdout
+    assert "change service-user: create the unprivileged system user ojai" in flat(plan.stdout)
 
     first = ojai("setup", "--root", root, "--systemd", "--llamacpp", "none", "--apply", "--yes")
     assert first.exit_code == 0, first.output

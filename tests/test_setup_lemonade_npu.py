@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 
 from ojai_setup.cli import app
 from ojai_setup.core.root import COMMANDS_DIR, command_key
+from tests.support.text import flat
 
 REPO = "ojai-test/tiny-gemma4-GGUF"
 ROUTE = "tiny-gemma"
@@ -154,7 +155,7 @@ def test_apply_writes_the_entries_and_second_apply_changes_nothing(box, catalog)
     second = setup(box, catalog, "--apply", "--yes")
     assert second.exit_code == 0, second.output
     assert "nothing to do" in second.stdout
-    assert f"already serves user.{ROUTE}" in second.stdout
+    assert f"already serves user.{ROUTE}" in flat(second.stdout)
     assert {p: (box / CONFIG / p).read_bytes() for p in written} == written
 
 
@@ -315,7 +316,7 @@ def test_systemd_with_ready_npu_and_lemonade_keeps_every_handler(box, catalog):
     assert "unknown handler" not in applied.output
     # after the apply, how to start each route and check it
     assert ("start flm gemma4-it:e4b: sudo systemctl enable --now ojai-flm-gemma4-it-e4b.service; "
-            "then check it: ojai verify --route 'flm gemma4-it:e4b'") in applied.stdout
+            "then check it: ojai verify --route 'flm gemma4-it:e4b'") in flat(applied.stdout)
     assert (box / "etc/systemd/system/ojai-flm-gemma4-it-e4b.service").is_file()
 
 

@@ -23,6 +23,7 @@ from typer.testing import CliRunner
 
 from ojai_setup.cli import app
 from ojai_setup.domain.nightly import asset_name
+from tests.support.text import flat
 
 BASE = "/opt/ojai/llama.cpp"
 #: prints a version line in the old form, whatever it is asked
@@ -131,7 +132,7 @@ def test_unreachable_api_blocks_the_step_with_a_sentence(machine, monkeypatch):
     root = machine("ojai-fresh")
     result = ojai("setup", "--root", str(root), "--no-npu")
     assert result.exit_code == 1, result.output
-    assert f"could not reach the GitHub API at http://127.0.0.1:{port}" in result.stdout
+    assert f"could not reach the GitHub API at http://127.0.0.1:{port}" in flat(result.stdout)
     assert "blocked" in result.stdout
     # the other steps are still planned and shown
     assert "ttm.pages_limit=12582912" in result.stdout
@@ -163,7 +164,7 @@ def test_apply_installs_then_second_apply_has_nothing_to_do(machine, releases):
     second = apply(root)
     assert second.exit_code == 0, second.output
     assert "nothing to do" in second.stdout
-    assert "llama.cpp nightly b1311 for gfx1150 is installed and verified" in second.stdout
+    assert "llama.cpp nightly b1311 for gfx1150 is installed and verified" in flat(second.stdout)
     assert len(releases.downloads()) == 1
 
 
@@ -329,7 +330,7 @@ def test_source_tarball_builds_installs_and_second_apply_is_a_no_op(machine, tmp
     second = apply(root, *args)
     assert second.exit_code == 0, second.output
     assert "nothing to do" in second.stdout
-    assert f"llama-server built from {src} is installed in {dest}" in second.stdout
+    assert f"llama-server built from {src} is installed in {dest}" in flat(second.stdout)
 
 
 def test_source_directory_builds_once_and_again_after_an_edit(machine, tmp_path):
@@ -365,8 +366,8 @@ def test_source_git_branch_builds_once(machine, tmp_path):
     assert result.exit_code == 0, result.output
     second = apply(root, *args)
     assert second.exit_code == 0 and "nothing to do" in second.stdout
-    assert f"commit {commit} of the default branch" in second.stdout
-    assert "pin a newer tag or commit with --llamacpp-ref" in second.stdout
+    assert f"commit {commit} of the default branch" in flat(second.stdout)
+    assert "pin a newer tag or commit with --llamacpp-ref" in flat(second.stdout)
 
 
 def test_source_build_failure_keeps_the_nightly_install(machine, releases, tmp_path):

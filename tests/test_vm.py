@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import pytest
 
-from support.vm_ojai import (  # noqa: F401  (vm, vm_booted, vm_ojai_disk: fixtures)
+from support.vm_ojai import (  # noqa: F401  (vm, vm_booted: fixtures)
     CLOUD_DROP_IN,
     GIB_PAGES,
     PAGES,
@@ -33,7 +33,6 @@ from support.vm_ojai import (  # noqa: F401  (vm, vm_booted, vm_ojai_disk: fixtu
     ttm_finding,
     vm,
     vm_booted,
-    vm_ojai_disk,
 )
 
 pytestmark = [pytest.mark.slow, pytest.mark.vm]

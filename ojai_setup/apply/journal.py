@@ -86,8 +86,14 @@ def load_entry(root: Root, apply_id: str, *, euid: int | None = None) -> Journal
         return JournalEntry.model_validate_json(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise JournalError(f"no journal entry {path}") from None
-    except (OSError, ValueError, ValidationError) as exc:
-        raise JournalError(f"{path} is unreadable or damaged ({exc})") from None
+    except ValidationError as exc:
+        from ojai_setup.core.problems import problems
+
+        raise JournalError(f"{path}: the journal entry is damaged: {problems(exc.errors())}; "
+                           "ojai cannot undo that apply from it") from None
+    except (OSError, ValueError) as exc:
+        raise JournalError(f"{path}: the journal entry cannot be read "
+                           f"({getattr(exc, 'strerror', None) or 'not UTF-8 text'})") from None
 
 
 # -- writing a journal -----------------------------------------------------------------------

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ojai_setup import __version__
-from ojai_setup.commands.terminal import Terminal
+from ojai_setup.commands.terminal import SYMBOLS, Terminal
 from ojai_setup.core.paths import GIB, PAGE
 from ojai_setup.core.root import Root
 from ojai_setup.domain.checks import (
@@ -52,13 +52,14 @@ class DoctorReport:
         }
 
     def render(self, term: Terminal) -> None:
+        from rich.markup import escape
         from rich.table import Table
 
         facts_table = Table(title=f"Machine ({self.facts.root})", show_header=False, title_justify="left")
         facts_table.add_column("fact", style="bold")
         facts_table.add_column("value")
         for k, v in fact_rows(self.facts):
-            facts_table.add_row(k, v)
+            facts_table.add_row(escape(k), escape(v))
         term.print(facts_table)
         how = "forced" if self.forced else "detected"
         table = Table(title=f"Checks for profile {self.profile.id} ({how}): {self.profile.name}",
@@ -66,13 +67,22 @@ class DoctorReport:
         table.add_column("", no_wrap=True)
         table.add_column("check")
         table.add_column("evidence")
-        for f in self.findings:
-            table.add_row(term.styled(f.severity), f"{f.title}\n[dim]{f.id}[/]", f.evidence)
+        # what fails first, then warnings, information and what passes (each in check order)
+        ranked = sorted(self.findings, key=lambda f: -Severity[f.severity.upper()])
+        for f in ranked:
+            table.add_row(term.styled(f.severity), f"{escape(f.title)}\n[dim]{f.id}[/]",
+                          escape(f.evidence))
         term.print(table)
-        todo = [f for f in self.findings if f.severity in ("warn", "fail") and f.fix]
+        todo = [f for f in ranked if f.severity in ("warn", "fail") and f.fix]
+        if todo:
+            term.print()
+            term.print("[bold]What to do[/]:")
         for f in todo:
-            term.print(f"{term.styled(f.severity)} [bold]{f.id}[/]: {f.fix}"
-                       + (f"\n      see {f.link}" if f.link else ""))
+            label = term.styled(f.severity) + " " * (8 - len(SYMBOLS.get(f.severity, f.severity)))
+            term.entry(label, f"[bold]{escape(f.id)}[/]: {escape(f.fix)}", indent=2, hang=10,
+                       markup=True)
+            if f.link:
+                term.entry("see ", f.link, indent=12, hang=16)
         counts = {s: sum(1 for f in self.findings if f.severity == s) for s in ("pass", "info", "warn", "fail")}
         term.print(f"result: {term.styled(self.result.label)}  "
                    + ", ".join(f"{v} {k}" for k, v in counts.items()))
@@ -99,48 +109,84 @@ def run_doctor(term: Terminal, root_dir: Path, *, profile_name: str | None = Non
     return report.exit_code
 
 
-def _gib(n: int | None) -> str:
-    return "?" if n is None else f"{n / GIB:.1f} GiB"
+def _gib(n: int | None, why: str = "not reported") -> str:
+    return f"unknown ({why})" if n is None else f"{n / GIB:.1f} GiB"
+
+
+#: a section of the facts as a person names it, for the rows of what could not be read
+SECTION_NAMES = {"cpu": "CPU", "gpu": "GPU", "npu": "NPU", "memory": "Memory",
+                 "kernel": "Kernel", "cmdline": "Kernel command line", "distro": "Distribution",
+                 "bios": "Board / BIOS", "rocm_version": "ROCm", "ttm": "TTM limit",
+                 "grub": "GRUB configuration", "boot": "Boot files", "tools": "Tools",
+                 "models": "Model routes", "apply": "ojai's last apply",
+                 "amdgpu_dkms": "amdgpu-dkms"}
 
 
 def fact_rows(facts: Facts) -> list[tuple[str, str]]:
+    """The machine table: one row per fact in words; a fact that could not be read is
+    ``unknown (why)`` where its row would be, never a field name or a ``?``."""
     rows: list[tuple[str, str]] = []
+    unknown = dict(facts.unknown)
+
+    def missing(section: str) -> None:
+        if section in unknown:
+            rows.append((SECTION_NAMES.get(section, section.replace("_", " ")),
+                         f"unknown ({unknown.pop(section)})"))
+
     if facts.cpu:
         rows.append(("CPU", f"{facts.cpu.model_name} ({facts.cpu.logical_cpus} threads)"
                      + (", engineering sample" if facts.cpu.engineering_sample else "")))
+    missing("cpu")
     if facts.gpu:
         agents = ", ".join(f"{a.name} ({a.marketing_name})" for a in facts.gpu.agents)
         rows.append(("GPU (rocminfo)", agents or facts.gpu.rocminfo_error or "none"))
         for c in facts.gpu.cards:
             rows.append((f"GPU ({c.card})", f"PCI {c.pci_vendor}:{c.pci_device}, VRAM carve-out "
-                         f"{_gib(c.vram_total)}, GTT {_gib(c.gtt_total)}"))
+                         f"{_gib(c.vram_total, 'not in sysfs')}, GTT "
+                         f"{_gib(c.gtt_total, 'not in sysfs')}"))
         if facts.gpu.npu_agents:
             rows.append(("NPU (rocminfo)", ", ".join(f"{a.name} ({a.marketing_name})" for a in facts.gpu.npu_agents)))
+    missing("gpu")
     if facts.npu:
         n = facts.npu
+        driver = n.amdxdna_version or ("unknown (no /sys/module/amdxdna/version, and neither "
+                                       "flm validate nor xrt-smi examine reports one)")
+        firmware = n.firmware_version or ("unknown (neither flm validate nor xrt-smi examine "
+                                          "reports it)")
         rows.append(("NPU", f"{', '.join(n.accel_devices) or 'no /dev/accel device'}; amdxdna "
-                     f"{n.amdxdna_version or '?'}; firmware {n.firmware_version or '?'}"))
+                     f"{driver}; firmware {firmware}"))
+    missing("npu")
     if facts.memory:
         rows.append(("Memory", f"{facts.memory.total_gib:.1f} GiB"))
+    missing("memory")
     if facts.kernel:
         rows.append(("Kernel", facts.kernel.release))
+    missing("kernel")
+    missing("cmdline")
     if facts.distro:
         rows.append(("Distribution", facts.distro.name or facts.distro.id))
+    missing("distro")
     if facts.bios:
         b = facts.bios
         rows.append(("Board / BIOS", f"{b.sys_vendor} {b.product_name} ({b.board_name}); BIOS "
                      f"{b.bios_vendor} {b.bios_version} {b.bios_date or ''}".strip()))
+    missing("bios")
     if facts.rocm_version:
         rows.append(("ROCm", facts.rocm_version))
+    missing("rocm_version")
     if facts.ttm:
         t = facts.ttm
 
         def pages(p: int | None) -> str:
-            return "not set" if p is None else f"{p} ({p * PAGE / GIB:.1f} GiB)"
+            return "not set" if p is None else f"{p} pages ({p * PAGE / GIB:.1f} GiB)"
 
-        rows.append(("TTM limit", f"active {pages(t.active_pages)} via {t.live_module or '?'}; "
-                     f"GRUB {pages(t.grub_pages)}; cmdline {pages(t.cmdline_pages)}"
+        active = (f"active {pages(t.active_pages)} in module {t.live_module}" if t.live_module
+                  else "active unknown (no pages_limit under /sys/module/ttm or amdttm: "
+                  "neither module is loaded)")
+        rows.append(("TTM limit", f"{active}; GRUB {pages(t.grub_pages)}; kernel command line "
+                     f"{pages(t.cmdline_pages)}"
                      + "".join(f"; {m.path}:{m.line} {pages(m.pages)}" for m in t.modprobe)))
+    missing("ttm")
     for tool in facts.tools.values():
         rows.append((tool.name, f"{tool.version or 'installed'} ({tool.path})"))
         detail = tool.detail or {}
@@ -151,6 +197,6 @@ def fact_rows(facts: Facts) -> list[tuple[str, str]]:
     for pair in facts.models:
         rows.append((f"route {pair.route}", ("matched pair" if pair.ok else "NOT a matched pair: "
                      + "; ".join(pair.reasons))))
-    for name, reason in facts.unknown.items():
-        rows.append((name, f"unknown: {reason}"))
+    for name in list(unknown):
+        missing(name)
     return rows

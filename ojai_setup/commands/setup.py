@@ -5,6 +5,7 @@ report (:class:`PlanReport`, :class:`SavedPlanReport`, :class:`ApplyReport`,
 
 from __future__ import annotations
 
+import shlex
 from datetime import timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -25,8 +26,11 @@ def build_plan(root: Root, settings: Settings) -> Plan:
     from ojai_setup.domain.checks import Severity, run_checks
     from ojai_setup.steps import build_steps
 
-    ctx = gather(root, settings)
-    plan = make_plan(ctx, build_steps())
+    try:
+        ctx = gather(root, settings)
+        plan = make_plan(ctx, build_steps())
+    except PermissionError as exc:  # a file the plan must read, as a user who may not
+        raise _unreadable(root, settings, exc) from None
     # what this plan changes is not a precondition of it (the TTM limit, when the step sets it)
     fixed_here = {"ttm"} if any(r.step == "gpu-memory" and r.status == "change"
                                 for r in plan.steps) else set()
@@ -36,64 +40,207 @@ def build_plan(root: Root, settings: Settings) -> Plan:
     return plan.model_copy(update={"preconditions": findings})
 
 
+def _unreadable(root: Root, settings: Settings, exc: PermissionError):
+    """A file planning must read that this user may not: which one, and the command that
+    plans as root."""
+    import os
+    import pwd
+
+    from ojai_setup.core.errors import InputError
+
+    path = str(exc.filename or "a file")
+    try:
+        path = root.machine_path(path)
+    except ValueError:
+        pass
+    try:
+        user = pwd.getpwuid(os.geteuid()).pw_name
+    except KeyError:
+        user = f"user {os.geteuid()}"
+    root_arg = "/" if root.is_host else str(root.path)
+    return InputError(f"{path}: cannot be read as {user} (permission denied); the plan reads "
+                      f"every file it may change, so plan as root: "
+                      f"`sudo {settings.command(root=root_arg)}`")
+
+
 def plan_json(plan: Plan) -> dict:
     """A plan as ``ojai setup --json`` prints it (``"schema": "ojai.setup/1"``)."""
+    from ojai_setup.planning.summary import summarize
+
     data = plan.model_dump(mode="json")
     data["exit_code"] = int(plan.exit_code)
     data["diffs"] = plan.unified_diffs()
     data["reboot_reasons"] = plan.reboot_reasons()
+    data["summary"] = summarize(plan).to_json()
     return data
 
 
+#: the column a step's or finding's text starts at, after its status word; its details below
+#: start two columns further in
+TEXT_AT, DETAIL_AT = 10, 12
+
+
+def clauses(sentence: str) -> list[str]:
+    """A step's sentence cut where a person would break it: at ``; `` and between sentences,
+    outside brackets and quotes, each piece keeping its own punctuation (so that the pieces
+    joined by spaces are the sentence again)."""
+    pieces: list[str] = []
+    depth, quoted, start, i = 0, False, 0, 0
+    while i < len(sentence):
+        c = sentence[i]
+        if c == "`":
+            quoted = not quoted
+        elif c in "([{" and not quoted:
+            depth += 1
+        elif c in ")]}" and not quoted:
+            depth = max(0, depth - 1)
+        elif not depth and not quoted and c in ";." and sentence[i + 1:i + 2] == " " and (
+                c == ";" or sentence[i + 2:i + 3][:1].isupper()):
+            pieces.append(sentence[start:i + 1].strip())
+            start = i + 2
+        i += 1
+    pieces.append(sentence[start:].strip())
+    return [p for p in pieces if p]
+
+
+def show_step(term: Terminal, status: str, name: str, sentence: str) -> None:
+    """A step's head line (its status, name and what it does) and the rest of its sentence
+    beneath, each wrapped with a hanging indent."""
+    head, *rest = clauses(sentence) or [sentence]
+    label = term.styled(status) + " " * (TEXT_AT - 2 - len(SYMBOLS.get(status, status)))
+    term.entry(label, f"[bold]{escape(name)}[/]: {escape(head)}", indent=2, hang=TEXT_AT,
+               markup=True)
+    for piece in rest:
+        term.entry("", piece, indent=DETAIL_AT, hang=DETAIL_AT + 2)
+
+
+def escape(text: str) -> str:
+    from rich.markup import escape as _escape
+
+    return _escape(text)
+
+
+def show_findings(term: Terminal, findings) -> None:
+    """Doctor's findings: the severity and title as the head line, the evidence and the fix
+    beneath, each wrapped with a hanging indent."""
+    for f in findings:
+        label = term.styled(f.severity) + " " * (TEXT_AT - 2 - len(SYMBOLS.get(f.severity, f.severity)))
+        term.entry(label, f.title, indent=2, hang=TEXT_AT)
+        term.entry("", f.evidence, indent=DETAIL_AT, hang=DETAIL_AT + 2)
+        if f.fix:
+            term.entry("[bold]fix:[/] ", f.fix, indent=DETAIL_AT, hang=DETAIL_AT + 5)
+        if getattr(f, "link", None):
+            term.entry("see ", f.link, indent=DETAIL_AT, hang=DETAIL_AT + 4)
+
+
+def action_line(action) -> str:
+    """What one action does, for the list under its step: a verb first, ``as root`` when it
+    needs root, a file to create with its size."""
+    from ojai_setup.model.actions import HubDownload, WriteFile
+
+    if isinstance(action, WriteFile):
+        text = f"{'create' if action.before is None else 'edit'} {action.path}"
+    elif isinstance(action, HubDownload):  # its folder is in the step's sentence
+        size = action.size or action.estimated_size
+        text = (f"download {action.filename} from {action.repo_id}"
+                + (f" ({'' if action.size else 'about '}{_size(size)})" if size else ""))
+    else:
+        text = action.describe()
+    return text + (", as root" if action.needs_root else "")
+
+
+def _size(n: int) -> str:
+    if n < 10_000:
+        return f"{n} bytes" if n != 1 else "1 byte"
+    if n < 2**20:
+        return f"{n / 1024:.1f} KiB"
+    if n < 2**30:
+        return f"{n / 2**20:.1f} MiB"
+    return f"{n / 2**30:.1f} GiB"
+
+
 class PlanReport:
-    """The dry run: doctor's findings that matter here, every step with its actions, the
-    follow-up commands, the diffs, and whether a reboot is needed; ``owed`` says what an earlier
-    apply left to do."""
+    """The dry run, in the order a reviewer needs it: doctor's findings that matter here,
+    every step (a head line, its details and actions beneath), the follow-up commands, the
+    whole diff of every file that exists and is edited (what the boot reads first), the files
+    ojai creates (listed with their size; whole with ``--show-new``), the reboot, and one line
+    counting it all before the question. ``owed`` says what an earlier apply left to do."""
 
     schema = "ojai.setup/1"
 
-    def __init__(self, plan: Plan, owed: str = "") -> None:
-        self.plan, self.owed = plan, owed
+    def __init__(self, plan: Plan, owed: str = "", *, show_new: bool = False,
+                 saved: str | None = None) -> None:
+        self.plan, self.owed, self.show_new, self.saved = plan, owed, show_new, saved
 
     def to_json(self) -> dict:
         return plan_json(self.plan)
 
     def render(self, term: Terminal) -> None:
-        from rich.markup import escape
-
         from ojai_setup.commands.diffview import diff_lines
+        from ojai_setup.planning.plan import unified_diff
+        from ojai_setup.planning.summary import summarize, written_files
 
         plan = self.plan
         if plan.preconditions:
             term.print("[bold]Doctor's findings on this machine[/] (`ojai doctor` for all):")
-            for f in plan.preconditions:
-                pad = " " * (9 - len(SYMBOLS.get(f.severity, f.severity)))
-                term.print(f"{pad}{term.styled(f.severity)} {escape(f.title)}: {escape(f.evidence)}")
-                if f.fix:
-                    term.print(f"{'':>10} fix: {escape(f.fix)}")
+            show_findings(term, plan.preconditions)
+            term.print()
+        term.print("[bold]Steps[/]:")
         for r in plan.steps:
-            pad = " " * (9 - len(SYMBOLS.get(r.status, r.status)))
-            term.print(f"{pad}{term.styled(r.status)} [bold]{escape(r.step)}[/]: {escape(r.sentence)}")
+            show_step(term, r.status, r.step, r.sentence)
             for a in r.actions:
-                root_mark = " (root)" if a.needs_root else ""
-                term.print(f"{'':>10} - {escape(a.describe())}{root_mark}")
+                term.entry("", action_line(a), indent=DETAIL_AT, hang=DETAIL_AT + 2)
             for warning in r.warnings:
-                term.print(f"{'':>10} [bold yellow]warning[/]: {escape(warning)}")
-        for name, cmd in plan.handlers.items():
-            term.print(f"{'':>10} then, if something changed: {escape(cmd.describe())}  [dim]({name})[/]")
-        for diff in plan.unified_diffs():
-            for line in diff_lines(diff):
-                # one line each, never cropped: the terminal wraps what is wider than it
-                term.print(line, soft_wrap=True)
+                term.entry("[bold yellow]warning:[/] ", warning, indent=DETAIL_AT,
+                           hang=DETAIL_AT + 2)
+        files = written_files(plan)
+        # whole: every file that exists and is edited, and any the boot reads (a new
+        # modprobe.d file too); listed by size: the rest of the files it creates
+        whole = [f for f in files if f.change == "edit" or f.boot]
+        new = [f for f in files if f not in whole]
+        if whole:
+            term.print()
+            term.print("[bold]Files to review[/] (whole diffs; what the boot reads first):")
+            for f in whole:
+                for line in diff_lines(unified_diff(f.before, f.after, f.path)):
+                    # one line each, never cropped: the terminal wraps what is wider than it
+                    term.print(line, soft_wrap=True)
+        if new:
+            term.print()
+            if self.show_new:
+                term.print(f"[bold]Other files it creates[/] ({len(new)}, whole):")
+                for f in new:
+                    for line in diff_lines(unified_diff(None, f.after, f.path)):
+                        term.print(line, soft_wrap=True)
+            else:
+                how = ("one shown whole by the command below" if self.saved
+                       else "shown whole with --show-new, one with --show PATH")
+                term.entry("", f"[bold]{'Other files' if whole else 'Files'} it creates[/] "
+                           f"({len(new)}; {how}):", hang=2, markup=True)
+                for f in new:
+                    term.entry("  + ", f"{f.path}  ({_lines(f.lines)}, {_size(f.size)})",
+                               hang=6)
+                if self.saved:  # a command is printed whole, to be copied
+                    term.print(f"  ojai setup --plan {shlex.quote(self.saved)} --show PATH",
+                               markup=False, soft_wrap=True)
+        if plan.handlers:
+            term.print()
+            term.print("[bold]Then, as root, once and only if a change above needs it[/]:")
+            for name, cmd in plan.handlers.items():
+                term.entry("  ", f"{' '.join(cmd.argv)}" + (f"  ({cmd.reason})" if cmd.reason
+                                                             else ""), hang=6)
         reasons = plan.reboot_reasons()
+        term.print()
         if reasons:
-            term.print("[bold]A reboot is needed after applying:[/] " + escape("; ".join(reasons)))
-        code = plan.exit_code
-        summary = {ExitStatus.OK: "nothing to do", ExitStatus.CHANGES: "changes pending",
-                   ExitStatus.FAILED: "blocked: fix the step(s) above first"}[code]
-        term.print(f"plan: {summary}")
+            term.entry("[bold]A reboot is needed after applying:[/] ", "; ".join(reasons),
+                       hang=2)
+        term.entry("", f"[bold]{escape(summarize(plan).sentence())}[/]", hang=6, markup=True)
         if self.owed:
-            term.print(self.owed)
+            term.entry("", self.owed, hang=2)
+
+
+def _lines(n: int) -> str:
+    return "1 line" if n == 1 else f"{n} lines"
 
 
 def apply_report(plan: Plan, result, *, handler_commands: dict[str, list[str]] | None = None,
@@ -145,14 +292,15 @@ class ApplyReport:
         from ojai_setup.commands.verify import next_steps
 
         if self.owed:
-            term.print("every step is satisfied, but " + self.owed[0].lower() + self.owed[1:])
+            term.entry("", "every step is satisfied, but " + self.owed[0].lower() + self.owed[1:],
+                       hang=2)
         if self.result.recovered:
-            term.print(f"finished first: {self.result.recovered}")
-        term.print(f"applied: {self.result.message}")
+            term.entry("finished first: ", self.result.recovered, hang=2)
+        term.entry("[bold]applied:[/] ", self.result.message, hang=2)
         if self.journal:
-            term.print(f"journal: {self.journal}")
+            term.entry("journal: ", self.journal, hang=2)
         for line in next_steps(self.root):
-            term.print(line, markup=False)
+            term.entry("", line, hang=2)
 
 
 class NothingToApply:
@@ -173,21 +321,35 @@ class NothingToApply:
 
 
 def run_setup(term: Terminal, root_dir: Path, settings: Settings, *, apply: bool, yes: bool,
-              plan_file: Path | None, out: Path | None) -> int:
+              plan_file: Path | None, out: Path | None, show_new: bool = False,
+              show: str | None = None) -> int:
     from ojai_setup.facts.state import JournalError, read_apply_status, read_state
 
     root = Root(root_dir)
     if plan_file is not None and settings.options() and not term.json_mode:
         term.note(f"--plan {plan_file}: the plan records the settings it was made with; "
                   f"{' '.join(settings.options())} given here changed nothing")
+    if show is not None:
+        if apply:
+            term.error(f"--show {show}: shows one file of a plan; it cannot be given with --apply")
+            return ExitStatus.USAGE
+        if plan_file is not None:
+            try:
+                shown = Plan.load(plan_file)
+            except PlanFileError as exc:
+                term.error(str(exc))
+                return ExitStatus.USAGE if exc.missing else ExitStatus.FAILED
+        else:
+            shown = build_plan(root, settings)
+        return show_file(term, shown, show)
     if plan_file is not None and not apply:
-        return show_saved(term, root, plan_file)
+        return show_saved(term, root, plan_file, show_new=show_new)
     if plan_file is not None:
         try:
             plan = Plan.load(plan_file)
         except PlanFileError as exc:
             term.error(str(exc))
-            return ExitStatus.FAILED
+            return ExitStatus.USAGE if exc.missing else ExitStatus.FAILED
         stale = check_fresh(plan, root, collect(root), plan_path=str(plan_file))
         if stale is not None:
             term.error(f"saved plan is stale: {stale.message}")
@@ -199,7 +361,16 @@ def run_setup(term: Terminal, root_dir: Path, settings: Settings, *, apply: bool
     else:
         plan = build_plan(root, settings)
         if out is not None:
-            plan.save(out)
+            try:
+                plan.save(out)
+            except OSError as exc:
+                why = exc.strerror or str(exc)
+                if not out.parent.is_dir():
+                    why = f"no folder {out.parent}"
+                term.error(f"--out {out}: the plan cannot be written there ({why.lower()}); "
+                           "nothing was saved or applied. Give a file in a folder you can "
+                           "write to")
+                return ExitStatus.USAGE
     try:
         status = read_apply_status(root)
     except JournalError as exc:
@@ -208,7 +379,8 @@ def run_setup(term: Terminal, root_dir: Path, settings: Settings, *, apply: bool
     owed_note = _owed_note(status)
     if plan_file is None:
         if not (apply and term.json_mode):  # with --apply, --json prints the apply's report
-            term.show(PlanReport(plan, owed="" if apply else owed_note))
+            term.show(PlanReport(plan, owed="" if apply else owed_note, show_new=show_new,
+                                 saved=str(out) if out is not None else None))
         if out is not None and not term.json_mode:
             from ojai_setup.planning.plan import apply_command
 
@@ -285,6 +457,16 @@ def run_setup(term: Terminal, root_dir: Path, settings: Settings, *, apply: bool
     return ExitStatus.OK
 
 
+def _settings_problem(exc: Exception) -> str:
+    """What is wrong with the settings a saved plan records, in words (``settings.port must be
+    at most 65535``)."""
+    from ojai_setup.core.problems import problems
+
+    if hasattr(exc, "errors"):
+        return problems(exc.errors(), prefix="settings.")
+    return "a field ojai does not know"  # TypeError: an unexpected keyword
+
+
 def _recheck_saved(plan: Plan, root: Root, plan_file: Path) -> str | None:
     """Why a saved plan is refused (plan again from its settings; every action, file content
     and follow-up command must be the same), or None."""
@@ -298,7 +480,8 @@ def _recheck_saved(plan: Plan, root: Root, plan_file: Path) -> str | None:
     try:
         settings = Settings(**plan.settings)
     except (ValidationError, TypeError) as exc:
-        return f"{plan_file}: the settings it records are not valid ({exc}); nothing was applied; {redo}"
+        return (f"{plan_file}: the settings it records are not valid ({_settings_problem(exc)}); "
+                f"nothing was applied; {redo}")
     differences = plan_differences(plan, build_plan(root, settings))
     if not differences:
         return None
@@ -327,7 +510,7 @@ def saved_plan_status(root: Root, plan: Plan, plan_file: Path) -> dict:
         try:
             steps = step_differences(plan, build_plan(root, Settings(**plan.settings)))
         except (ValidationError, TypeError) as exc:
-            steps = [f"the settings the plan records are not valid ({exc})"]
+            steps = [f"the settings the plan records are not valid ({_settings_problem(exc)})"]
         except OjaiError as exc:
             steps = [f"ojai cannot plan again with the settings the plan records: {exc}"]
     return {"path": path, "created": plan.created.isoformat(timespec="seconds"),
@@ -342,8 +525,8 @@ class SavedPlanReport:
 
     schema = PlanReport.schema
 
-    def __init__(self, plan: Plan, status: dict) -> None:
-        self.plan, self.status = plan, status
+    def __init__(self, plan: Plan, status: dict, *, show_new: bool = False) -> None:
+        self.plan, self.status, self.show_new = plan, status, show_new
 
     @property
     def exit_code(self) -> int:
@@ -360,40 +543,86 @@ class SavedPlanReport:
         from rich.markup import escape
 
         plan, status = self.plan, self.status
-        PlanReport(plan).render(term)
+        PlanReport(plan, show_new=self.show_new, saved=status["path"]).render(term)
         made = plan.created.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-        term.print(f"[bold]saved plan[/] {escape(status['path'])}, made {made} by ojai "
-                   f"{escape(plan.ojai_version)} with:")
+        term.print()
+        term.entry("[bold]saved plan[/] ", f"{escape(status['path'])}, made {made} by ojai "
+                   f"{escape(plan.ojai_version)} with:", hang=2, markup=True)
+        # commands are printed whole, to be copied: the terminal wraps what is wider
         term.print(f"  {status['made_with']}", markup=False, soft_wrap=True)
         if status["fresh"] and self.exit_code == ExitStatus.FAILED:
-            term.print("[green]fresh[/]: nothing it read or writes changed since, and ojai plans "
-                       "the same now; but a step is blocked, so it cannot be applied: fix the "
-                       "step(s) above, then make a new plan with:")
+            term.entry("[green]fresh[/]: ", "nothing it read or writes changed since, and ojai "
+                       "plans the same now; but a step is blocked, so it cannot be applied: fix "
+                       "the blocked steps above, then make a new plan with:", hang=2)
             term.print(f"  {status['made_with']}", markup=False, soft_wrap=True)
             return
         if status["fresh"]:
-            term.print("[green]fresh[/]: nothing it read or writes changed since, and ojai plans "
-                       "the same now. Apply exactly it with:")
+            term.entry("[green]fresh[/]: ", "nothing it read or writes changed since, and ojai "
+                       "plans the same now. Apply exactly it with:", hang=2)
             term.print(f"  {status['apply_command']}", markup=False, soft_wrap=True)
             return
         term.print("[bold red]stale[/]: it no longer matches this machine:")
         for line in status["changes"] + status["steps_differ"]:
-            term.print(f"  - {escape(line)}")
+            term.entry("  - ", line, hang=4)
         term.print("Make and review a new plan with:")
         term.print(f"  {status['made_with']}", markup=False, soft_wrap=True)
 
 
-def show_saved(term: Terminal, root: Root, plan_file: Path) -> int:
+def show_saved(term: Terminal, root: Root, plan_file: Path, *, show_new: bool = False) -> int:
     """``ojai setup --plan FILE``: the saved plan and whether it is still fresh
     (:class:`SavedPlanReport`), with its exit code."""
     try:
         plan = Plan.load(plan_file)
     except PlanFileError as exc:
         term.error(str(exc))
-        return ExitStatus.FAILED
-    report = SavedPlanReport(plan, saved_plan_status(root, plan, plan_file))
+        return ExitStatus.USAGE if exc.missing else ExitStatus.FAILED
+    report = SavedPlanReport(plan, saved_plan_status(root, plan, plan_file), show_new=show_new)
     term.show(report)
     return report.exit_code
+
+
+class FileReport:
+    """One file of a plan (``ojai setup --show PATH``): a file it creates exactly as it will be
+    written, a file it edits as its whole diff."""
+
+    schema = "ojai.setup-file/1"
+
+    def __init__(self, written) -> None:
+        self.file = written
+
+    def to_json(self) -> dict:
+        from ojai_setup.planning.plan import unified_diff
+
+        f = self.file
+        return {"path": f.path, "change": f.change, "step": f.step, "size": f.size,
+                "before": f.before, "after": f.after,
+                "diff": unified_diff(f.before, f.after, f.path)}
+
+    def render(self, term: Terminal) -> None:
+        from ojai_setup.commands.diffview import diff_lines
+        from ojai_setup.planning.plan import unified_diff
+
+        f = self.file
+        if f.change == "create":  # as it will be written: ready for a pipe or an editor
+            term.print(f.after, markup=False, soft_wrap=True, end="")
+            return
+        for line in diff_lines(unified_diff(f.before, f.after, f.path)):
+            term.print(line, soft_wrap=True)
+
+
+def show_file(term: Terminal, plan: Plan, path: str) -> int:
+    """``--show PATH``: the one file ``path`` of ``plan`` (:class:`FileReport`); a path the plan
+    does not write is a usage error naming those it does."""
+    from ojai_setup.planning.summary import written_files
+
+    files = written_files(plan)
+    for f in files:
+        if f.path == path:
+            term.show(FileReport(f))
+            return ExitStatus.OK
+    known = ", ".join(f.path for f in files) or "none"
+    term.error(f"--show {path}: the plan writes no such file (it writes: {known})")
+    return ExitStatus.USAGE
 
 
 def _owed_note(status) -> str:
@@ -446,21 +675,34 @@ class RollbackPreviewReport:
 
         preview = self.preview
         entry = preview.entry
-        term.print(f"rollback of apply {escape(entry.apply_id)} ({entry.status}, "
-                   f"{entry.started:%Y-%m-%d %H:%M} UTC):")
+        term.entry("", f"rollback of apply {entry.apply_id} ({entry.status}, "
+                   f"{entry.started:%Y-%m-%d %H:%M} UTC):", hang=2)
         for record, decision, why in preview.items:
             verb = "skip" if decision == "none" else decision
-            term.print(f"  {verb:>8} {escape(record.path)}  [dim]({escape(why)})[/]")
-        for handler in preview.handlers:
-            term.print(f"  then run: {escape(' '.join(handler.argv))}  [dim]({handler.name})[/]")
-        for diff in preview.diffs(self.root):
+            head = f"  {verb:>8} {record.path}"
+            if len(head) + len(why) + 4 <= term.console.width:
+                term.print(f"{escape(head)}  [dim]({escape(why)})[/]")
+            else:  # the path whole on its line (to be copied), why beneath it
+                term.print(head, markup=False, soft_wrap=True)
+                term.entry("", f"[dim]({escape(why)})[/]", indent=TEXT_AT + 3,
+                           hang=TEXT_AT + 4, markup=True)
+        if preview.handlers:
+            term.print()
+            term.print("[bold]Then, as root[/]:")
+            for handler in preview.handlers:
+                term.entry("  ", " ".join(handler.argv), hang=6)
+        diffs = preview.diffs(self.root)
+        if diffs:
+            term.print()
+        for diff in diffs:
             for line in diff_lines(diff):  # as the plan's diffs: one line each, never cropped
                 term.print(line, soft_wrap=True)
         for conflict in preview.conflicts:
-            term.print(f"[bold yellow]changed since the apply:[/] {escape(conflict)}")
+            term.entry("[bold yellow]changed since the apply:[/] ", conflict, hang=2)
         if preview.reboot:
-            term.print("[bold]A reboot is needed after rolling back:[/] "
-                       + escape("; ".join(preview.reboot)))
+            term.print()
+            term.entry("[bold]A reboot is needed after rolling back:[/] ",
+                       "; ".join(preview.reboot), hang=2)
 
 
 class RollbackReport:
@@ -482,7 +724,7 @@ class RollbackReport:
                 "journal_id": r.journal_id, "exit_code": int(ExitStatus.OK)}
 
     def render(self, term: Terminal) -> None:
-        term.print(self.result.message)
+        term.entry("", self.result.message, hang=2)
         if self.result.reboot and not self.result.nothing:
             term.print("[bold]Reboot now[/] to make the restored settings active.")
 

@@ -34,6 +34,33 @@ class Report(Protocol):
     def render(self, term: Terminal) -> None: ...
 
 
+def wrap(text, first: int, rest: int) -> list:
+    """``text`` (rich ``Text``) cut at spaces into lines of at most ``first`` cells, then
+    ``rest``; a word longer than a whole line (a long URL) is cut into pieces of a line each,
+    so that it too stays under the hanging indent; a newline in ``text`` always ends a line."""
+    import re
+
+    plain, lines, width = text.plain, [], first
+    for para in re.finditer(r"[^\n]*", plain):
+        start = end = None
+        for word in re.finditer(r"\S+", para.group()):
+            s, e = para.start() + word.start(), para.start() + word.end()
+            if start is not None and e - start <= width:
+                end = e
+                continue
+            if start is not None:
+                lines.append(text[start:end])
+                width = rest
+            while e - s > width:  # longer than a line: a line of it at a time
+                lines.append(text[s:s + width])
+                s, width = s + width, rest
+            start, end = s, e
+        if start is not None:
+            lines.append(text[start:end])
+            width = rest
+    return lines
+
+
 class Terminal:
     def __init__(self, *, json_mode: bool = False, stdout=None, stderr=None) -> None:
         self.json_mode = json_mode
@@ -89,6 +116,28 @@ class Terminal:
 
     def print(self, *objects: Any, **kwargs: Any) -> None:
         self.console.print(*objects, **kwargs)
+
+    def entry(self, label: Any, text: Any = "", *, indent: int = 0, hang: int | None = None,
+              markup: bool = False) -> None:
+        """``label`` (markup) then ``text`` from column ``indent``, wrapped at the terminal's
+        width (``$COLUMNS`` or 80 in a pipe) so that every line after the first starts at
+        column ``hang`` (default: where ``text`` starts): a hanging indent that keeps a long
+        step or finding under its own head, in colour or not. ``text`` is plain unless
+        ``markup``. A word longer than a line (a URL, a long path) is never cut: it gets a
+        line of its own, whole, to be copied."""
+        from rich.text import Text
+
+        head = Text.from_markup(label) if isinstance(label, str) else label
+        body = (Text.from_markup(text) if markup else Text(text)) if isinstance(text, str) else text
+        start = indent + head.cell_len
+        hang = start if hang is None else hang
+        width = self.console.width
+        pieces = wrap(body, max(10, width - start), max(10, width - hang)) or [Text()]
+        lines = [Text(" " * indent).append(head).append(pieces[0])]
+        lines.extend(Text(" " * hang).append(piece) for piece in pieces[1:])
+        for line in lines:
+            line.rstrip()
+            self.console.print(line, soft_wrap=True, crop=False)
 
     def error(self, message: str) -> None:
         self.err_console.print(f"[bold red]error:[/] {message}", markup=True, highlight=False)

@@ -297,12 +297,11 @@ def _validate(name: str, raw: dict[str, Any], source: str) -> Route:
     try:
         return Route.model_validate({**raw, "name": name})
     except ValidationError as exc:
-        problems = []
-        for err in exc.errors():
-            loc = ".".join(str(part) for part in err["loc"])
-            where = f"routes.{name}.{loc}" if loc else f"routes.{name}"
-            problems.append(f"{where}: {err['msg']}")
-        raise CatalogError(f"{source}: " + "; ".join(problems)) from None
+        from ojai_setup.core.problems import problems
+
+        raise CatalogError(f"{source}: {problems(exc.errors(), prefix=f'routes.{name}.')} "
+                           "(the shape of a route is in ojai_setup/domain/catalog.toml); fix "
+                           "the route or remove it") from None
 
 
 def load_catalog(user_file: Path | None = None) -> Catalog:

@@ -160,9 +160,9 @@ def _validated(model, data: dict, path: Path):
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        loc = ".".join(str(p) for p in err["loc"])
-        raise ProfileError(f"{path}: field {loc}: {err['msg']}") from exc
+        from ojai_setup.core.problems import problems
+
+        raise ProfileError(f"{path}: {problems(exc.errors())}") from exc
 
 
 def chosen_profile(facts: Facts, name: str | None) -> Profile:

@@ -48,6 +48,7 @@ def plan_model_downloads(root: Root, route: Route, models_dir: str = DEFAULT_MOD
         actions.append(HubDownload(
             repo_id=route.repo, filename=f.file, revision=route.revision, dest=dest,
             sha256=f.sha256, size=f.size if exact else None, needs_root=_needs_root(real),
+            estimated_size=None if exact else f.size,
             reason=f"{route.name}: {f.file} {reason}" + ("" if exact else f" (about {f.size / 1e9:.1f} GB)"),
         ))
     return actions

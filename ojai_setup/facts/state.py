@@ -44,14 +44,30 @@ class JournalError(StateError):
 
 
 def _load_state(directory: Path) -> State:
+    import json
+
+    from ojai_setup.core.problems import json_problem, problems
+
     path = directory / "state.json"
+    aside = (f"move it aside (`mv {shlex.quote(str(path))} {shlex.quote(str(path))}.damaged`) "
+             "to start a fresh ojai state; rollback then knows no earlier apply")
     try:
-        return State.model_validate_json(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         return State()
-    except (OSError, ValueError, ValidationError) as exc:
-        raise JournalError(f"{path} is unreadable or damaged ({exc}); move it aside to start "
-                           f"a fresh ojai state") from None
+    except PermissionError:
+        raise JournalError(f"{path}: cannot be read by this user (permission denied); run "
+                           "ojai as the user who owns it, or with sudo") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise JournalError(f"{path}: cannot be read ({exc.strerror or 'not UTF-8 text'}); "
+                           f"{aside}") from None
+    try:
+        return State.model_validate(json.loads(text))
+    except json.JSONDecodeError as exc:
+        raise JournalError(f"{path}: ojai's state {json_problem(exc)}; {aside}") from None
+    except ValidationError as exc:
+        raise JournalError(f"{path}: ojai's state is damaged: {problems(exc.errors())}; "
+                           f"{aside}") from None
 
 
 def read_state(root: Root, *, euid: int | None = None) -> State:

@@ -69,9 +69,10 @@ def parse_tuning(text: str, source: str) -> Tuning:
     try:
         return Tuning.model_validate(data)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        where = ".".join(str(p) for p in err["loc"])
-        raise TuningError(f"{source}: {where}: {err['msg']}") from None
+        from ojai_setup.core.problems import problems
+
+        raise TuningError(f"{source}: {problems(exc.errors())}; run `ojai tune` again to "
+                          "write it anew, or remove it") from None
 
 
 def _q(value: str) -> str:

@@ -155,6 +155,9 @@ class HubDownload(_Action):
     dest: str  # machine path of the final file
     sha256: str | None = None
     size: int | None = None
+    #: the catalog's estimate of the size when the exact one is not known: shown in the plan's
+    #: summary, never checked
+    estimated_size: int | None = None
 
     def targets(self) -> list[str]:
         return [self.dest]

@@ -49,6 +49,14 @@ class Settings(BaseModel):
     def _host(cls, value: str) -> str:
         return check_host(value)
 
+    @field_validator("models_dir")
+    @classmethod
+    def _absolute_models_dir(cls, value: str) -> str:
+        if not value.startswith("/"):
+            raise ValueError("must be an absolute path, a folder of the machine (such as "
+                             f"{DEFAULT_MODELS_DIR}); with --root it is found under that root")
+        return value
+
     @field_validator("port")
     @classmethod
     def _plain_route_port(cls, port: int) -> int:

@@ -214,16 +214,27 @@ class Plan(BaseModel):
         try:
             text = src.read_text(encoding="utf-8")
         except FileNotFoundError:
-            raise PlanFileError(f"{src}: no such plan file; make one with "
-                                f"`ojai setup --out {shlex.quote(str(src))}`") from None
+            raise PlanFileError(f"--plan {src}: no such plan file; make one with "
+                                f"`ojai setup --out {shlex.quote(str(src))}`",
+                                missing=True) from None
+        except PermissionError:
+            raise PlanFileError(f"{src}: cannot read the plan file: permission denied (a plan is "
+                                "saved readable by its owner only; run as that user, or with "
+                                "sudo)") from None
+        except IsADirectoryError:
+            raise PlanFileError(f"--plan {src}: is a folder, not a plan file",
+                                missing=True) from None
         except (OSError, UnicodeDecodeError) as exc:
-            raise PlanFileError(f"{src}: cannot read the plan file ({exc})") from None
+            raise PlanFileError(f"{src}: cannot read the plan file "
+                                f"({getattr(exc, 'strerror', None) or 'not UTF-8 text'})") from None
         try:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
-            raise PlanFileError(f"{src}: not a valid plan file: it is not JSON "
-                                f"(line {exc.lineno}: {exc.msg}); it may be truncated or "
-                                f"edited by hand") from None
+            from ojai_setup.core.problems import json_problem
+
+            raise PlanFileError(f"{src}: not a valid plan file: it {json_problem(exc)}; make "
+                                f"the plan again with `ojai setup --out "
+                                f"{shlex.quote(str(src))}`") from None
         if not isinstance(data, dict) or data.get("format") != PLAN_FORMAT:
             raise PlanFileError(f"{src}: not an ojai plan (no \"format\": \"{PLAN_FORMAT}\" "
                                 f"field); make one with `ojai setup --out {shlex.quote(str(src))}`")
@@ -234,14 +245,20 @@ class Plan(BaseModel):
         try:
             return cls.model_validate(data)
         except ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(str(p) for p in first["loc"])
-            raise PlanFileError(f"{src}: the plan file is damaged: {where}: {first['msg']} "
-                                f"({exc.error_count()} problem(s)); make the plan again") from None
+            from ojai_setup.core.problems import problems
+
+            raise PlanFileError(f"{src}: the plan file is damaged: {problems(exc.errors())}; "
+                                f"make the plan again with `ojai setup --out "
+                                f"{shlex.quote(str(src))}`") from None
 
 
 class PlanFileError(ValueError):
-    """A plan file that cannot be used: missing, not JSON, foreign or damaged."""
+    """A plan file that cannot be used: missing (``missing``: a usage error), not JSON,
+    foreign or damaged."""
+
+    def __init__(self, message: str, *, missing: bool = False) -> None:
+        super().__init__(message)
+        self.missing = missing
 
 
 def unified_diff(before: str | None, after: str, path: str, *,

@@ -64,7 +64,7 @@ class ModelStep:
                     f"the downloads need {_size(need)}, {_size(free)} is free; free some space or "
                     "choose another folder with --models-dir")
             return StepResult.change(
-                self.name, f"download {route.title} ({len(downloads)} file(s), about "
+                self.name, f"download {route.title} ({len(downloads)} file{'' if len(downloads) == 1 else 's'}, about "
                 f"{_size(total)}) into {settings.models_dir}; {verdict.sentence()}",
                 downloads)
         what = "main file with in-file MTP heads" if route.mtp == "in_file" else "main and MTP draft"

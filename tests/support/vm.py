@@ -534,15 +534,19 @@ def make_payload_disk(folder: Path, image: Path) -> Path:
     return image
 
 
-def ojai_image(workdir: Path) -> Path:
-    """An overlay of the cached disk with this checkout's ojai installed into the venv
-    ``/opt/ojai`` that holds its dependencies (``ojai`` on PATH), for one test session. Tests
-    boot overlays of it."""
+def ojai_image(workdir: Path, wheel: Path | None = None) -> Path:
+    """An overlay of the cached disk with ``wheel`` (default: this checkout's, built here)
+    installed into the venv ``/opt/ojai`` that holds its dependencies (``ojai`` on PATH).
+    Tests boot overlays of it."""
     base = ensure_image()
     workdir.mkdir(parents=True, exist_ok=True)
     payload = workdir / "payload"
     shutil.rmtree(payload, ignore_errors=True)
-    build_ojai_wheel(payload)
+    if wheel is None:
+        build_ojai_wheel(payload)
+    else:
+        payload.mkdir()
+        shutil.copyfile(wheel, payload / wheel.name)
     disk = overlay(base.disk, workdir / "ojai.qcow2")
     with Machine(disk, workdir / "install", name="ojai-install",
                  payload=make_payload_disk(payload, workdir / "payload.ext4")) as m:
@@ -553,8 +557,62 @@ def ojai_image(workdir: Path) -> Path:
                   timeout=1200)
         m.succeed("umount /mnt/payload && /opt/ojai/bin/pip check && ojai --version")
         m.shutdown()
+    (workdir / "payload.ext4").unlink()
+    shutil.rmtree(payload)
     os.chmod(disk, 0o444)
     return disk
+
+
+def wheel_digest(wheel: Path) -> str:
+    """What a wheel holds: its name and its RECORD (every file's sha256), without the dates
+    of the zip, so that the same checkout built twice gives the same digest."""
+    import zipfile
+
+    with zipfile.ZipFile(wheel) as z:
+        record = next(n for n in z.namelist() if n.endswith(".dist-info/RECORD"))
+        lines = sorted(line for line in z.read(record).decode().splitlines()
+                       if line and not line.startswith(record + ","))
+    return hashlib.sha256("\n".join([wheel.name, *lines]).encode()).hexdigest()[:16]
+
+
+#: the installed images and snapshots the cache keeps (the newest), one per checkout tested
+KEEP_INSTALLED = 2
+
+
+def ensure_ojai_snapshot(work: Path) -> Path:
+    """The snapshot of a booted guest (:func:`booted_snapshot`) of the image with this
+    checkout's ojai installed (:func:`ojai_image`), cached by the image's recipe and the
+    wheel's contents (:func:`wheel_digest`)::
+
+        ${OJAI_TEST_CACHE:-~/.cache/ojai-tests}/vm/installed/<key>/ojai.qcow2, booted.qcow2, done
+
+    Built once under a file lock, so that both test workers, and every later run of the
+    same checkout, start their guests from it without a boot; older entries beyond
+    :data:`KEEP_INSTALLED` are removed."""
+    wheel = build_ojai_wheel(work / "wheel")
+    key = hashlib.sha256(f"{recipe_hash()} {wheel_digest(wheel)}".encode()).hexdigest()[:16]
+    top = cache_base() / "installed"
+    dest = top / key
+    if (dest / "done").is_file():
+        return dest / "booted.qcow2"
+    top.mkdir(parents=True, exist_ok=True)
+    with (top / f".{key}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (dest / "done").is_file():
+            return dest / "booted.qcow2"
+        shutil.rmtree(dest, ignore_errors=True)
+        started = time.monotonic()
+        disk = ojai_image(dest, wheel)
+        booted_snapshot(disk, dest)
+        shutil.rmtree(dest / "boot", ignore_errors=True)
+        shutil.rmtree(dest / "install", ignore_errors=True)
+        (dest / "done").write_text(json.dumps({"wheel": wheel.name, "seconds": round(
+            time.monotonic() - started, 1)}) + "\n")
+    others = sorted((d for d in top.iterdir() if (d / "done").is_file() and d != dest),
+                    key=lambda d: (d / "done").stat().st_mtime)
+    for old in others[:max(0, len(others) - (KEEP_INSTALLED - 1))]:
+        shutil.rmtree(old, ignore_errors=True)
+    return dest / "booted.qcow2"
 
 
 def overlay(backing: Path, path: Path, *, relative: bool = False) -> Path:
@@ -914,7 +972,8 @@ def booted_snapshot(disk: Path, workdir: Path) -> Path:
     finally:
         m.kill()
     os.chmod(snap, 0o444)
-    log(f"snapshot of a booted guest after {m.boot_times[-1]:.0f} s of boot: {snap}")
+    log(f"snapshot of a booted guest after {m.boot_times[-1]:.0f} s of boot: {snap} "
+        f"({snap.stat().st_size >> 20} MiB)")
     return snap
 
 
@@ -936,16 +995,10 @@ def from_snapshot(snapshot: Path, workdir: Path, name: str, **kw) -> Machine:
 
 
 @pytest.fixture(scope="session")
-def vm_booted(vm_ojai_disk, tmp_path_factory) -> Path:
-    """The ojai disk of this session with a booted guest stored in it (once per session)."""
-    return booted_snapshot(vm_ojai_disk, tmp_path_factory.mktemp("vm-booted"))
-
-
-@pytest.fixture(scope="session")
-def vm_ojai_disk(tmp_path_factory) -> Path:
-    """The cached Debian 12 disk with this checkout's ojai in /opt/ojai (once per session);
-    boot overlays of it."""
-    return ojai_image(tmp_path_factory.mktemp("vm-ojai"))
+def vm_booted(tmp_path_factory) -> Path:
+    """A booted guest of the image with this checkout's ojai installed, stored as a snapshot
+    (:func:`ensure_ojai_snapshot`: once per checkout, shared by the test workers)."""
+    return ensure_ojai_snapshot(tmp_path_factory.mktemp("vm-ojai"))
 
 
 def main(argv: list[str]) -> int:

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from support.vm import Machine, from_snapshot, vm_booted, vm_ojai_disk  # noqa: F401  (fixtures)
+from support.vm import Machine, from_snapshot, vm_booted  # noqa: F401  (fixture)
 
 GIB_PAGES = 262144
 PAGES = GIB_PAGES  # --gpu-memory 1
