@@ -476,3 +476,38 @@ def test_every_boot_path_has_a_planner_and_words_for_people():
     from ojai_setup.steps.ttm import ROUTES
 
     assert set(ROUTES) == set(PATHS) == set(get_args(LoaderKind))
+
+
+def test_rollback_of_a_created_kernel_cmdline_writes_it_back_without_the_limit(machine):
+    """kernel-install takes /proc/cmdline when /etc/kernel/cmdline is missing, and after the
+    reboot /proc/cmdline carries the limit: a rollback that removed the file ojai created would
+    have its own `kernel-install add` write the limit straight back into the entries. It writes
+    the file back as the running command line read before the apply instead, and the
+    follow-up runs on that."""
+    root = machine("arch-sdboot-leftover-grub")
+    (root / "etc/kernel").mkdir()
+    (root / "etc/kernel/install.conf").write_text("layout=bls\n")
+    replay = root / ".ojai/commands" / ("kernel-install add 6.17.9-arch1-1 "
+                                        "%2Fusr%2Flib%2Fmodules%2F6.17.9-arch1-1%2Fvmlinuz")
+    replay.mkdir(parents=True)
+    (replay / "stdout").write_text("")
+    # the replayed kernel-install writes no entry: with the old ones gone, the re-plan after
+    # applying does not read a stale one
+    for entry in (root / "boot/loader/entries").glob("*.conf"):
+        entry.unlink()
+    original = "root=UUID=3b9e61a2-7c4d-4f1e-9a0b-5d2c8e7f1a64 rw quiet"
+    applied = ojai("setup", "--root", str(root), "--apply", "--yes", *ARGS)
+    assert applied.exit_code == 0, applied.output
+    assert tokens_of((root / "etc/kernel/cmdline").read_text()) == [*original.split(), LIMIT]
+    # the reboot: the entries kernel-install wrote now boot with the limit
+    cmdline = root / "proc/cmdline"
+    cmdline.write_text(cmdline.read_text().rstrip("\n") + f" {LIMIT}\n")
+
+    preview = ojai("rollback", "--root", str(root))
+    assert "written back without the apply's change" in preview.output, preview.output
+    back = ojai("rollback", "--root", str(root), "--yes")
+    assert back.exit_code == 0, back.output
+    assert "kernel-install" in back.output, back.output
+    assert (root / "etc/kernel/cmdline").read_text() == original + "\n"
+    again = ojai("rollback", "--root", str(root), "--yes")
+    assert again.exit_code != 0 and "nothing to roll back" in again.output, again.output

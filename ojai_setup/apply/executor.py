@@ -715,8 +715,9 @@ def _apply_locked(plan: Plan, root: Root, progress: Progress, planned: list[Plan
                 # downloads and installs are kept by rollback unless asked: no backup
                 download = p.action.dest if isinstance(
                     p.action, (InstallArchive, BuildFromSource, HubDownload)) else None
+                rollback_to = p.action.rollback_to if isinstance(p.action, WriteFile) else None
                 for target in p.action.targets():
-                    journal.stage(target, download=target == download)
+                    journal.stage(target, download=target == download, rollback_to=rollback_to)
             journal.flush()
             result.backed_up = [f.path for f in journal.entry.files if f.backup]
             fault_point("backups-written")

@@ -45,7 +45,13 @@ from ojai_setup.core.root import Root
 from ojai_setup.facts.state import JournalError, _load_state, read_boot_id, state_dir
 from ojai_setup.model.journal import ActionRecord, FileRecord, JournalEntry, PlannedRecord
 from ojai_setup.model.state import HandlerRecord, State
-from ojai_setup.planning.plan import describe_digest, ojai_version, path_digest, unified_diff
+from ojai_setup.planning.plan import (
+    describe_digest,
+    ojai_version,
+    path_digest,
+    text_digest,
+    unified_diff,
+)
 
 ROLLBACK_FORCE_COMMAND = "ojai rollback --force"
 
@@ -166,17 +172,21 @@ class Journal:
         except OSError as exc:
             raise JournalError(f"cannot write ojai's journal {self.path}: {exc.strerror or exc}") from None
 
-    def stage(self, machine_path: str, *, download: bool = False) -> None:
+    def stage(self, machine_path: str, *, download: bool = False,
+              rollback_to: str | None = None) -> None:
         """Remember what is at ``machine_path`` (and back up a regular file) before a change.
         ``download``: the path is a download or an install (a model file, a llama.cpp folder):
-        no backup is made of it and rollback keeps it unless asked to remove downloads."""
+        no backup is made of it and rollback keeps it unless asked to remove downloads.
+        ``rollback_to``: when the path does not exist, what rollback writes there instead of
+        removing what the apply created."""
         if machine_path in self._staged:
             return
         real = self.root.resolve(machine_path)
         before = path_digest(self.root, machine_path)
         record = FileRecord(path=machine_path, existed_before=before is not None, before=before,
                             download=download,
-                            made_dirs=_missing_parents(self.root, machine_path) if download else [])
+                            made_dirs=_missing_parents(self.root, machine_path) if download else [],
+                            rollback_to=rollback_to if before is None and not download else None)
         if before is not None and before.startswith("sha256:") and not download:
             st = os.lstat(real)
             backup = Path("backups") / self.id / machine_path.lstrip("/")
@@ -473,15 +483,20 @@ class RollbackPreview:
         """Unified diffs from what is there now to what rollback puts back (text files)."""
         out = []
         for record, decision, _ in self.items:
-            if decision != "restore" or record.backup is None:
+            if decision != "restore" or (record.backup is None and record.rollback_to is None):
                 continue
-            backup = self.directory / record.backup
             real = root.resolve(record.path)
             try:
-                if backup.stat().st_size > DIFF_LIMIT or (
-                        real.is_file() and real.stat().st_size > DIFF_LIMIT):
-                    continue
-                old = backup.read_text(encoding="utf-8")
+                if record.backup is None:
+                    old = record.rollback_to or ""
+                    if real.is_file() and real.stat().st_size > DIFF_LIMIT:
+                        continue
+                else:
+                    backup = self.directory / record.backup
+                    if backup.stat().st_size > DIFF_LIMIT or (
+                            real.is_file() and real.stat().st_size > DIFF_LIMIT):
+                        continue
+                    old = backup.read_text(encoding="utf-8")
                 now = real.read_text(encoding="utf-8") if real.is_file() else ""
             except (OSError, UnicodeDecodeError):
                 continue
@@ -496,6 +511,11 @@ def _decide(root: Root, record: FileRecord, remove_downloads: bool
             ) -> tuple[RollbackDecision, str]:
     now = path_digest(root, record.path)
     kept = "downloaded or installed by the apply; `ojai rollback --remove-downloads` removes it"
+    if record.before is None and record.rollback_to is not None:
+        if now == text_digest(record.rollback_to):
+            return "restore", "already as rollback writes it"
+        return "restore", ("written back without the apply's change, not removed: without it, "
+                           "its readers would take what the apply changed from elsewhere")
     if record.before is None:
         if now is None:
             if record.download and _download_traces(root, record):
@@ -666,7 +686,7 @@ def _rollback(root: Root, preview: RollbackPreview, progress: Progress, *, force
             fault_point("restore-start")
             if decision == "remove":
                 _remove(root, record, result)
-            elif path_digest(root, record.path) != record.before:
+            elif path_digest(root, record.path) != _restored_digest(record):
                 _restore(root, directory, record, result)
             else:
                 result.restored.append(record.path)
@@ -736,9 +756,39 @@ def _remove(root: Root, record: FileRecord, result: RollbackResult) -> None:
         result.removed.append(folder)
 
 
+def _restored_digest(record: FileRecord) -> str | None:
+    """What ``record``'s path holds once rolled back."""
+    if record.before is None and record.rollback_to is not None:
+        return text_digest(record.rollback_to)
+    return record.before
+
+
+def _write_back(real: Path, text: str) -> None:
+    """``text`` into ``real``: a temp file beside it, fsynced, renamed over it."""
+    ensure_dir(real.parent, DIR_MODE)
+    fd, tmp = tempfile.mkstemp(dir=real.parent, prefix=f".{real.name}.", suffix=".ojai-tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(text.encode("utf-8"))
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, FILE_MODE)
+        os.replace(tmp, real)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
 def _restore(root: Root, directory: Path, record: FileRecord, result: RollbackResult) -> None:
     real = root.resolve(record.path)
     before = record.before
+    if before is None and record.rollback_to is not None:
+        if path_digest(root, record.path) == "directory":
+            result.left.append(f"{record.path} (a folder now; rollback would write a file)")
+            return
+        _write_back(real, record.rollback_to)
+        result.restored.append(record.path)
+        return
     if before is None:
         now = path_digest(root, record.path)
         if now is None:

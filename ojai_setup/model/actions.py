@@ -50,6 +50,11 @@ class WriteFile(_Action):
     validate_with: str | None = None  # name of a validator registered in executor.VALIDATORS
     #: with ``validate_with="grub"``: the whole command line bash must read afterwards
     cmdline: CmdlineCheck | None = None
+    #: for a file the write creates (``before`` None): what rollback writes instead of
+    #: removing it, when the tools that read the path take, without it, something that no
+    #: longer is what they took before the apply (kernel-install falls back to /proc/cmdline,
+    #: which carries the change once the machine rebooted)
+    rollback_to: str | None = None
 
     def targets(self) -> list[str]:
         return [self.path]

@@ -32,6 +32,9 @@ class FileRecord(BaseModel):
     download: bool = False
     #: for a download: the folders that did not exist before it (made for it), outermost first
     made_dirs: list[str] = []
+    #: for a path that did not exist: the content rollback writes instead of removing it
+    #: (``WriteFile.rollback_to``)
+    rollback_to: str | None = None
 
 
 class ActionRecord(BaseModel):

@@ -286,16 +286,22 @@ def _plan_kernel_install(ctx: Context, want: Want, loader: BootLoader,
     handlers = _kernel_install_handlers(ctx, f"rebuild the {image} from {KERNEL_CMDLINE}")
     if isinstance(handlers, str):
         return StepResult.blocked(STEP, handlers, reads=tuple(reads))
+    # made from the running command line: removing it on rollback would make kernel-install
+    # take /proc/cmdline again, which carries the limit once the machine rebooted, so
+    # rollback writes it back as it read before the limit instead
+    from_running = text is None and shipped is None
     action = WriteFile(path=KERNEL_CMDLINE, before=text, after=after,
                        validate_with="kernel-cmdline", cmdline=_check(want, before),
                        reason=f"set {want.param} ({want.gib} GiB for the GPU)", needs_root=True,
-                       needs_reboot=REBOOT, notify=tuple(handlers))
+                       needs_reboot=REBOOT, notify=tuple(handlers),
+                       rollback_to=base if from_running else None)
     why = ("kernel-install writes it into every entry it adds" if loader.kind != "uki" else
            "kernel-install embeds it in the unified kernel image it builds")
     if text is None and shipped is not None:
         why += f"; created from {USR_KERNEL_CMDLINE}, which kernel-install reads without it"
     elif text is None:
-        why += "; created from the running command line, less BOOT_IMAGE= and initrd="
+        why += ("; created from the running command line, less BOOT_IMAGE= and initrd= "
+                "(rollback writes it back without the limit)")
     return Planned([action], handlers, KERNEL_CMDLINE, detail=f" in {KERNEL_CMDLINE} ({why})",
                    said=_changes(before, tokens_of(after), KERNEL_CMDLINE, want), current=current)
 

@@ -670,6 +670,11 @@ class Machine:
     #: start from this internal snapshot of ``disk`` (``-loadvm``: a running guest, see
     #: :func:`booted_snapshot`) instead of booting; then :meth:`resume`, not wait_for_boot
     loadvm: str | None = None
+    #: UEFI instead of SeaBIOS: OVMF's code (read-only) and this guest's own copy of its
+    #: variable store (qcow2, so that savevm/loadvm take it along), both as ``-drive
+    #: if=pflash`` (tests/support/vm_uefi.py)
+    firmware: Path | None = None
+    efi_vars: Path | None = None
     boot_id: str | None = None
     boot_times: list[float] = field(default_factory=list)
     _proc: subprocess.Popen | None = None
@@ -691,6 +696,9 @@ class Machine:
                 "-chardev", f"file,id=serial,path={self.serial_log},append=on",
                 "-serial", "chardev:serial",
                 "-monitor", f"unix:{self.workdir / 'monitor.sock'},server=on,wait=off"]
+        if self.firmware is not None:
+            argv += ["-drive", f"if=pflash,unit=0,format=raw,readonly=on,file={self.firmware}",
+                     "-drive", f"if=pflash,unit=1,format=qcow2,file={self.efi_vars}"]
         if self.payload is not None:
             argv += ["-drive", f"file={self.payload},if=virtio,format=raw,readonly=on"]
         if self.kernel is not None:
