@@ -29,6 +29,7 @@ from support.fake_hub import FakeHub, fake_hub  # noqa: F401
 from support.llama import llama_server_bin  # noqa: F401
 from support.server import free_port, serve
 from support.stand_ins import route_toml
+from support.text import flat
 from support.tiny_models import write_mtp_pair
 from typer.testing import CliRunner
 
@@ -83,7 +84,7 @@ def test_fresh_box_to_serving_mtp_route(machine, tmp_path, fake_github: FakeGitH
     assert plan.exit_code == 2, plan.output
     for line in ("change gpu-memory", "change llama.cpp: install llama.cpp nightly b1311 for gfx1150",
                  "change model: download", "change routes", "change lemonade", "change npu"):
-        assert line in plan.stdout, line
+        assert line in flat(plan.stdout), line
 
     first = ojai(*setup, "--apply", "--yes")
     assert first.exit_code == 0, first.output

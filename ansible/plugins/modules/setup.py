@@ -127,7 +127,8 @@ options:
     type: path
   force_handlers:
     description:
-      - When the apply fails, still run the follow-up commands (C(update-grub), C(systemctl daemon-reload)) of the edits that finished, so that the host is consistent.
+      - When the apply fails, still run the follow-up commands (C(update-grub), C(systemctl daemon-reload))
+        of the edits that finished, so that the host is consistent.
       - V(false) leaves them owed; the next apply runs them first.
     type: bool
     default: true
