@@ -453,19 +453,22 @@ def _load_image(dest: Path) -> Image | None:
     return Image(disk, info["kernel_release"], info)
 
 
-def ensure_image() -> Image:
-    """The cached disk of this recipe; builds it on first use (a file lock serialises builds)."""
-    dest = image_dir()
-    image = _load_image(dest)
-    if image is not None:
-        return image
+def cached(dest: Path, load, build):
+    """``load(dest)``, or, when nothing is cached there yet, ``build(dest)`` under a file lock
+    beside it (checked again once the lock is held: another process may have built it)."""
+    found = load(dest)
+    if found is not None:
+        return found
     dest.parent.mkdir(parents=True, exist_ok=True)
     with (dest.parent / f".{dest.name}.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        image = _load_image(dest)
-        if image is not None:
-            return image
-        return build_image(dest)
+        found = load(dest)
+        return found if found is not None else build(dest)
+
+
+def ensure_image() -> Image:
+    """The cached disk of this recipe; builds it on first use (a file lock serialises builds)."""
+    return cached(image_dir(), _load_image, build_image)
 
 
 # -- ojai in the guest -----------------------------------------------------------------------
@@ -984,7 +987,12 @@ def from_snapshot(snapshot: Path, workdir: Path, name: str, **kw) -> Machine:
     disk = workdir / "disk.qcow2"
     shutil.copyfile(snapshot, disk)
     os.chmod(disk, 0o644)
-    machine = Machine(disk, workdir, name=name, loadvm=SNAPSHOT, **kw)
+    return take_over(Machine(disk, workdir, name=name, loadvm=SNAPSHOT, **kw))
+
+
+def take_over(machine: Machine) -> Machine:
+    """Start ``machine`` from its snapshot and :meth:`Machine.resume` it; its qemu is killed
+    when that fails."""
     machine.start()
     try:
         machine.resume()

@@ -35,7 +35,6 @@ Run this file as a script to build ahead of pytest (``.ci/run`` does).
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import os
@@ -265,14 +264,7 @@ def _load(dest: Path) -> UefiImage | None:
 
 def ensure_uefi_image() -> UefiImage:
     """The cached UEFI disk of this recipe; built on first use (under a file lock)."""
-    dest = image_dir()
-    image = _load(dest)
-    if image is not None:
-        return image
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    with (dest.parent / f".{dest.name}.lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        return _load(dest) or build_uefi_image(dest)
+    return vm.cached(image_dir(), _load, build_uefi_image)
 
 
 # -- a session's booted guest with ojai ------------------------------------------------------
@@ -322,15 +314,8 @@ def uefi_from_snapshot(snapshot: Snapshot, workdir: Path, name: str) -> Machine:
     for src, dst in ((snapshot.disk, disk), (snapshot.efi_vars, efi_vars)):
         shutil.copyfile(src, dst)
         os.chmod(dst, 0o644)
-    machine = uefi_machine(disk, efi_vars, workdir, name=name, loadvm=vm.SNAPSHOT,
-                           payload=snapshot.payload)
-    machine.start()
-    try:
-        machine.resume()
-    except BaseException:
-        machine.kill()
-        raise
-    return machine
+    return vm.take_over(uefi_machine(disk, efi_vars, workdir, name=name, loadvm=vm.SNAPSHOT,
+                                     payload=snapshot.payload))
 
 
 @pytest.fixture(scope="session")
