@@ -582,6 +582,30 @@ def wheel_digest(wheel: Path) -> str:
 KEEP_INSTALLED = 2
 
 
+def installed_entry(top: Path, key: str, build) -> Path:
+    """``top/key``, made by ``build(dest)`` once under a file lock and marked ``done``, so that
+    both test workers and every later run with the same key use it; entries beyond
+    :data:`KEEP_INSTALLED` are removed, oldest first."""
+    dest = top / key
+    if (dest / "done").is_file():
+        return dest
+    top.mkdir(parents=True, exist_ok=True)
+    with (top / f".{key}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (dest / "done").is_file():
+            return dest
+        shutil.rmtree(dest, ignore_errors=True)
+        started = time.monotonic()
+        build(dest)
+        (dest / "done").write_text(json.dumps({"seconds": round(time.monotonic() - started, 1)})
+                                   + "\n")
+    others = sorted((d for d in top.iterdir() if (d / "done").is_file() and d != dest),
+                    key=lambda d: (d / "done").stat().st_mtime)
+    for old in others[:max(0, len(others) - (KEEP_INSTALLED - 1))]:
+        shutil.rmtree(old, ignore_errors=True)
+    return dest
+
+
 def ensure_ojai_snapshot(work: Path) -> Path:
     """The snapshot of a booted guest (:func:`booted_snapshot`) of the image with this
     checkout's ojai installed (:func:`ojai_image`), cached by the image's recipe and the
@@ -589,33 +613,17 @@ def ensure_ojai_snapshot(work: Path) -> Path:
 
         ${OJAI_TEST_CACHE:-~/.cache/ojai-tests}/vm/installed/<key>/ojai.qcow2, booted.qcow2, done
 
-    Built once under a file lock, so that both test workers, and every later run of the
-    same checkout, start their guests from it without a boot; older entries beyond
-    :data:`KEEP_INSTALLED` are removed."""
+    Built once (:func:`installed_entry`), so that both test workers, and every later run of
+    the same checkout, start their guests from it without a boot."""
     wheel = build_ojai_wheel(work / "wheel")
     key = hashlib.sha256(f"{recipe_hash()} {wheel_digest(wheel)}".encode()).hexdigest()[:16]
-    top = cache_base() / "installed"
-    dest = top / key
-    if (dest / "done").is_file():
-        return dest / "booted.qcow2"
-    top.mkdir(parents=True, exist_ok=True)
-    with (top / f".{key}.lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if (dest / "done").is_file():
-            return dest / "booted.qcow2"
-        shutil.rmtree(dest, ignore_errors=True)
-        started = time.monotonic()
-        disk = ojai_image(dest, wheel)
-        booted_snapshot(disk, dest)
+
+    def build(dest: Path) -> None:
+        booted_snapshot(ojai_image(dest, wheel), dest)
         shutil.rmtree(dest / "boot", ignore_errors=True)
         shutil.rmtree(dest / "install", ignore_errors=True)
-        (dest / "done").write_text(json.dumps({"wheel": wheel.name, "seconds": round(
-            time.monotonic() - started, 1)}) + "\n")
-    others = sorted((d for d in top.iterdir() if (d / "done").is_file() and d != dest),
-                    key=lambda d: (d / "done").stat().st_mtime)
-    for old in others[:max(0, len(others) - (KEEP_INSTALLED - 1))]:
-        shutil.rmtree(old, ignore_errors=True)
-    return dest / "booted.qcow2"
+
+    return installed_entry(cache_base() / "installed", key, build) / "booted.qcow2"
 
 
 def overlay(backing: Path, path: Path, *, relative: bool = False) -> Path:

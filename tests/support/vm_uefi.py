@@ -277,16 +277,18 @@ class Snapshot:
     payload: Path
 
 
-def uefi_booted(workdir: Path) -> Snapshot:
+def uefi_booted(workdir: Path, wheel: Path) -> Snapshot:
     """Overlays of the cached disk and variable store holding snapshot :data:`vm.SNAPSHOT` of
-    a guest booted through systemd-boot with this checkout's ojai installed (one boot: pip
-    installs the wheel from a small read-only second disk, with no index, then ``savevm``)."""
+    a guest booted through systemd-boot with ``wheel`` installed (one boot: pip installs the
+    wheel from a small read-only second disk, with no index, then ``savevm``)."""
     image = ensure_uefi_image()
     workdir.mkdir(parents=True, exist_ok=True)
     wheels = workdir / "payload"
     shutil.rmtree(wheels, ignore_errors=True)
-    vm.build_ojai_wheel(wheels)
+    wheels.mkdir()
+    shutil.copyfile(wheel, wheels / wheel.name)
     payload = vm.make_payload_disk(wheels, workdir / "payload.ext4")
+    shutil.rmtree(wheels)
     os.chmod(payload, 0o444)
     disk = vm.overlay(image.disk, workdir / "booted.qcow2")
     efi_vars = vm.overlay(image.efi_vars, workdir / "booted-vars.qcow2")
@@ -301,10 +303,25 @@ def uefi_booted(workdir: Path) -> Snapshot:
         m.savevm(vm.SNAPSHOT)
     finally:
         m.kill()
+    shutil.rmtree(workdir / "boot", ignore_errors=True)
     for path in (disk, efi_vars):
         os.chmod(path, 0o444)
     log(f"UEFI snapshot after {m.boot_times[-1]:.0f} s of boot: {disk}")
     return Snapshot(disk, efi_vars, payload)
+
+
+def ensure_uefi_snapshot(work: Path) -> Snapshot:
+    """The snapshot of :func:`uefi_booted` for this checkout's wheel, cached like the BIOS
+    guest's (:func:`vm.ensure_ojai_snapshot`) by the image's recipe and the wheel's contents::
+
+        ${OJAI_TEST_CACHE:-~/.cache/ojai-tests}/vm/uefi-installed/<key>/booted.qcow2,
+        booted-vars.qcow2, payload.ext4, done
+    """
+    wheel = vm.build_ojai_wheel(work / "wheel")
+    key = hashlib.sha256(f"{image_dir().name} {vm.wheel_digest(wheel)}".encode()).hexdigest()[:16]
+    dest = vm.installed_entry(vm.cache_base() / "uefi-installed", key,
+                              lambda dest: uefi_booted(dest, wheel))
+    return Snapshot(dest / "booted.qcow2", dest / "booted-vars.qcow2", dest / "payload.ext4")
 
 
 def uefi_from_snapshot(snapshot: Snapshot, workdir: Path, name: str) -> Machine:
@@ -320,7 +337,7 @@ def uefi_from_snapshot(snapshot: Snapshot, workdir: Path, name: str) -> Machine:
 
 @pytest.fixture(scope="session")
 def uefi_snapshot(tmp_path_factory) -> Snapshot:
-    return uefi_booted(tmp_path_factory.mktemp("uefi-booted"))
+    return ensure_uefi_snapshot(tmp_path_factory.mktemp("uefi-booted"))
 
 
 @pytest.fixture
