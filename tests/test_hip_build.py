@@ -18,7 +18,8 @@ import pytest
 from ojai_setup.domain.build import INSTALL_RECORD, read_install_record
 from ojai_setup.domain.costs import measured
 from support import sid
-from support.hip import GPU_TARGET, IN_CHECKOUT, HipBuild, ensure_hip_build, ensure_hip_toolchain
+from support.hip import (GPU_TARGET, IN_CHECKOUT, HipBuild, ensure_hip_build, ensure_hip_toolchain,
+                         plan_file, planned_action)
 from support.llama import llama_server_bin  # noqa: F401 - a fixture
 
 pytestmark = pytest.mark.slow
@@ -148,6 +149,14 @@ def test_applying_the_plan_again_changes_nothing(hip_build: HipBuild, tmp_path: 
                                binds=[(state, "/var/lib/ojai")])
     assert again["changed"] is False
     assert again["actions"][0]["message"] == f"{hip_build.action.dest} already holds this build"
+
+
+def test_todays_plan_still_holds_the_cached_build(hip_toolchain: HipBuild, tmp_path: Path) -> None:
+    """The cached build came from a plan made once; ojai's planning as it is now, on the same
+    machine with the chroot's toolchain, still plans that build (a warm run would otherwise
+    never notice that planning it stopped working)."""
+    now = planned_action(plan_file(hip_toolchain.chroot, tmp_path / "plan.json"))
+    assert now == hip_toolchain.action
 
 
 # -- real but incomplete toolchains ----------------------------------------------------------

@@ -162,20 +162,62 @@ class HipBuild:
 OJAI_ENV = {"PYTHONPATH": IN_CHECKOUT, "PYTHONDONTWRITEBYTECODE": "1"}
 
 
-def _plan(cache: Path) -> Plan:
-    """Step 1: plan on the test machine of the OJAI box, with ojai's command line."""
+def toolchain_captures(chroot: Path, machine: Path) -> list[str]:
+    """Give the test machine ``machine`` the chroot's HIP toolchain as ojai's planning sees it
+    under ``--root``: the real answers of the commands its toolchain check runs
+    (:func:`~ojai_setup.facts.toolchain.check_hip_toolchain`), run in the chroot and stored
+    as the machine's captures, and the CMake package files it looks for, copied to the same
+    paths. Returns the commands captured."""
+    from ojai_setup.core.root import COMMANDS_DIR, Root, command_key
+    from ojai_setup.facts import toolchain
+
+    def capture(argv: list[str]) -> str:
+        res = sid.run_in_chroot(chroot, argv, check=False, timeout=120)
+        d = machine / COMMANDS_DIR / command_key(argv)
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "stdout").write_text(res.stdout, encoding="utf-8")
+        (d / "stderr").write_text(res.stderr, encoding="utf-8")
+        (d / "exit_code").write_text(f"{res.returncode}\n", encoding="utf-8")
+        if res.returncode != 0:
+            raise RuntimeError(f"{' '.join(argv)} failed in the chroot: {res.stderr[-500:]}")
+        lines = res.stdout.strip().splitlines()
+        return lines[-1].strip() if lines else ""
+
+    llvm_bin = capture(["hipconfig", "-l"])
+    rocm_path = capture(["hipconfig", "-R"])
+    capture([f"{llvm_bin}/clang", "--target=amdgcn-amd-amdhsa", "-nogpulib",
+             "--print-supported-cpus"])
+    inside = Root(chroot)
+    for name in ("hip", "hipblas", "rocblas"):
+        found = toolchain._cmake_package(inside, [rocm_path, "/usr", toolchain.AMD_PREFIX], name)
+        if found is None:
+            raise RuntimeError(f"the chroot has no {name}-config.cmake")
+        dest = machine / found.lstrip("/")
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        real = inside.resolve(found)
+        if real.is_symlink() and Path(os.readlink(real)).is_absolute():  # the chroot's own path
+            real = inside.resolve(os.readlink(real))
+        shutil.copyfile(real, dest)
+    return ["hipconfig -l", "hipconfig -R", f"{llvm_bin}/clang --print-supported-cpus"]
+
+
+def plan_file(chroot: Path, out: Path) -> Plan:
+    """Step 1: plan on the test machine of the OJAI box, with ojai's command line, into
+    ``out``; the machine holds the chroot's toolchain (:func:`toolchain_captures`), as the box
+    would have ROCm."""
     from typer.testing import CliRunner
 
     from ojai_setup.cli import app
 
-    out = cache / "src" / "plan.json"
     with tempfile.TemporaryDirectory() as tmp:
         machine = Path(tmp) / MACHINE.name
         shutil.copytree(MACHINE, machine, symlinks=True)
+        toolchain_captures(chroot, machine)
         result = CliRunner().invoke(app, setup_args(machine, Path(tmp) / "plan.json"))
         if result.exit_code != 2:
             raise RuntimeError(f"ojai setup exited {result.exit_code}, expected 2 (changes "
                                f"pending):\n{result.output}")
+        out.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(Path(tmp) / "plan.json", out)
     return Plan.model_validate_json(out.read_text(encoding="utf-8"))
 
@@ -347,7 +389,7 @@ def _prepare(chroot: Path, cache: Path) -> HipBuild:
             return prepared
         _ensure_sdist(cache)
         _ensure_venv(chroot, cache)
-        return HipBuild(chroot, cache, planned_action(_plan(cache)))
+        return HipBuild(chroot, cache, planned_action(plan_file(chroot, cache / "src" / "plan.json")))
 
 
 def _link_source(cache: Path) -> None:
