@@ -166,6 +166,7 @@ def read_gpu(root: Root) -> Gpu:
             card=card, pci_vendor=vendor, pci_device=device,
             vram_total=_int(_read(root, dev + "/mem_info_vram_total")),
             gtt_total=_int(_read(root, dev + "/mem_info_gtt_total")),
+            vis_vram_total=_int(_read(root, dev + "/mem_info_vis_vram_total")),
             native_target=row.target if row else None))
     gpu.hsa_override = environment(root).get("HSA_OVERRIDE_GFX_VERSION")
     gpu.environment_unknown = environment_unknown(root)
