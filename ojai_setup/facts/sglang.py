@@ -38,6 +38,26 @@ class SglangInstall(NamedTuple):
     error: str | None = None
 
 
+def _version(root: Root, package: str) -> str:
+    """The installed version: setuptools-scm's ``sglang/_version.py`` (what ``version.py``
+    imports), else the ``Version:`` of the package's dist-info ``METADATA``."""
+    try:
+        m = re.search(r"^(?:__version__|version)\s*=\s*(?:version\s*=\s*)?['\"]([^'\"]+)['\"]",
+                      root.read_text(f"{package}/_version.py"), re.M)
+        if m:
+            return m.group(1)
+    except (OSError, UnicodeDecodeError):
+        pass
+    for meta in root.glob(f"{package}-*.dist-info/METADATA"):
+        try:
+            m = re.search(r"^Version:\s*(\S+)", root.read_text(meta), re.M)
+        except (OSError, UnicodeDecodeError):
+            continue
+        if m:
+            return m.group(1)
+    return "unknown"
+
+
 def read_sglang(root: Root) -> SglangInstall:
     packages = sorted(root.glob(f"{SGLANG_PREFIX}/lib/python3*/site-packages/sglang"))
     if not packages:
@@ -46,12 +66,7 @@ def read_sglang(root: Root) -> SglangInstall:
                              f"{SGLANG_PREFIX} yet; the plan made after installing it checks them "
                              "against the installed package)")
     package = packages[-1]
-    try:
-        version_text = root.read_text(f"{package}/version.py")
-    except (OSError, UnicodeDecodeError):
-        version_text = ""
-    m = re.search(r"__version__\s*=\s*['\"]([^'\"]+)['\"]", version_text)
-    version = m.group(1) if m else "unknown"
+    version = _version(root, package)
     files: dict[str, str] = {}
     try:
         for path in root.glob(f"{package}/{FIELDS_DIR}*.py"):

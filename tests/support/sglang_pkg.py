@@ -30,12 +30,13 @@ WHEEL = f"sglang-{VERSION}-cp311-cp311-manylinux_2_34_x86_64.whl"
 WHEEL_SHA256 = "00b3cd5b265ac76c64185fbb6b95424f324ddd9f428d0306b77bc9db9d859937"
 #: the package files the argument table is read from (paths inside the wheel)
 KEEP = ("sglang/srt/arg_groups/", "sglang/srt/server_args.py",
-        "sglang/srt/speculative/spec_info.py", "sglang/srt/speculative/spec_registry.py")
+        "sglang/srt/speculative/spec_info.py", "sglang/srt/speculative/spec_registry.py",
+        "sglang/version.py", "sglang/_version.py", f"sglang-{VERSION}.dist-info/entry_points.txt")
 
 
 def cache_dir() -> Path:
     base = os.environ.get("OJAI_TEST_CACHE") or str(Path.home() / ".cache" / "ojai-tests")
-    return Path(base).expanduser() / "sglang" / f"{VERSION}-{WHEEL_SHA256[:16]}"
+    return Path(base).expanduser() / "sglang" / f"{VERSION}-{WHEEL_SHA256[:16]}-3"
 
 
 def _sha256(path: Path) -> str:
@@ -62,8 +63,8 @@ def _fetch_and_unpack(dest: Path) -> None:
         with zipfile.ZipFile(wheel) as zf:
             for info in zf.infolist():
                 name = info.filename
-                if not name.endswith(".py") or not any(
-                        name == k or (k.endswith("/") and name.startswith(k)) for k in KEEP):
+                if name.endswith("/") or not any(name == k or (k.endswith("/") and name.startswith(k)
+                                         and name.endswith(".py")) for k in KEEP):
                     continue
                 if ".." in Path(name).parts:
                     raise RuntimeError(f"{WHEEL}: unsafe path {name}")
@@ -71,7 +72,8 @@ def _fetch_and_unpack(dest: Path) -> None:
                 target.parent.mkdir(parents=True, exist_ok=True)
                 with zf.open(info) as src, target.open("wb") as out:
                     shutil.copyfileobj(src, out)
-        if not (staging / "sglang/srt/arg_groups/fields/spec.py").is_file():
+        if not (staging / "sglang/srt/arg_groups/fields/spec.py").is_file() or \
+                not (staging / f"sglang-{VERSION}.dist-info/entry_points.txt").is_file():
             raise RuntimeError(f"{WHEEL} holds no sglang/srt/arg_groups/fields/spec.py")
         (staging / ".complete").write_text(WHEEL_SHA256 + "\n")
         if dest.exists():
@@ -97,6 +99,18 @@ def package_files() -> dict[str, str]:
     base = ensure_sglang_sources() / "sglang"
     return {p.relative_to(base).as_posix(): p.read_text(encoding="utf-8")
             for p in base.rglob("*.py")}
+
+
+def console_scripts() -> list[str]:
+    """The programs the wheel installs (its ``entry_points.txt``)."""
+    text = (ensure_sglang_sources() / f"sglang-{VERSION}.dist-info/entry_points.txt").read_text()
+    section, names = None, []
+    for line in text.splitlines():
+        if line.startswith("["):
+            section = line.strip("[] ")
+        elif section == "console_scripts" and "=" in line:
+            names.append(line.split("=", 1)[0].strip())
+    return names
 
 
 if __name__ == "__main__":
