@@ -28,9 +28,10 @@ class SglangStep:
 
     def plan(self, ctx: Context) -> StepResult:
         if ctx.sglang is None:
-            return StepResult.satisfied(self.name, "no SGLang route asked for (the Instinct routes: "
-                                        "--model deepseek-v3-nextn and the others of "
-                                        "`ojai models`)")
+            from ojai_setup.domain.sglang import sglang_routes
+
+            return StepResult.satisfied(self.name, "no SGLang route asked for (those for Instinct "
+                                        "GPUs: --model " + ", ".join(sglang_routes()) + ")")
         from ojai_setup.domain.checks import instinct_gpus
         from ojai_setup.domain.launch import LaunchError, render_sglang_script, render_sglang_unit
         from ojai_setup.domain.sglang import SGLANG_STATE_DIR, checked_args, choose_tp
