@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from support.machine_state import store_capture
+from support.sglang_parser import parse
 from support.sglang_pkg import VERSION, console_scripts, ensure_sglang_sources, package_files
 from support.sglang_stand_in import sglang_stand_in
 from typer.testing import CliRunner
@@ -265,3 +266,60 @@ def test_bench_runs_unchanged_against_sglang_servers():
     assert pair.plain.draft_n is None and pair.plain.tokens == 24
     assert result.long.mtp.tokens == 120 and result.long.plain.tokens == 120
     assert re.search(r"\S", pair.mtp.text)
+
+
+# -- SGLang's own parser ---------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def sglang_parser():
+    """SGLang's ``add_cli_args_from_dataclass`` over SGLang's own field declarations, run in a
+    child process on the real package's files (``support/sglang_parser.py``), with the rendered
+    arguments of every route at every tensor-parallel size and the seed's folklore to parse."""
+    routes = sglang_routes()
+    argvs = [render_args(routes[n], tp=tp, host="127.0.0.1", port=8080, api_key=True)
+             for n in sorted(routes) for tp in (1, 2, 4, 8)]
+    base = render_args(routes[ROUTE], tp=8, host="127.0.0.1", port=8080)
+    argvs += [base + ["--max-seq-len", "32768"], base + ["--speculative-algo", "NEXTN"],
+              base + ["--speculative-decoding", "{}"]]
+    return parse(ensure_sglang_sources(), argvs), argvs
+
+
+def test_ojais_table_is_what_sglangs_own_parser_makes(sglang_parser, real_table):
+    got, _ = sglang_parser
+    declared = {n: o for n, o in real_table.options.items() if o.namespace != "server_args"}
+    assert set(declared) == set(got["options"]) - {"-h", "--help"}
+    for flag, option in declared.items():
+        if option.takes != "custom":
+            assert option.takes == got["takes"][flag], flag
+        if option.choices is not None:
+            assert list(option.choices) == got["choices"][flag], flag
+    assert sorted(n for n, o in declared.items() if o.required) == got["required"]
+
+
+def test_every_rendered_route_parses_with_sglangs_own_parser(sglang_parser):
+    got, argvs = sglang_parser
+    routes = sglang_routes()
+    for argv, result in list(zip(argvs, got["results"]))[:4 * len(routes)]:
+        assert result["ok"], (argv, result)
+        flags = dict(zip(argv, argv[1:]))
+        values = result["values"]
+        assert values["model_path"] == flags["--model-path"]
+        assert values["tp_size"] == int(flags["--tp-size"])
+        assert values["speculative_algorithm"] == flags["--speculative-algorithm"]
+        assert values["speculative_num_steps"] == int(flags["--speculative-num-steps"])
+        assert values["speculative_eagle_topk"] == int(flags["--speculative-eagle-topk"])
+        assert values["speculative_num_draft_tokens"] == int(flags["--speculative-num-draft-tokens"])
+        assert values["host"] == "127.0.0.1" and values["port"] == 8080
+        assert values["enable_metrics"] is True
+
+
+def test_the_seeds_flags_under_sglangs_own_parser(sglang_parser, real_table):
+    got, argvs = sglang_parser
+    max_seq_len, algo, block = got["results"][-3:]
+    assert not max_seq_len["ok"] and max_seq_len["unknown"] == ["--max-seq-len", "32768"]
+    assert not block["ok"] and block["unknown"] == ["--speculative-decoding", "{}"]
+    # argparse takes an unambiguous prefix: SGLang reads --speculative-algo as
+    # --speculative-algorithm; ojai refuses it, since the next release's flags can make it ambiguous
+    assert algo["ok"] and algo["values"]["speculative_algorithm"] == "NEXTN"
+    with pytest.raises(UnsupportedSglangArgs, match="abbreviation of --speculative-algorithm"):
+        check_args(ROUTE, argvs[-2], real_table)

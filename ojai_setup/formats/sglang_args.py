@@ -11,7 +11,8 @@ declarations from the package's source text instead, with the rules of
 
 - the option is ``Arg.cli_name`` or ``--`` + the field name with ``_`` turned into ``-``, plus
   ``Arg.aliases``; a field with ``Arg(no_cli=True)`` or without ``A[...]`` has no option;
-- ``bool`` is a bare flag (``store_true``); ``Literal[...]`` gives the choices (unless
+- ``bool`` is a bare flag (``store_true``), ``argparse.BooleanOptionalAction`` adds ``--no-``
+  to it; another ``Arg.action`` is an action of SGLang's own; ``Literal[...]`` gives the choices (unless
   ``Arg.choices`` does); ``list[...]`` takes one or more values; anything else one value;
   ``Arg.choices`` naming a list of ``arg_groups/choices.py`` gives those choices;
 - a scalar field without a default and not ``required=False`` is required (``--model-path``).
@@ -193,6 +194,9 @@ def _field_option(field: str, annotation: ast.AST, has_default: bool, namespace:
         elif _name(c) in choices:
             given_choices = choices[_name(c)]
     if "action" in meta:
+        if _name(meta["action"]) == "BooleanOptionalAction":  # --x and --no-x, no value
+            names += ["--no-" + n[2:] for n in names if n.startswith("--")]
+            return SglangOption(names=tuple(names), dest=field, takes="flag", namespace=namespace)
         return SglangOption(names=tuple(names), dest=field, takes="custom", namespace=namespace)
     inner = _unwrap_optional(raw)
     if isinstance(inner, ast.Subscript) and _name(inner.value) == "Literal":

@@ -31,12 +31,16 @@ WHEEL_SHA256 = "00b3cd5b265ac76c64185fbb6b95424f324ddd9f428d0306b77bc9db9d859937
 #: the package files the argument table is read from (paths inside the wheel)
 KEEP = ("sglang/srt/arg_groups/", "sglang/srt/server_args.py",
         "sglang/srt/speculative/spec_info.py", "sglang/srt/speculative/spec_registry.py",
-        "sglang/version.py", "sglang/_version.py", f"sglang-{VERSION}.dist-info/entry_points.txt")
+        "sglang/version.py", "sglang/_version.py", "sglang/srt/utils/common.py",
+        "sglang/srt/utils/aio_rwlock.py", "sglang/srt/lora/lora_registry.py",
+        "sglang/srt/model_executor/cuda_graph_config.py", "sglang/srt/runtime_context.py",
+        "sglang/srt/environ.py",
+        f"sglang-{VERSION}.dist-info/entry_points.txt")
 
 
 def cache_dir() -> Path:
     base = os.environ.get("OJAI_TEST_CACHE") or str(Path.home() / ".cache" / "ojai-tests")
-    return Path(base).expanduser() / "sglang" / f"{VERSION}-{WHEEL_SHA256[:16]}-3"
+    return Path(base).expanduser() / "sglang" / f"{VERSION}-{WHEEL_SHA256[:16]}-5"
 
 
 def _sha256(path: Path) -> str:
