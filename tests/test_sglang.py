@@ -323,3 +323,29 @@ def test_the_seeds_flags_under_sglangs_own_parser(sglang_parser, real_table):
     assert algo["ok"] and algo["values"]["speculative_algorithm"] == "NEXTN"
     with pytest.raises(UnsupportedSglangArgs, match="abbreviation of --speculative-algorithm"):
         check_args(ROUTE, argvs[-2], real_table)
+
+
+def test_verify_asks_an_sglang_route_through_its_own_api(machine):
+    from support.machine_state import record_state
+
+    from ojai_setup.core.root import Root
+
+    root = machine(NODE)
+    key = "k" * 20
+    (root / "etc/ojai").mkdir(parents=True)
+    (root / "etc/ojai/llama-server.env").write_text(f"LLAMA_API_KEY={key}\n")
+    seen: list = []
+    with sglang_stand_in(accepted=(3, 1, 2, 0), seen=seen) as url:
+        port = int(url.rsplit(":", 1)[1])
+        record_state(Root(root), "routes", {ROUTE: {
+            "script": SCRIPT, "host": "127.0.0.1", "port": port, "server": "sglang",
+            "model": ROUTE, "spec_type": "EAGLE", "draft_n_max": 3,
+            "api_key_env": "/etc/ojai/llama-server.env"}})
+        result = ojai("verify", "--root", root, "--json", "--tokens", "40")
+    assert result.exit_code == 0, result.output
+    check = json.loads(result.stdout)["routes"][0]
+    assert check["healthy"] and check["error"] is None
+    assert check["predicted_n"] == 40 and check["draft_n"] == 48 and check["draft_n_accepted"] == 24
+    assert check["tokens_per_step"] == pytest.approx(2.5)  # SGLang's own spec_accept_length
+    assert seen[-1]["max_tokens"] == 40 and seen[-1]["ignore_eos"] is True
+    assert seen[-1]["_authorization"] == f"Bearer {key}"  # the route's key, from its env file

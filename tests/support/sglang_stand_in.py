@@ -55,6 +55,7 @@ def _handler(accepted: tuple[int, ...] | None, draft_tokens: int, delay: float, 
 
         def do_POST(self):  # noqa: N802
             request = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            request["_authorization"] = self.headers.get("Authorization")  # for the test to read
             seen.append(request)
             if self.path != "/v1/completions":
                 self._json(404, {"detail": "Not Found"})

@@ -83,7 +83,7 @@ class Generation:
 class Endpoint:
     """One llama-server, by its base URL (``http://127.0.0.1:8080``)."""
 
-    def __init__(self, url: str, *, timeout: float = 600.0) -> None:
+    def __init__(self, url: str, *, timeout: float = 600.0, api_key: str | None = None) -> None:
         parsed = urllib.parse.urlsplit(url if "://" in url else f"http://{url}")
         if parsed.scheme != "http" or not parsed.hostname:
             raise ClientError(f"{url}: expected an http://HOST:PORT address")
@@ -93,6 +93,14 @@ class Endpoint:
         self.timeout = timeout
 
         self._kind: str | None = None
+        #: sent as ``Authorization: Bearer`` (llama-server's --api-key, SGLang's --api-key)
+        self.api_key = api_key
+
+    def _headers(self, **extra: str) -> dict[str, str]:
+        headers = {"Content-Type": "application/json", **extra}
+        if self.api_key:
+            headers["Authorization"] = f"Bearer {self.api_key}"
+        return headers
 
     def __repr__(self) -> str:
         return f"Endpoint({self.url})"
@@ -119,7 +127,7 @@ class Endpoint:
         conn = self._conn(timeout)
         try:
             body = json.dumps(payload).encode() if payload is not None else None
-            conn.request(method, path, body=body, headers={"Content-Type": "application/json"})
+            conn.request(method, path, body=body, headers=self._headers())
             resp = conn.getresponse()
             raw = resp.read()
         except OSError as exc:
@@ -195,7 +203,7 @@ class Endpoint:
         try:
             gen.started = t0 = time.monotonic()
             conn.request("POST", "/completion", body=json.dumps(payload).encode(),
-                         headers={"Content-Type": "application/json", "Accept": "text/event-stream"})
+                         headers=self._headers(Accept="text/event-stream"))
             resp = conn.getresponse()
             if resp.status != 200:
                 raise ClientError(f"{self.url}/completion answered {resp.status}: "
@@ -260,7 +268,7 @@ class Endpoint:
         try:
             gen.started = t0 = time.monotonic()
             conn.request("POST", "/v1/completions", body=json.dumps(payload).encode(),
-                         headers={"Content-Type": "application/json", "Accept": "text/event-stream"})
+                         headers=self._headers(Accept="text/event-stream"))
             resp = conn.getresponse()
             if resp.status != 200:
                 raise ClientError(f"{self.url}/v1/completions answered {resp.status}: "
