@@ -349,3 +349,20 @@ def test_verify_asks_an_sglang_route_through_its_own_api(machine):
     assert check["tokens_per_step"] == pytest.approx(2.5)  # SGLang's own spec_accept_length
     assert seen[-1]["max_tokens"] == 40 and seen[-1]["ignore_eos"] is True
     assert seen[-1]["_authorization"] == f"Bearer {key}"  # the route's key, from its env file
+
+
+def test_a_gfx90a_node_from_rocminfo_alone_and_a_route_too_big_for_it():
+    report = json.loads(ojai("doctor", "--root", MACHINES / "mi250x-rocminfo-excerpt", "--json").stdout)
+    assert report["profile"]["id"] == "instinct"
+    count = next(f for f in report["findings"] if f["id"] == "gpu.count")
+    assert count["severity"] == "pass"
+    assert count["evidence"].startswith("1 GPU in rocminfo: Instinct MI250X / MI250 (one GCD) (gfx90a), 64.0 GiB")
+    assert "agents 1, 2, 3" in count["evidence"]  # the excerpt left the others out, and it says so
+    rocm = next(f for f in report["findings"] if f["id"] == "rocm.min")
+    assert rocm["severity"] == "info" and "need ROCm 5.0 or newer" in rocm["evidence"]
+    result = ojai("setup", "--root", MACHINES / "mi250x-rocminfo-excerpt", "--model", ROUTE, "--json")
+    assert result.exit_code == 1
+    step = next(s for s in json.loads(result.stdout)["steps"] if s["step"] == "sglang")
+    assert step["status"] == "blocked" and step["sentence"] == (
+        "deepseek-v3-nextn needs about 641 GiB for its weights; 1 GPU of 64 GiB holds 51 GiB of "
+        "weights (leaving room for the KV cache): choose a smaller route or a node with more GPUs")

@@ -978,7 +978,7 @@ def _instinct_gpus(facts: Facts, profile: Profile, params: dict) -> Outcome:
                            + _notes(gpu))
         return Outcome(ok=False, evidence=f"{ev}; rocminfo lists only {seen}: ROCm does not see "
                        "them all")
-    return Outcome(ok=True, evidence=ev + (f"; rocminfo lists {seen}" if from_sysfs else ""))
+    return Outcome(ok=True, evidence=ev + (f"; rocminfo lists {seen}" if from_sysfs else _notes(gpu)))
 
 
 @kind("rocm_min_target")

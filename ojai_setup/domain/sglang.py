@@ -101,7 +101,7 @@ def choose_tp(route: SglangRoute, gpus: int, hbm_bytes: int | None) -> TpChoice:
                             f"each GPU's {per:.0f} GiB, the rest is SGLang's KV cache")
     most = max(t for t in TP_SIZES if t <= gpus)
     return TpChoice(tp=None, sentence=f"{route.name} needs about {weights:.0f} GiB for its weights; "
-                    f"{most} GPU{'s' if most > 1 else ''} of {per:.0f} GiB hold "
+                    f"{most} GPU{'s' if most > 1 else ''} of {per:.0f} GiB hold{'' if most > 1 else 's'} "
                     f"{WEIGHTS_SHARE * most * per:.0f} GiB of weights (leaving room for the KV "
                     "cache): choose a smaller route or a node with more GPUs")
 
