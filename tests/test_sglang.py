@@ -85,7 +85,7 @@ def test_doctor_names_the_instinct_node_and_its_preconditions():
     assert found["rocm.min"]["severity"] == "pass" and "needs >= 6.0" in found["rocm.min"]["evidence"]
     assert found["driver.amdgpu"]["severity"] == "pass"
     # what the captures did not show is unknown, never guessed
-    for unknown in ("gpu.large-bar", "kernel.iommu", "kernel.pci-realloc"):
+    for unknown in ("gpu.large-bar", "kernel.iommu", "kernel.pci-realloc", "kernel.numa-balancing"):
         assert found[unknown]["severity"] == "info" and "unknown" in found[unknown]["evidence"]
         assert found[unknown]["link"]
     assert not any(i.startswith(("ttm.", "npu.", "gpu.carve-out")) for i in found)
@@ -100,6 +100,8 @@ def test_instinct_preconditions_fail_with_their_fix(machine):
     (root / "opt/rocm/.info/version").write_text("5.7.1\n")
     (root / "proc").mkdir()
     (root / "proc/cmdline").write_text("BOOT_IMAGE=/vmlinuz root=/dev/sda1 ro iommu=pt\n")
+    (root / "proc/sys/kernel").mkdir(parents=True)
+    (root / "proc/sys/kernel/numa_balancing").write_text("1\n")
     for card in ("card1", "card2"):  # two GPUs whose BAR shows the CPU 256 MiB
         (root / f"sys/class/drm/{card}/device/mem_info_vis_vram_total").write_text("268435456\n")
     report = json.loads(ojai("doctor", "--root", root, "--json").stdout)
@@ -109,6 +111,9 @@ def test_instinct_preconditions_fail_with_their_fix(machine):
     assert found["gpu.large-bar"]["severity"] == "warn" and "2 of 2 GPUs" in found["gpu.large-bar"]["evidence"]
     assert found["kernel.iommu"]["severity"] == "pass"
     assert found["kernel.pci-realloc"]["severity"] == "warn"
+    assert found["kernel.numa-balancing"]["severity"] == "warn"
+    assert found["kernel.numa-balancing"]["evidence"] == "kernel.numa_balancing = 1; want 0"
+    assert "sysctl -w kernel.numa_balancing=0" in found["kernel.numa-balancing"]["fix"]
     assert report["result"] == "fail"
 
 

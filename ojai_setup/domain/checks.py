@@ -1030,3 +1030,12 @@ def _cmdline_present(facts: Facts, profile: Profile, params: dict) -> Outcome:
     other = [t for t in tokens if t.startswith(params["token"] + "=")]
     return Outcome(ok=False, evidence=(" ".join(other) + " on the kernel command line, not "
                                        if other else "the kernel command line has no ") + want)
+
+
+@kind("sysctl_value")
+def _sysctl_value(facts: Facts, profile: Profile, params: dict) -> Outcome:
+    key, want = params["key"], str(params["value"])
+    have = facts.sysctl.get(key)
+    if have is None:
+        return Outcome(ok=None, evidence=f"unknown: /proc/sys/{key.replace('.', '/')} was not read")
+    return Outcome(ok=have == want, evidence=f"{key} = {have}" + ("" if have == want else f"; want {want}"))

@@ -389,6 +389,19 @@ def read_models(root: Root) -> list[ModelPair]:
     return list(pairs.values())
 
 
+#: the kernel settings doctor reads (``/proc/sys/<name with / for .>``)
+SYSCTLS = ("kernel.numa_balancing",)
+
+
+def read_sysctl(root: Root) -> dict[str, str]:
+    values = {}
+    for name in SYSCTLS:
+        text = _read(root, "/proc/sys/" + name.replace(".", "/"))
+        if text is not None:
+            values[name] = text.strip()
+    return values
+
+
 def read_amdgpu_dkms(root: Root) -> bool:
     return bool(root.glob("/var/lib/dkms/amdgpu/*")) or root.exists("/sys/module/amdttm")
 
@@ -406,6 +419,7 @@ SECTIONS: dict[str, Callable[[Root], object]] = {
     "tools": read_tools,
     "amdgpu_dkms": read_amdgpu_dkms,
     "models": read_models,
+    "sysctl": read_sysctl,
     "apply": lambda root: read_apply_status(root),
 }
 

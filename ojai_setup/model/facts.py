@@ -283,4 +283,7 @@ class Facts(_Model):
     tools: dict[str, Tool] = {}
     amdgpu_dkms: bool | None = None
     models: list[ModelPair] = []
+    #: kernel settings doctor checks, by sysctl name (``kernel.numa_balancing``), as /proc/sys
+    #: shows them; a setting that could not be read is absent
+    sysctl: dict[str, str] = {}
     unknown: dict[str, str] = {}
