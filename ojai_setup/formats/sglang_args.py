@@ -179,7 +179,7 @@ def _field_option(field: str, annotation: ast.AST, has_default: bool, namespace:
             break
     if not found:
         return None
-    if _literal(meta["no_cli"]) is True if "no_cli" in meta else False:
+    if "no_cli" in meta and _literal(meta["no_cli"]) is True:
         return None
     cli = _literal(meta["cli_name"]) if "cli_name" in meta else None
     names = [cli or "--" + field.replace("_", "-")]

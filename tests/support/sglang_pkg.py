@@ -3,7 +3,8 @@
 The ``sglang`` wheel needs torch and CUDA packages (gigabytes) to import its server-argument
 parser; its declarations are plain Python source. So the wheel alone is fetched once with
 ``pip download --no-deps`` (39 MB), its sha256 is checked against the one pinned here, and only
-the files SGLang declares its server arguments in are unpacked (nothing is imported or run)::
+the files SGLang declares its server arguments in (and the few that
+``sglang_parser.py`` needs to build SGLang's parser of them) are unpacked::
 
     ${OJAI_TEST_CACHE:-~/.cache/ojai-tests}/sglang/<version>-<wheel sha256[:16]>/
         sglang/srt/arg_groups/...  sglang/srt/server_args.py  sglang/srt/speculative/spec_*.py
@@ -40,7 +41,8 @@ KEEP = ("sglang/srt/arg_groups/", "sglang/srt/server_args.py",
 
 def cache_dir() -> Path:
     base = os.environ.get("OJAI_TEST_CACHE") or str(Path.home() / ".cache" / "ojai-tests")
-    return Path(base).expanduser() / "sglang" / f"{VERSION}-{WHEEL_SHA256[:16]}-5"
+    kept = hashlib.sha256("\n".join(KEEP).encode()).hexdigest()[:8]  # a new KEEP, a new folder
+    return Path(base).expanduser() / "sglang" / f"{VERSION}-{WHEEL_SHA256[:16]}-{kept}"
 
 
 def _sha256(path: Path) -> str:
