@@ -6,7 +6,7 @@ parser; its declarations are plain Python source. So the wheel alone is fetched 
 the files SGLang declares its server arguments in (and the few that
 ``sglang_parser.py`` needs to build SGLang's parser of them) are unpacked::
 
-    ${OJAI_TEST_CACHE:-~/.cache/ojai-tests}/sglang/<version>-<wheel sha256[:16]>/
+    ${OJAI_TEST_CACHE:-~/.cache/ojai-tests}/sglang/<version>-<wheel sha256[:16]>-<hash of the kept paths>/
         sglang/srt/arg_groups/...  sglang/srt/server_args.py  sglang/srt/speculative/spec_*.py
 
 A file lock keeps two processes from unpacking at once. Run this file as a script to fetch it
