@@ -371,3 +371,13 @@ def test_a_gfx90a_node_from_rocminfo_alone_and_a_route_too_big_for_it():
     assert step["status"] == "blocked" and step["sentence"] == (
         "deepseek-v3-nextn needs about 641 GiB for its weights; 1 GPU of 64 GiB holds 51 GiB of "
         "weights (leaving room for the KV cache): choose a smaller route or a node with more GPUs")
+
+
+def test_models_lists_the_sglang_routes_on_an_instinct_node():
+    result = ojai("models", "--root", MACHINES / NODE, "--json")
+    assert result.exit_code == 0, result.output
+    rows = {r["name"]: r for r in json.loads(result.stdout)["routes"]}
+    assert set(rows) == set(sglang_routes())
+    assert rows[ROUTE]["fits"] and rows[ROUTE]["tp"] == 8 and rows[ROUTE]["server"] == "sglang"
+    small = json.loads(ojai("models", "--root", MACHINES / "mi250x-rocminfo-excerpt", "--json").stdout)
+    assert not any(r["fits"] for r in small["routes"])  # one 64 GiB GCD holds none of them
