@@ -381,3 +381,16 @@ def test_models_lists_the_sglang_routes_on_an_instinct_node():
     assert rows[ROUTE]["fits"] and rows[ROUTE]["tp"] == 8 and rows[ROUTE]["server"] == "sglang"
     small = json.loads(ojai("models", "--root", MACHINES / "mi250x-rocminfo-excerpt", "--json").stdout)
     assert not any(r["fits"] for r in small["routes"])  # one 64 GiB GCD holds none of them
+
+
+def test_bench_from_the_records_of_an_sglang_route_says_to_give_the_servers(machine):
+    from support.machine_state import record_state
+
+    from ojai_setup.commands.bench.command import BenchError, find_routes
+    from ojai_setup.core.root import Root
+
+    root = Root(machine(NODE))
+    record_state(root, "routes", {ROUTE: {"script": SCRIPT, "host": "127.0.0.1", "port": 8080,
+                                          "server": "sglang", "model": ROUTE, "spec_type": "EAGLE"}})
+    with pytest.raises(BenchError, match="--mtp-url URL --plain-url URL"):
+        find_routes(root, None)
