@@ -155,6 +155,11 @@ def test_the_unit_passes_systemd_analyze(machine, tmp_path):
                            "systemd-analyze", "verify", str(unit)], capture_output=True, text=True)
     assert proc.returncode == 0 and unit.name not in proc.stderr, proc.stderr
     assert (root / SCRIPT.lstrip("/")).stat().st_mode & 0o777 == 0o755
+    # applied: planning again has nothing to do
+    again = ojai("setup", "--root", root, "--model", ROUTE, "--systemd", "--json")
+    assert again.exit_code == 0, again.output
+    step = next(s for s in json.loads(again.stdout)["steps"] if s["step"] == "sglang")
+    assert step["status"] == "satisfied" and "its launch script is in place" in step["sentence"]
 
 
 @pytest.mark.parametrize("name", sorted(sglang_routes()))
