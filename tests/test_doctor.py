@@ -124,7 +124,7 @@ def test_a_forced_profile_checks_the_ttm_limit_without_an_amd_gpu():
 def test_unknown_profile_is_a_clear_error():
     result = CliRunner().invoke(app, ["doctor", "--root", str(MACHINES / "ojai-fresh"), "--profile", "nope"])
     assert result.exit_code == 64
-    assert result.stderr.startswith("error: --profile nope: must be one of ojai, ")
+    assert result.stderr.startswith("error: --profile nope: must be one of instinct, ojai, ")
 
 
 def test_empty_root_reports_unknowns_and_never_crashes(tmp_path):

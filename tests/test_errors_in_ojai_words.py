@@ -51,7 +51,7 @@ def in_ojai_words(text: str) -> None:
     (["models", "--models-dir", "rel/dir"], "--models-dir rel/dir: must be an absolute path"),
     (["setup", "--port"], "--port: needs a value"),
     (["setup", "--bogus"], "--bogus: ojai setup has no such option"),
-    (["doctor", "--profile", "nope"], "--profile nope: must be one of ojai, "),
+    (["doctor", "--profile", "nope"], "--profile nope: must be one of instinct, ojai, "),
     (["verify", "--tokens", "0"], "--tokens 0: must be at least 1"),
     (["tune", "some-route", "--lengths", "abc"], "--lengths abc: a range like 1-8"),
 ])

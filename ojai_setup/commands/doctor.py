@@ -137,17 +137,31 @@ def fact_rows(facts: Facts) -> list[tuple[str, str]]:
         rows.append(("CPU", f"{facts.cpu.model_name} ({facts.cpu.logical_cpus} threads)"
                      + (", engineering sample" if facts.cpu.engineering_sample else "")))
     missing("cpu")
+    hbm = {}
     if facts.gpu:
         agents = ", ".join(f"{a.name} ({a.marketing_name})" for a in facts.gpu.agents)
         rows.append(("GPU (rocminfo)", agents or facts.gpu.rocminfo_error or "none"))
+        from ojai_setup.domain.checks import igpu
+
+        hbm: dict[tuple, list[str]] = {}  # Instinct GPUs with memory of their own, alike grouped
         for c in facts.gpu.cards:
+            row = igpu(c.pci_device)
+            if row is not None and row.family == "instinct":
+                hbm.setdefault((c.pci_device, row.name, row.target, c.vram_total, c.vis_vram_total),
+                               []).append(c.card)
+                continue
             rows.append((f"GPU ({c.card})", f"PCI {c.pci_vendor}:{c.pci_device}, VRAM carve-out "
                          f"{_gib(c.vram_total, 'not in sysfs')}, GTT "
                          f"{_gib(c.gtt_total, 'not in sysfs')}"))
+        for (device, name, target, vram, visible), cards in hbm.items():
+            where = cards[0] if len(cards) == 1 else f"{len(cards)}: {cards[0]} to {cards[-1]}"
+            bar = "" if visible is None else f", CPU-visible {_gib(visible)}"
+            rows.append((f"GPU ({where})", f"PCI 0x1002:{device}, {name} ({target}), HBM "
+                         f"{_gib(vram, 'not in sysfs')}{bar}"))
         if facts.gpu.npu_agents:
             rows.append(("NPU (rocminfo)", ", ".join(f"{a.name} ({a.marketing_name})" for a in facts.gpu.npu_agents)))
     missing("gpu")
-    if facts.npu:
+    if facts.npu and not (hbm and not facts.npu.accel_devices):  # no NPU beside Instinct GPUs
         n = facts.npu
         driver = n.amdxdna_version or ("unknown (no /sys/module/amdxdna/version, and neither "
                                        "flm validate nor xrt-smi examine reports one)")
@@ -174,7 +188,7 @@ def fact_rows(facts: Facts) -> list[tuple[str, str]]:
     if facts.rocm_version:
         rows.append(("ROCm", facts.rocm_version))
     missing("rocm_version")
-    if facts.ttm:
+    if facts.ttm and not (hbm and facts.ttm.live_module is None):  # HBM: no TTM limit
         t = facts.ttm
 
         def pages(p: int | None) -> str:

@@ -23,6 +23,8 @@ def model_rows(root: Root, settings: Settings) -> list[dict]:
 
     facts = collect(root)
     profile = resolve_profile(facts, settings)
+    if profile.no_ttm:  # GPUs with memory of their own: SGLang routes
+        return sglang_rows(facts)
     budget = budget_gib(facts, settings, profile) * GIB if facts.memory or settings.gpu_memory_gib else 0
     catalog = user_catalog(root, settings, invoking_user(root)[1])
     rows = []
@@ -45,6 +47,25 @@ def model_rows(root: Root, settings: Settings) -> list[dict]:
     return rows
 
 
+def sglang_rows(facts) -> list[dict]:
+    """The SGLang routes against an Instinct node: the tensor-parallel size the weights need."""
+    from ojai_setup.domain.checks import instinct_gpus
+    from ojai_setup.domain.sglang import choose_tp, sglang_routes
+
+    gpus = instinct_gpus(facts)
+    sizes = [s for _, _, s in gpus if s]
+    hbm = min(sizes) if sizes and len(sizes) == len(gpus) else None
+    rows = []
+    for route in sorted(sglang_routes().values(), key=lambda r: r.weights_bytes):
+        tp = choose_tp(route, len(gpus), hbm)
+        rows.append({"name": route.name, "title": route.title, "mtp": "sglang-" + route.algorithm.lower(),
+                     "server": "sglang", "context_size": None, "need_bytes": route.weights_bytes,
+                     "budget_bytes": (hbm or 0) * len(gpus), "fits": tp.tp is not None,
+                     "tp": tp.tp, "max_ctx": None, "downloaded": "by SGLang",
+                     "sizes_estimated": True, "download_bytes": route.weights_bytes})
+    return rows
+
+
 class ModelsReport:
     """The catalog's routes against this machine (:func:`model_rows`): a table for people."""
 
@@ -61,17 +82,24 @@ class ModelsReport:
 
         rows = self.rows
         budget = rows[0]["budget_bytes"] if rows else 0
-        table = Table(title=f"Routes (GPU budget {budget / GIB:.0f} GiB; models in {self.models_dir})",
+        sglang = bool(rows) and rows[0].get("server") == "sglang"
+        where = ("HBM of the Instinct GPUs; SGLang downloads the weights" if sglang
+                 else f"models in {self.models_dir}")
+        table = Table(title=f"Routes (GPU {'memory' if sglang else 'budget'} {budget / GIB:.0f} "
+                      f"GiB; {where})",
                       title_justify="left")
         for col in ("route", "MTP", "context", "needs", "fits", "downloaded"):
             table.add_column(col, no_wrap=col in ("MTP", "context", "fits", "downloaded"),
                              min_width=15 if col == "route" else None)
         for r in rows:
             fits = "yes" if r["fits"] else (f"no (ctx {r['max_ctx']} fits)" if r["max_ctx"] else "no")
+            if r.get("server") == "sglang":
+                fits = f"yes (tp {r['tp']})" if r["fits"] else "no"
             need = f"{r['need_bytes'] / GIB:.1f} GiB" + (" (est.)" if r["sizes_estimated"] else "")
             size = f"{r['download_bytes'] / GIB:.1f} GiB" + (" (est.)" if r["sizes_estimated"] else "")
             table.add_row(f"{r['name']}\n[dim]{r['title']}\n{size} to download[/]",
-                          r["mtp"].replace("_", "-"), str(r["context_size"]), need, fits,
+                          r["mtp"].replace("_", "-"), str(r["context_size"] or "SGLang's"),
+                          need, fits,
                           r["downloaded"])
         term.print(table)
         term.print("Set one up with: ojai setup --model NAME")

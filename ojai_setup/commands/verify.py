@@ -145,6 +145,26 @@ def check_route(name: str, host: str, port: int, draft_n_max: int | None, *, tim
                       **predict(data.get("timings", {}), draft_n_max))
 
 
+def check_sglang_route(name: str, host: str, port: int, draft_n_max: int | None, *,
+                       timeout: float, n_predict: int, api_key: str | None = None) -> RouteCheck:
+    """An SGLang route: ``/health``, then one completion through its OpenAI-compatible API,
+    read with its own speculative details (see :mod:`ojai_setup.commands.bench.client`)."""
+    from ojai_setup.commands.bench.client import ClientError, Endpoint
+
+    endpoint = Endpoint(f"http://{host}:{port}", timeout=max(timeout, 120), api_key=api_key)
+    try:
+        endpoint.wait_healthy(timeout)
+    except ClientError as exc:
+        return RouteCheck(route=name, url=endpoint.url, healthy=False, error=str(exc))
+    try:
+        gen = endpoint.complete(PROMPT, n_predict=n_predict, seed=1, temperature=0.0,
+                                ignore_eos=True)
+    except ClientError as exc:
+        return RouteCheck(route=name, url=endpoint.url, healthy=True, error=f"completion failed: {exc}")
+    timings = dict(gen.timings, predicted_per_second=gen.harness_tps)
+    return RouteCheck(route=name, url=endpoint.url, healthy=True, **predict(timings, draft_n_max))
+
+
 def check_npu_route(tag: str, port: int, timeout: float) -> RouteCheck:
     """FastFlowLM has no health endpoint: it is ready when ``/api/tags`` lists its models."""
     from ojai_setup.commands.verify_flm import probe_tags
@@ -339,8 +359,9 @@ def run_verify(term: Terminal, root_dir: Path, *, only: str | None, timeout: flo
             results.append(RouteCheck(route=name, url=f"http://{r.get('host', '127.0.0.1')}:"
                                       f"{r['port']}", healthy=False, error=problem))
             continue
-        results.append(check_route(name, r.get("host", "127.0.0.1"), r["port"],
-                                   r.get("draft_n_max"), timeout=timeout, n_predict=n_predict,
-                                   api_key=key))
+        check = check_sglang_route if r.get("server") == "sglang" else check_route
+        results.append(check(name, r.get("host", "127.0.0.1"), r["port"],
+                             r.get("draft_n_max"), timeout=timeout, n_predict=n_predict,
+                             api_key=key))
     term.show(VerifyReport(results, root, routes))
     return 0 if all(r.healthy and not r.error for r in results) else 1

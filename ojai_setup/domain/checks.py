@@ -75,6 +75,8 @@ class Profile(BaseModel):
     gpu_share: float | None = None
     reserve_gib: int = 4  # without a share: memory left to the OS
     os_min_gib: int = 4  # the budget never leaves the OS less than this
+    #: a profile of GPUs with memory of their own (Instinct HBM): why no TTM limit is set
+    no_ttm: str | None = None
     include: list[str] = []
     checks: list[CheckSpec] = []
     #: chosen with --profile rather than detected: checks that stand down on hardware they do
@@ -94,7 +96,8 @@ class Profile(BaseModel):
 
 
 class IGpu(BaseModel):
-    """One row of ``checks/tables/igpus.toml``: a Ryzen AI iGPU and its own gfx target."""
+    """One row of ``checks/tables/igpus.toml`` (a Ryzen AI iGPU) or of ``tables/instinct.toml``
+    (an Instinct GPU): a PCI device id and its own gfx target."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -103,6 +106,22 @@ class IGpu(BaseModel):
     family: str
     name: str
     seen: str = ""
+    #: an Instinct GPU: the HBM of one GPU (one agent), GiB
+    hbm_gib: int | None = None
+    #: an Instinct GPU: the first ROCm release that supports it
+    rocm_min: str | None = None
+
+
+class GpuTarget(BaseModel):
+    """A ``[[target]]`` row of ``tables/instinct.toml``: what is known of a target whose PCI id
+    is not in the table."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    target: str
+    name: str
+    hbm_gib: int
+    rocm_min: str
 
 
 class Finding(BaseModel):
@@ -204,13 +223,30 @@ def load_profile(name: str, directory: Path | None = None) -> Profile:
     return profile
 
 
+def _table(directory: Path, name: str) -> Path:
+    path = directory / "tables" / name
+    return path if path.is_file() else checks_dir() / "tables" / name  # the table ojai ships
+
+
 @cache
 def _igpu_rows(directory: Path) -> dict[str, IGpu]:
-    path = directory / "tables" / "igpus.toml"
-    if not path.is_file():  # a profile folder of one's own: the table ojai ships
-        path = checks_dir() / "tables" / "igpus.toml"
+    path = _table(directory, "igpus.toml")
     rows = [_validated(IGpu, row, path) for row in _read_toml(path).get("igpu", [])]
+    instinct = _table(directory, "instinct.toml")
+    rows += [_validated(IGpu, row, instinct) for row in _read_toml(instinct).get("gpu", [])]
     return {r.pci_device.lower(): r for r in rows}
+
+
+@cache
+def _target_rows(directory: Path) -> dict[str, GpuTarget]:
+    path = _table(directory, "instinct.toml")
+    return {r.target: r for r in (_validated(GpuTarget, row, path)
+                                  for row in _read_toml(path).get("target", []))}
+
+
+def instinct_target(target: str | None, directory: Path | None = None) -> GpuTarget | None:
+    """What ojai's Instinct table says of a gfx target (gfx942), if it is one."""
+    return _target_rows(directory or checks_dir()).get(target or "")
 
 
 def igpu(device_id: str | None, directory: Path | None = None) -> IGpu | None:
@@ -883,3 +919,123 @@ def _lemonade_server(facts: Facts, profile: Profile, params: dict) -> Outcome:
     if health.startswith(("no answer", "answered")):
         return Outcome(ok=False, evidence=evidence)
     return Outcome(ok=True, evidence=evidence)
+
+
+# -- Instinct (discrete HBM) ---------------------------------------------------------------------
+
+@kind("amdgpu_loaded")
+def _amdgpu_loaded(facts: Facts, profile: Profile, params: dict) -> Outcome:
+    gpu = _need(facts, "gpu")
+    if gpu.amdgpu_loaded:
+        return Outcome(ok=True, evidence="amdgpu is loaded (/sys/module/amdgpu)")
+    return Outcome(ok=False, evidence="no /sys/module/amdgpu: the amdgpu driver is not loaded")
+
+
+def instinct_gpus(facts: Facts) -> list[tuple[str, str, int | None]]:
+    """The Instinct GPUs of the machine as (what it is, gfx target, bytes of HBM): the sysfs
+    cards ojai's table knows, else rocminfo's agents of an Instinct target (the HBM then as the
+    table says of that target). Empty when there is none."""
+    gpu = facts.gpu
+    if gpu is None:
+        return []
+    out = []
+    for card in gpu.cards:
+        row = igpu(card.pci_device)
+        if row is not None and row.family == "instinct":
+            size = card.vram_total or (row.hbm_gib * GIB if row.hbm_gib else None)
+            out.append((row.name, row.target, size))
+    if out:
+        return out
+    for agent in gpu.agents:
+        row = igpu(agent.chip_id)
+        target = instinct_target(agent.native_target or agent.name)
+        if row is not None and row.family == "instinct":
+            out.append((row.name, row.target, row.hbm_gib * GIB if row.hbm_gib else None))
+        elif target is not None:
+            out.append((agent.marketing_name or target.name, target.target, target.hbm_gib * GIB))
+    return out
+
+
+@kind("instinct_gpus")
+def _instinct_gpus(facts: Facts, profile: Profile, params: dict) -> Outcome:
+    gpu = _need(facts, "gpu")
+    found = instinct_gpus(facts)
+    if not found:
+        return Outcome(ok=False, evidence="no Instinct GPU in sysfs or rocminfo"
+                       + (f" ({gpu.rocminfo_error})" if gpu.rocminfo_error else ""))
+    kinds = ", ".join(dict.fromkeys(f"{name} ({target})" for name, target, _ in found))
+    sizes = [s for _, _, s in found if s]
+    memory = (f", {min(sizes) / GIB:.1f} GiB of HBM each, {sum(sizes) / GIB:.0f} GiB in all"
+              if len(sizes) == len(found) else ", HBM size unknown")
+    from_sysfs = any(igpu(c.pci_device) for c in gpu.cards)
+    ev = f"{len(found)} GPU{'s' if len(found) > 1 else ''} in {'sysfs' if from_sysfs else 'rocminfo'}: {kinds}{memory}"
+    if gpu.rocminfo_error:
+        return Outcome(ok=False, evidence=f"{ev}; but {gpu.rocminfo_error}: ROCm cannot use them")
+    seen = len([a for a in gpu.agents if instinct_target(a.native_target or a.name)])
+    if from_sysfs and seen < len(found):
+        if gpu.rocminfo_notes:
+            return Outcome(ok=True, evidence=f"{ev}; the rocminfo text shows {seen} of them"
+                           + _notes(gpu))
+        return Outcome(ok=False, evidence=f"{ev}; rocminfo lists only {seen}: ROCm does not see "
+                       "them all")
+    return Outcome(ok=True, evidence=ev + (f"; rocminfo lists {seen}" if from_sysfs else _notes(gpu)))
+
+
+@kind("rocm_min_target")
+def _rocm_min_target(facts: Facts, profile: Profile, params: dict) -> Outcome:
+    gpus = instinct_gpus(facts)
+    floors: dict[str, str] = {}
+    for name, target, _ in gpus:
+        row = next((r for c in (facts.gpu.cards if facts.gpu else [])
+                    if (r := igpu(c.pci_device)) is not None and r.name == name), None)
+        t = instinct_target(target)
+        floor = (row.rocm_min if row and row.rocm_min else None) or (t.rocm_min if t else None)
+        if floor:
+            floors[name] = floor
+    if not floors:
+        return Outcome(ok=None, evidence="no Instinct GPU seen: no ROCm floor to check")
+    need = max(floors.values(), key=version_tuple)
+    which = ", ".join(f"{n} >= {f}" for n, f in floors.items())
+    if facts.rocm_version is None:
+        return Outcome(ok=None, evidence=facts.unknown.get("rocm_version", "ROCm not found")
+                       + f"; these GPUs need ROCm {need} or newer ({which}); SGLang's ROCm images "
+                       "bring their own")
+    ok = version_tuple(facts.rocm_version) >= version_tuple(need)
+    return Outcome(ok=ok, evidence=f"ROCm {facts.rocm_version}; needs >= {need} ({which})")
+
+
+@kind("large_bar")
+def _large_bar(facts: Facts, profile: Profile, params: dict) -> Outcome:
+    gpu = _need(facts, "gpu")
+    cards = [c for c in gpu.cards if igpu(c.pci_device) is not None and c.vram_total]
+    read = [c for c in cards if c.vis_vram_total is not None]
+    if not read:
+        return Outcome(ok=None, evidence="unknown: no mem_info_vis_vram_total in sysfs (the "
+                       "CPU-visible part of each GPU's memory)")
+    small = [c for c in read if c.vis_vram_total < c.vram_total * 0.99]
+    if small:
+        c = small[0]
+        return Outcome(ok=False, evidence=f"{len(small)} of {len(read)} GPUs: the CPU sees "
+                       f"{c.vis_vram_total / GIB:.2f} GiB of {c.vram_total / GIB:.1f} GiB "
+                       f"({c.card}): a small BAR")
+    return Outcome(ok=True, evidence=f"the CPU sees all of each GPU's memory ({len(read)} GPUs)")
+
+
+@kind("cmdline_present")
+def _cmdline_present(facts: Facts, profile: Profile, params: dict) -> Outcome:
+    tokens = _need(facts, "cmdline")
+    want = f"{params['token']}={params['value']}" if params.get("value") else params["token"]
+    if want in tokens:
+        return Outcome(ok=True, evidence=f"{want} is on the kernel command line")
+    other = [t for t in tokens if t.startswith(params["token"] + "=")]
+    return Outcome(ok=False, evidence=(" ".join(other) + " on the kernel command line, not "
+                                       if other else "the kernel command line has no ") + want)
+
+
+@kind("sysctl_value")
+def _sysctl_value(facts: Facts, profile: Profile, params: dict) -> Outcome:
+    key, want = params["key"], str(params["value"])
+    have = facts.sysctl.get(key)
+    if have is None:
+        return Outcome(ok=None, evidence=f"unknown: /proc/sys/{key.replace('.', '/')} was not read")
+    return Outcome(ok=have == want, evidence=f"{key} = {have}" + ("" if have == want else f"; want {want}"))

@@ -43,6 +43,8 @@ __all__ = [
     "render_flm_unit",
     "render_llama_script",
     "render_llama_unit",
+    "render_sglang_script",
+    "render_sglang_unit",
     "template_environment",
 ]
 
@@ -301,3 +303,40 @@ def render_flm_unit(script: str, tag: str, user: str = SERVICE_USER, *,
                    state_name=PurePosixPath(state_dir).name,
                    groups=_device_groups(("render",), groups))
 
+
+
+# -- SGLang ------------------------------------------------------------------------------------
+def render_sglang_script(python: str, args: list[str], env: dict[str, str], route_name: str, *,
+                         version: str, api_key_variable: str | None = None) -> str:
+    """A bash script that exports ``env`` and ``exec``\\ s ``python -m sglang.launch_server``
+    with exactly ``args``; with ``api_key_variable``, ``--api-key`` takes that variable's value
+    (from the unit's root-only environment file: SGLang reads its key only from its command
+    line), and the script refuses to start without it."""
+    _check_route_name(route_name)
+    _check_absolute("SGLang's Python", python)
+    _check_args(args)
+    _check_env(env)
+    if api_key_variable is not None:
+        _check_env({api_key_variable: ""})
+    return _render("sglang-server.sh.j2", python=python, args=args, env=dict(sorted(env.items())),
+                   route_name=route_name, version=version, api_key_variable=api_key_variable)
+
+
+def render_sglang_unit(script: str, route_name: str, user: str = SERVICE_USER, *,
+                       state_dir: str, env_file: str | None = None,
+                       groups: frozenset[str] | None = None) -> str:
+    """A hardened systemd service running the SGLang launch ``script`` as ``user``: the GPUs
+    through ``/dev/kfd`` and the DRM nodes (``render``, ``video``), the system read-only but for
+    its state folder ``state_dir`` (a folder of /var/lib, where SGLang's Hugging Face cache
+    goes), no capabilities; outbound network allowed, since SGLang downloads the checkpoint."""
+    _check_route_name(route_name)
+    _check_unit_path("the launch script", script)
+    _check_user(user)
+    _check_unit_path("the SGLang state folder", state_dir)
+    if not state_dir.startswith("/var/lib/") or state_dir.count("/") != 3:
+        raise LaunchError(f"the SGLang state folder must be a folder of /var/lib, got {state_dir!r}")
+    if env_file is not None:
+        _check_unit_path("the environment file", env_file)
+    return _render("sglang-server.service.j2", script=script, route_name=route_name, user=user,
+                   state_dir=state_dir, state_name=PurePosixPath(state_dir).name,
+                   env_file=env_file, groups=_device_groups(("render", "video"), groups))

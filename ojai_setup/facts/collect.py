@@ -166,6 +166,7 @@ def read_gpu(root: Root) -> Gpu:
             card=card, pci_vendor=vendor, pci_device=device,
             vram_total=_int(_read(root, dev + "/mem_info_vram_total")),
             gtt_total=_int(_read(root, dev + "/mem_info_gtt_total")),
+            vis_vram_total=_int(_read(root, dev + "/mem_info_vis_vram_total")),
             native_target=row.target if row else None))
     gpu.hsa_override = environment(root).get("HSA_OVERRIDE_GFX_VERSION")
     gpu.environment_unknown = environment_unknown(root)
@@ -388,6 +389,19 @@ def read_models(root: Root) -> list[ModelPair]:
     return list(pairs.values())
 
 
+#: the kernel settings doctor reads (``/proc/sys/<name with / for .>``)
+SYSCTLS = ("kernel.numa_balancing",)
+
+
+def read_sysctl(root: Root) -> dict[str, str]:
+    values = {}
+    for name in SYSCTLS:
+        text = _read(root, "/proc/sys/" + name.replace(".", "/"))
+        if text is not None:
+            values[name] = text.strip()
+    return values
+
+
 def read_amdgpu_dkms(root: Root) -> bool:
     return bool(root.glob("/var/lib/dkms/amdgpu/*")) or root.exists("/sys/module/amdttm")
 
@@ -405,6 +419,7 @@ SECTIONS: dict[str, Callable[[Root], object]] = {
     "tools": read_tools,
     "amdgpu_dkms": read_amdgpu_dkms,
     "models": read_models,
+    "sysctl": read_sysctl,
     "apply": lambda root: read_apply_status(root),
 }
 

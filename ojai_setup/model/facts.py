@@ -49,6 +49,8 @@ class DrmCard(_Model):
     pci_device: str | None = None
     vram_total: int | None = None  # bytes (mem_info_vram_total, the BIOS carve-out on an APU)
     gtt_total: int | None = None  # bytes (mem_info_gtt_total)
+    #: bytes of VRAM the CPU can map (mem_info_vis_vram_total): all of it with a large BAR
+    vis_vram_total: int | None = None
     native_target: str | None = None  # the gfx target of this PCI device id, when ojai knows it
 
 
@@ -281,4 +283,7 @@ class Facts(_Model):
     tools: dict[str, Tool] = {}
     amdgpu_dkms: bool | None = None
     models: list[ModelPair] = []
+    #: kernel settings doctor checks, by sysctl name (``kernel.numa_balancing``), as /proc/sys
+    #: shows them; a setting that could not be read is absent
+    sysctl: dict[str, str] = {}
     unknown: dict[str, str] = {}

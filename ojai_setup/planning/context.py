@@ -26,6 +26,8 @@ if TYPE_CHECKING:  # imported only where they are used: a llama-server's flags (
     # model route
     from ojai_setup.domain.catalog import Catalog, Footprint, Route
     from ojai_setup.domain.lemonade import LemonadeLayout
+    from ojai_setup.domain.sglang import SglangRoute
+    from ojai_setup.facts.sglang import SglangInstall
     from ojai_setup.formats.llama_help import Dialect
 
 #: the programs a step may ask about (``ctx.which``); gathered once, on the machine's PATH
@@ -48,6 +50,14 @@ class LlamaBinary(NamedTuple):
     error: str | None = None
     #: said in the routes step when the flags are upstream's reference, not the binary's own
     note: str = ""
+
+
+class SglangTarget(NamedTuple):
+    """An SGLang route asked for (``--model`` names one of ``domain/sglang-routes.toml``) and the
+    SGLang that will serve it."""
+
+    route: SglangRoute
+    install: SglangInstall
 
 
 class LemonadeView(NamedTuple):
@@ -130,6 +140,9 @@ class Context(NamedTuple):
     #: with ``--llamacpp source`` and the HIP backend: why the machine's HIP toolchain cannot
     #: build for the target (None: it can, or no HIP build is asked for)
     toolchain_error: str | None = None
+    #: ``--model`` names an SGLang route (Instinct GPUs): every llama.cpp, Lemonade and NPU step
+    #: stands down, and the SGLang step writes its launch script and unit
+    sglang: SglangTarget | None = None
 
     def which(self, program: str) -> str | None:
         """Where ``program`` is on the machine (None: not there); only :data:`KNOWN_PROGRAMS`."""

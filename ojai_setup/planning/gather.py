@@ -39,6 +39,7 @@ from ojai_setup.planning.context import (
     Context,
     LemonadeView,
     LlamaBinary,
+    SglangTarget,
 )
 
 if TYPE_CHECKING:  # the catalog is read only for a model route or a --catalog file
@@ -228,14 +229,23 @@ def gather(root: Root, settings: Settings, *, facts: Facts | None = None,
     programs = {name: root.which(name) for name in KNOWN_PROGRAMS}
 
     catalog = catalog_error = route = route_error = None
-    if settings.model or settings.user_catalog:
+    sglang = None
+    if settings.model:
+        from ojai_setup.domain.sglang import sglang_routes
+
+        wanted = sglang_routes().get(settings.model)
+        if wanted is not None:
+            from ojai_setup.facts.sglang import read_sglang
+
+            sglang = SglangTarget(route=wanted, install=read_sglang(root))
+    if sglang is None and (settings.model or settings.user_catalog):
         from ojai_setup.domain.catalog import CatalogError
 
         try:
             catalog = user_catalog(root, settings, home)
         except CatalogError as exc:
             catalog_error = str(exc)
-    if settings.model:
+    if settings.model and sglang is None:
         try:
             if catalog is None:
                 route_error = catalog_error
@@ -257,7 +267,7 @@ def gather(root: Root, settings: Settings, *, facts: Facts | None = None,
             draft_source = tuned.source() if tuned is not None else "catalog default"
 
     release = release_error = None
-    if settings.llamacpp == "nightly":
+    if settings.llamacpp == "nightly" and sglang is None:  # the SGLang route runs no llama.cpp
         if target is None:
             release_error = ("no GPU target detected, so no nightly build can be chosen; build "
                              "from source instead: --llamacpp source --backend cpu (or --profile NAME)")
@@ -271,9 +281,9 @@ def gather(root: Root, settings: Settings, *, facts: Facts | None = None,
             except OjaiError as exc:
                 release_error = str(exc)
 
-    toolchain_error = hip_toolchain_error(root, facts, settings, target)
+    toolchain_error = None if sglang else hip_toolchain_error(root, facts, settings, target)
     install_free = None
-    if settings.llamacpp != "none":
+    if settings.llamacpp != "none" and sglang is None:
         try:
             install_free = free_bytes(root.resolve(LLAMACPP_DIR))
         except (OjaiError, OSError):
@@ -281,7 +291,7 @@ def gather(root: Root, settings: Settings, *, facts: Facts | None = None,
 
     lemonade = lemonade_view(root, facts, home)
     lemonade_deb = lemonade_deb_error = None
-    if settings.lemonade == "release" and lemonade is None:
+    if settings.lemonade == "release" and lemonade is None and sglang is None:
         try:
             lemonade_deb = (remote or Remote.github()).lemonade_release(settings.lemonade_tag)
         except RemoteError as exc:
@@ -297,7 +307,7 @@ def gather(root: Root, settings: Settings, *, facts: Facts | None = None,
         hub_error = hub_error_for(root, route, settings.models_dir, remote or Remote.github())
 
     free = free_error = None
-    if settings.model:
+    if settings.model and sglang is None:
         try:
             free = free_bytes(root.resolve(settings.models_dir))
         except (OjaiError, OSError) as exc:
@@ -321,7 +331,8 @@ def gather(root: Root, settings: Settings, *, facts: Facts | None = None,
         api_key_error=api_key_error, groups=machine_groups(root),
         draft_length_source=draft_source, toolchain_error=toolchain_error,
         install_free_bytes=install_free, hub_error=hub_error,
-        footprint=route_footprint(root, route, settings.models_dir) if route else None)
+        footprint=route_footprint(root, route, settings.models_dir) if route else None,
+        sglang=sglang)
 
 
 def hub_error_for(root: Root, route: Route, models_dir: str, remote: Remote) -> str | None:

@@ -16,7 +16,8 @@ def build_steps() -> list[Step]:
     from ojai_setup.steps.npu import NpuStep
     from ojai_setup.steps.routes import RoutesStep
     from ojai_setup.steps.service_user import ServiceUserStep
+    from ojai_setup.steps.sglang import SglangStep
     from ojai_setup.steps.ttm import TtmStep
 
     return [TtmStep(), LlamacppStep(), ModelStep(), ServiceUserStep(),
-            RoutesStep(), LemonadeStep(), NpuStep()]
+            RoutesStep(), SglangStep(), LemonadeStep(), NpuStep()]

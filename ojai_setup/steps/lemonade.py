@@ -89,6 +89,9 @@ class LemonadeStep:
     name = "lemonade"
 
     def plan(self, ctx: Context) -> StepResult:
+        if ctx.sglang is not None:
+            return StepResult.satisfied(self.name, f"Lemonade is not in this path: "
+                                        f"{ctx.sglang.route.name} is served by SGLang itself")
         settings = ctx.settings
         if ctx.lemonade is None and settings.lemonade == "none":
             if not settings.model:

@@ -63,6 +63,8 @@ class NpuStep:
     name = "npu"
 
     def plan(self, ctx: Context) -> StepResult:
+        if ctx.sglang is not None:
+            return StepResult.satisfied(self.name, "no NPU route beside the SGLang route")
         from ojai_setup.domain.flm import (
             FLM_MODELS,
             NoModelFits,

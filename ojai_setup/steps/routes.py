@@ -72,6 +72,9 @@ class RoutesStep:
     name = "routes"
 
     def plan(self, ctx: Context) -> StepResult:
+        if ctx.sglang is not None:
+            return StepResult.satisfied(self.name, f"no llama-server routes: {ctx.sglang.route.name} "
+                                        "is an SGLang route (the sglang step)")
         facts = ctx.facts
         settings = ctx.settings
         if not settings.model:

@@ -683,6 +683,9 @@ class TtmStep:
     name = STEP
 
     def plan(self, ctx: Context) -> StepResult:
+        if ctx.profile.no_ttm:
+            return StepResult.satisfied(self.name, f"no GPU memory limit (TTM) to set on "
+                                        f"this {ctx.profile.id} node: {ctx.profile.no_ttm}")
         facts = ctx.facts
         if facts.memory is None:
             return StepResult.blocked(self.name, "cannot size the GPU memory limit: "

@@ -114,10 +114,12 @@ def arm_run(arm: str, gen: Generation) -> ArmRun:
     dn, acc = gen.draft_n, gen.draft_n_accepted
     return ArmRun(arm=arm, tokens=gen.n, server_tps=gen.server_tps, harness_tps=gen.harness_tps,
                   predicted_ms=gen.timings.get("predicted_ms"), draft_n=dn, draft_n_accepted=acc,
-                  steps=len(gen.steps) or None,
+                  steps=len(gen.steps) or gen.timings.get("spec_verify_ct") or None,
                   rejections=sum(1 for d, k in gen.steps if k < d) if gen.steps else None,
                   accepted_fraction=(acc / dn) if dn else None,
-                  mean_accepted_length=mean_accepted_length(gen.steps),
+                  # SGLang reports totals only: its accept length is tokens per verification step
+                  mean_accepted_length=mean_accepted_length(gen.steps) if gen.steps
+                  else gen.timings.get("spec_accept_length"),
                   acceptance=acceptance_mle(gen.steps), position_rates=per_position_rates(gen.steps),
                   stop_type=gen.stop_type, wall_s=gen.wall_s, text=gen.text)
 

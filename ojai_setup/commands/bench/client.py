@@ -5,6 +5,18 @@ carries the server's running counters (``draft_n``, ``draft_n_accepted``), so th
 one verification step can be grouped: a step's draft is counted when it is made, before the
 step's tokens are sent, so every rise of ``draft_n`` opens a new step. That gives the tokens
 drafted and accepted per step, which ``timings`` alone (totals only) cannot.
+
+SGLang (an SGLang route) is spoken to through its OpenAI-compatible ``POST /v1/completions``,
+streamed, with SGLang's own ``return_spec_tokens_details``: after the last text chunk it sends
+``sglext.spec_tokens_details`` (``spec_verify_ct`` verification steps, ``spec_num_proposed_drafts``
+and ``spec_num_correct_drafts``, ``spec_accept_length`` = completion tokens per step, the bonus
+token included) and, with ``stream_options.include_usage``, the ``usage`` chunk
+(sglang ``srt/entrypoints/openai/serving_completions.py``, ``protocol.py``: ``SpecTokensDetails``).
+Those are totals per request, so a generation from SGLang has no per-step list: its
+``timings`` carry ``draft_n`` / ``draft_n_accepted`` (proposed / correct drafts) and
+``spec_verify_ct``. A server is told to be SGLang by its ``GET /model_info`` (``model_path``),
+which llama-server does not serve. ``return_token_ids`` gives each chunk's token ids, so the
+tokens a verification step accepted together arrive together in the timing.
 """
 
 from __future__ import annotations
@@ -71,7 +83,7 @@ class Generation:
 class Endpoint:
     """One llama-server, by its base URL (``http://127.0.0.1:8080``)."""
 
-    def __init__(self, url: str, *, timeout: float = 600.0) -> None:
+    def __init__(self, url: str, *, timeout: float = 600.0, api_key: str | None = None) -> None:
         parsed = urllib.parse.urlsplit(url if "://" in url else f"http://{url}")
         if parsed.scheme != "http" or not parsed.hostname:
             raise ClientError(f"{url}: expected an http://HOST:PORT address")
@@ -80,8 +92,32 @@ class Endpoint:
         self.port = parsed.port or 80
         self.timeout = timeout
 
+        self._kind: str | None = None
+        #: sent as ``Authorization: Bearer`` (llama-server's --api-key, SGLang's --api-key)
+        self.api_key = api_key
+
+    def _headers(self, **extra: str) -> dict[str, str]:
+        headers = {"Content-Type": "application/json", **extra}
+        if self.api_key:
+            headers["Authorization"] = f"Bearer {self.api_key}"
+        return headers
+
     def __repr__(self) -> str:
         return f"Endpoint({self.url})"
+
+    @property
+    def kind(self) -> str:
+        """``sglang`` or ``llama-server``: asked once (``GET /model_info``)."""
+        if self._kind is None:
+            try:
+                status, body = self._json("GET", "/model_info", timeout=10)
+            except ClientError:
+                status, body = 0, None
+            self._kind = ("sglang" if status == 200 and isinstance(body, dict)
+                          and "model_path" in body else "llama-server")
+            if self._kind == "sglang":
+                self._model_info = body
+        return self._kind
 
     def _conn(self, timeout: float | None = None) -> http.client.HTTPConnection:
         return http.client.HTTPConnection(self.host, self.port, timeout=timeout or self.timeout)
@@ -91,7 +127,7 @@ class Endpoint:
         conn = self._conn(timeout)
         try:
             body = json.dumps(payload).encode() if payload is not None else None
-            conn.request(method, path, body=body, headers={"Content-Type": "application/json"})
+            conn.request(method, path, body=body, headers=self._headers())
             resp = conn.getresponse()
             raw = resp.read()
         except OSError as exc:
@@ -125,7 +161,11 @@ class Endpoint:
             time.sleep(0.25)
 
     def props(self) -> dict[str, Any]:
-        """``GET /props`` (build, model path, slots); empty when the server has none."""
+        """``GET /props`` (build, model path, slots); empty when the server has none. From
+        SGLang: its ``/model_info`` model path."""
+        if self.kind == "sglang":
+            info = getattr(self, "_model_info", {}) or {}
+            return {"model_path": info.get("model_path"), "build_info": "SGLang"}
         try:
             status, body = self._json("GET", "/props", timeout=10)
         except ClientError:
@@ -134,7 +174,9 @@ class Endpoint:
 
     def apply_template(self, prompt: str) -> str | None:
         """The prompt as one user turn in the model's chat template (``POST /apply-template``);
-        None when the server cannot do it."""
+        None when the server cannot do it (SGLang has no such endpoint)."""
+        if self.kind == "sglang":
+            return None
         try:
             status, body = self._json("POST", "/apply-template",
                                       {"messages": [{"role": "user", "content": prompt}]}, timeout=30)
@@ -147,6 +189,10 @@ class Endpoint:
     def complete(self, prompt: str, *, n_predict: int, seed: int, temperature: float,
                  ignore_eos: bool, extra: dict | None = None, on_token=None) -> Generation:
         """Stream one completion; ``on_token(generation)`` is called after every event."""
+        if self.kind == "sglang":
+            return self._complete_sglang(prompt, n_predict=n_predict, seed=seed,
+                                         temperature=temperature, ignore_eos=ignore_eos,
+                                         on_token=on_token)
         payload = {"prompt": prompt, "n_predict": n_predict, "seed": seed,
                    "temperature": temperature, "ignore_eos": ignore_eos, "stream": True,
                    "timings_per_token": True, "return_tokens": True, "cache_prompt": False,
@@ -157,7 +203,7 @@ class Endpoint:
         try:
             gen.started = t0 = time.monotonic()
             conn.request("POST", "/completion", body=json.dumps(payload).encode(),
-                         headers={"Content-Type": "application/json", "Accept": "text/event-stream"})
+                         headers=self._headers(Accept="text/event-stream"))
             resp = conn.getresponse()
             if resp.status != 200:
                 raise ClientError(f"{self.url}/completion answered {resp.status}: "
@@ -206,4 +252,74 @@ class Endpoint:
             conn.close()
         if not gen.timings:
             raise ClientError(f"{self.url}/completion: the stream ended without a final event")
+        return gen
+
+    def _complete_sglang(self, prompt: str, *, n_predict: int, seed: int, temperature: float,
+                         ignore_eos: bool, on_token=None) -> Generation:
+        model = (getattr(self, "_model_info", {}) or {}).get("served_model_name") or "default"
+        payload = {"model": model, "prompt": prompt, "max_tokens": n_predict, "seed": seed,
+                   "temperature": temperature, "ignore_eos": ignore_eos, "stream": True,
+                   "stream_options": {"include_usage": True}, "return_spec_tokens_details": True,
+                   "return_token_ids": True}
+        gen = Generation()
+        conn = self._conn()
+        usage: dict = {}
+        spec: dict = {}
+        try:
+            gen.started = t0 = time.monotonic()
+            conn.request("POST", "/v1/completions", body=json.dumps(payload).encode(),
+                         headers=self._headers(Accept="text/event-stream"))
+            resp = conn.getresponse()
+            if resp.status != 200:
+                raise ClientError(f"{self.url}/v1/completions answered {resp.status}: "
+                                  f"{resp.read().decode('utf-8', 'replace')[:300]}")
+            parts: list[str] = []
+            while True:
+                line = resp.readline()
+                if not line:
+                    break
+                now = time.monotonic() - t0
+                line = line.strip()
+                if not line.startswith(b"data:"):
+                    continue
+                data = line[5:].strip()
+                if data == b"[DONE]":
+                    break
+                event = json.loads(data)
+                if "error" in event or event.get("object") == "error":
+                    raise ClientError(f"{self.url}/v1/completions: "
+                                      f"{event.get('error') or event.get('message')}")
+                for choice in event.get("choices") or []:
+                    text = choice.get("text") or ""
+                    ids = choice.get("token_ids") or []
+                    parts.append(text)
+                    gen.tokens.extend(ids)
+                    if ids or text:  # a verification step's accepted tokens come in one chunk
+                        gen.token_times.extend([now] * max(1, len(ids)))
+                    if choice.get("finish_reason"):
+                        gen.stop_type = choice["finish_reason"]
+                details = (event.get("sglext") or {}).get("spec_tokens_details")
+                if isinstance(details, list):
+                    details = details[0] if details else None
+                if isinstance(details, dict):
+                    spec = details
+                if event.get("usage"):
+                    usage = event["usage"]
+                if on_token is not None and event.get("choices"):
+                    on_token(gen)
+            gen.text = "".join(parts)
+            gen.wall_s = time.monotonic() - t0
+        except (OSError, http.client.HTTPException, ValueError) as exc:
+            raise ClientError(f"{self.url}/v1/completions: {exc}") from None
+        finally:
+            conn.close()
+        if not usage:
+            raise ClientError(f"{self.url}/v1/completions: the stream ended without its usage chunk")
+        gen.timings = {"predicted_n": usage.get("completion_tokens"),
+                       "prompt_n": usage.get("prompt_tokens")}
+        if spec.get("spec_verify_ct"):
+            gen.timings.update(draft_n=spec.get("spec_num_proposed_drafts"),
+                               draft_n_accepted=spec.get("spec_num_correct_drafts"),
+                               spec_verify_ct=spec.get("spec_verify_ct"),
+                               spec_accept_length=spec.get("spec_accept_length"))
         return gen

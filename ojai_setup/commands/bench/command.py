@@ -72,6 +72,10 @@ def find_routes(root: Root, route: str | None) -> Arms:
         if model is None:
             raise BenchError(f"no route or model named {route!r}; known routes: {', '.join(sorted(routes))}")
     mine = {k: v for k, v in routes.items() if v.get("model") == model}
+    if any(v.get("server") == "sglang" for v in mine.values()):
+        raise BenchError(f"{model} is an SGLang route: ojai writes no plain route beside it (one "
+                         "copy of the weights takes the GPUs), so start it and a server of the same "
+                         "model without speculation and give both: --mtp-url URL --plain-url URL")
     mtp = [k for k, v in mine.items() if v.get("spec_type") not in (None, "none")]
     plain = [k for k, v in mine.items() if v.get("spec_type") in (None, "none")]
     if len(mtp) != 1 or len(plain) != 1:
