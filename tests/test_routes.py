@@ -139,3 +139,19 @@ def test_a_chained_route_from_the_user_catalog(machine, tmp_path):
     script = next(a["after"] for a in step["actions"] if a["path"].endswith("qwen3.6-27b-mtp.sh"))
     assert ("--spec-type draft-mtp,ngram-mod --spec-draft-n-max 2 --spec-ngram-mod-n-max 64"
             in _args(script))
+
+
+def test_doctor_says_the_pairing_of_a_self_draft_and_of_ngram_drafting(machine):
+    root = machine("ojai-fresh")
+    folder = "/var/lib/ojai/models/ojai-test/tiny-GGUF/"
+    main = gemma4_main(root / folder.lstrip("/") / "main.gguf")
+    record_state(Root(root), "routes", {
+        "tiny-ngram": {"port": 8080, "model": "tiny", "main": folder + main.name,
+                       "draft": None, "mtp": None, "pairing": "ngram"},
+        "self-draft": {"port": 8082, "model": "self", "main": folder + main.name,
+                       "draft": folder + main.name, "mtp": None, "pairing": "draft_model"}})
+    report = json.loads(CliRunner().invoke(app, ["doctor", "--json", "--root", str(root)]).stdout)
+    finding = next(f for f in report["findings"] if f["id"] == "models.pairs")
+    assert finding["severity"] == "pass", finding
+    assert "tiny (n-gram drafting): pairing not applicable" in finding["evidence"]
+    assert "self (drafts for itself) matched" in finding["evidence"]
