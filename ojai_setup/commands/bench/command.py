@@ -97,10 +97,13 @@ def check_route_pair(root: Root, record: dict) -> str:
     says why it is one."""
     from ojai_setup.formats.gguf import GGUFError, check_pair, read_model_info
 
-    main, draft, kind = record.get("main"), record.get("draft"), record.get("mtp")
-    if not main or kind not in ("sidecar", "in_file"):
-        raise BenchError("the MTP route's record names no main model and MTP kind; run "
+    main, draft = record.get("main"), record.get("draft")
+    kind = record.get("pairing") or record.get("mtp")
+    if not main or kind not in ("sidecar", "in_file", "draft_model", "ngram"):
+        raise BenchError("the drafted route's record names no main model and drafting kind; run "
                          "`ojai setup --model NAME --apply` again so that its pair can be checked")
+    if kind == "ngram" and not draft:
+        return "pairing: not applicable (n-gram drafting reads no draft model)"
     try:
         main_info = read_model_info(root.resolve(main))
         draft_info = read_model_info(root.resolve(draft)) if draft else None
@@ -110,6 +113,10 @@ def check_route_pair(root: Root, record: dict) -> str:
     if not verdict.ok:
         raise BenchError("refusing to benchmark a route whose draft and main model are not a "
                          "proven pair: " + "; ".join(verdict.reasons))
+    if kind == "draft_model":
+        what = (f"{Path(main).name} drafts for itself" if draft == main else
+                f"{Path(draft).name} drafts for {Path(main).name}")
+        return f"proven pair: {what} (tokenizer and token list checked)"
     what = f"{Path(draft).name} drafts for {Path(main).name}" if draft else \
         f"{Path(main).name} carries its own MTP heads"
     return f"proven pair: {what} (architecture, hidden size and token list checked)"
