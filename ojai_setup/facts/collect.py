@@ -392,6 +392,29 @@ def read_amdgpu_dkms(root: Root) -> bool:
     return bool(root.glob("/var/lib/dkms/amdgpu/*")) or root.exists("/sys/module/amdttm")
 
 
+def read_dkms_amdgpu(root: Root) -> list[str]:
+    return sorted(PurePosixPath(p).name for p in root.glob("/var/lib/dkms/amdgpu/*")
+                  if PurePosixPath(p).name[:1].isdigit())
+
+
+def _packages(root: Root):
+    from ojai_setup.facts.packages import read_packages
+
+    return read_packages(root)
+
+
+def _kernel_log(root: Root):
+    from ojai_setup.facts.packages import read_kernel_log
+
+    return read_kernel_log(root)
+
+
+def _power(root: Root):
+    from ojai_setup.facts.packages import read_power
+
+    return read_power(root)
+
+
 SECTIONS: dict[str, Callable[[Root], object]] = {
     "cpu": read_cpu,
     "memory": read_memory,
@@ -404,7 +427,11 @@ SECTIONS: dict[str, Callable[[Root], object]] = {
     "npu": read_npu,
     "tools": read_tools,
     "amdgpu_dkms": read_amdgpu_dkms,
+    "dkms_amdgpu": read_dkms_amdgpu,
     "models": read_models,
+    "packages": _packages,
+    "kernel_log": _kernel_log,
+    "power": _power,
     "apply": lambda root: read_apply_status(root),
 }
 
@@ -437,6 +464,12 @@ def collect(root: Root) -> Facts:
             setattr(facts, name, reader(root))
         except Exception as exc:  # noqa: BLE001 - a fact must never crash doctor
             facts.unknown[name] = _reason(exc, root)
+    try:
+        from ojai_setup.facts.packages import read_distro_llama
+
+        facts.distro_llama = read_distro_llama(root, facts.packages)
+    except Exception as exc:  # noqa: BLE001
+        facts.unknown["distro_llama"] = _reason(exc, root)
     try:
         from ojai_setup.facts.grub_env import read_grub_config
 
