@@ -296,6 +296,9 @@ def detect_profile(facts: Facts, directory: Path | None = None) -> Profile:
 def run_checks(facts: Facts, profile: Profile) -> list[Finding]:
     findings = []
     for spec in profile.checks:
+        if spec.kind == "known_bad":
+            findings.extend(known_bad_findings(facts, profile, spec))
+            continue
         try:
             out = KINDS[spec.kind](facts, profile, spec.params)
         except _Unknown as exc:
@@ -310,6 +313,27 @@ def run_checks(facts: Facts, profile: Profile) -> list[Finding]:
                                 fix=None if sev == "pass" else (out.fix or spec.fix or None),
                                 link=spec.link or None))
     return findings
+
+
+def known_bad_findings(facts: Facts, profile: Profile, spec: CheckSpec) -> list[Finding]:
+    """One finding ``<id>.<row>`` for each row of the known-bad table that matches this
+    machine (its source as the link), or one ``<id>`` that passes, naming the table."""
+    from ojai_setup.domain.known_bad import TABLE, matches
+
+    path = checks_dir() / "tables" / TABLE
+    found, count, unknown = matches(facts, machine_target(facts, profile) or profile.gpu_target,
+                                    profile.npu, path)
+    if found:
+        return [Finding(id=f"{spec.id}.{m.row.id}", title=m.row.title, severity=m.row.severity,
+                        evidence=f"{m.evidence} (reported for: {m.row.covers})", fix=m.row.fix,
+                        link=m.row.source) for m in found]
+    note = ("; not known here: " + ", ".join(sorted(unknown))) if unknown else ""
+    return [Finding(id=spec.id, title=spec.title, severity="pass",
+                    evidence=f"none of the {count} rows of checks/tables/{TABLE} matches this "
+                    f"machine{note}", link=spec.link or None)]
+
+
+KINDS["known_bad"] = lambda facts, profile, params: Outcome(ok=None, evidence="")
 
 
 def overall(findings: list[Finding]) -> Severity:
