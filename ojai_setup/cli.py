@@ -151,6 +151,7 @@ Profile = Enum("Profile", {name: name for name in _profiles()}, type=str)
 class Llamacpp(str, Enum):
     nightly = "nightly"
     source = "source"
+    distro = "distro"
     none = "none"
 
 
@@ -278,7 +279,7 @@ def setup(
     ttm_via: Annotated[str, typer.Option(
         "--ttm-via", help="How the GPU memory limit reaches the kernel: cmdline (the boot loader's kernel command line), modprobe (options ttm pages_limit= in /etc/modprobe.d, as amd-ttm does; not when ttm is built into the kernel), or auto (by the boot path).")] = "auto",
     llamacpp: Annotated[Llamacpp, typer.Option(
-        "--llamacpp", help="How to get llama-server: nightly (Lemonade's ROCm builds), source, or none.")] = Llamacpp.nightly,
+        "--llamacpp", help="How to get llama-server: nightly (Lemonade's ROCm builds), source, distro (the distribution's own package), or none.")] = Llamacpp.nightly,
     llamacpp_tag: Annotated[Optional[str], typer.Option("--llamacpp-tag", help="Pin a nightly tag (e.g. b1311); default: the latest release.")] = None,
     llamacpp_src: Annotated[Optional[str], typer.Option("--llamacpp-src", help="Source for --llamacpp source: a git URL, a directory or a .tar.gz.")] = None,
     llamacpp_ref: Annotated[Optional[str], typer.Option("--llamacpp-ref", help="Git ref to build with --llamacpp source.")] = None,

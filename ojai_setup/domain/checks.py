@@ -852,6 +852,25 @@ def _apply_state(facts: Facts, profile: Profile, params: dict) -> Outcome:
     return Outcome(ok=True, evidence=f"no apply interrupted, nothing owed{last}")
 
 
+@kind("distro_llama")
+def _distro_llama(facts: Facts, profile: Profile, params: dict) -> Outcome:
+    """A llama-server on PATH from a distribution package: its version and whether its HIP
+    backend has code for this GPU."""
+    d = facts.distro_llama
+    if d is None:
+        why = facts.unknown.get("distro_llama")
+        return Outcome(ok=None, evidence=f"unknown: {why}" if why else
+                       "no llama-server from a distribution package on PATH")
+    from ojai_setup.domain.distro_llama import coverage
+
+    gpus = facts.gpu.targets if facts.gpu else []
+    cov = coverage(d, machine_target(facts, profile) or profile.gpu_target or
+                   (gpus[0] if gpus else None))
+    if cov.runs_on == "hip" and cov.hip_covers:
+        return Outcome(ok=True, evidence=cov.sentence)
+    return Outcome(ok=False, evidence=cov.sentence)
+
+
 def _lemonade(facts: Facts) -> dict | None:
     tool = facts.tools.get("lemonade") or facts.tools.get("lemond")
     return (tool.detail or {}) if tool else None

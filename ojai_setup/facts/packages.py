@@ -104,6 +104,9 @@ def hip_targets(package: Package | None) -> list[str] | None:
 def read_distro_llama(root: Root, packages: dict[str, Package] | None) -> DistroLlama | None:
     """The ``llama-server`` on PATH when a distribution package owns it, else None."""
     path = root.which("llama-server")
+    if path is not None and not path.startswith("/"):  # a capture: find the file on PATH
+        path = next((f"{d}/llama-server" for d in SEARCH_PATH
+                     if root.exists(f"{d}/llama-server")), None)
     if path is None or path.startswith("/opt/ojai/"):
         return None
     owner = package_owner(root, path)
@@ -134,6 +137,8 @@ def read_distro_llama(root: Root, packages: dict[str, Package] | None) -> Distro
                        hip_targets=hip_targets(hip))
 
 
+#: where a distribution puts its programs, in PATH order
+SEARCH_PATH = ("/usr/local/bin", "/usr/bin", "/bin")
 _LOG = re.compile(r"amdgpu|amdxdna|\bMES\b|kfd", re.I)
 #: the most kernel log lines kept (the newest)
 LOG_LINES = 200

@@ -19,7 +19,7 @@ class Settings(BaseModel):
     #: writes it), or ``auto``: the command line where the boot path is known, modprobe.d
     #: where a setting there already holds the limit
     ttm_via: Literal["auto", "cmdline", "modprobe"] = "auto"
-    llamacpp: Literal["nightly", "source", "none"] = "nightly"
+    llamacpp: Literal["nightly", "source", "distro", "none"] = "nightly"
     llamacpp_tag: str | None = None
     llamacpp_src: str = "https://github.com/ggml-org/llama.cpp"
     llamacpp_ref: str | None = None
