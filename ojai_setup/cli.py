@@ -299,6 +299,8 @@ def setup(
         "--lemonade-tag", help="With --lemonade release: the release to install (e.g. v11.7.0); default: the latest.")] = None,
     lemonade_downloads: Annotated[bool, typer.Option(
         "--lemonade-downloads", help="Let Lemonade download the route's model into its own cache instead of loading ojai's files.")] = False,
+    power: Annotated[str, typer.Option(
+        "--power", help="performance: set the platform profile to performance, persistently, the way this machine manages it (tuned, power-profiles-daemon, or a small unit); none: leave it.")] = "none",
     example: ExampleOpt = None,
     force_handlers: Annotated[bool, typer.Option(
         "--force-handlers/--no-force-handlers", help="With --apply: when an apply fails, still run the follow-up commands (update-grub, systemctl daemon-reload) of the edits that finished, so the machine is consistent; --no-force-handlers leaves them owed.")] = True,
@@ -331,7 +333,7 @@ def setup(
                       llamacpp_backend=_value(backend), gpu_target=gpu_target, model=model,
                       host=host, port=port, systemd=systemd,
                       npu=npu, user_catalog=catalog, lemonade_downloads=lemonade_downloads,
-                      lemonade=lemonade, lemonade_tag=lemonade_tag,
+                      lemonade=lemonade, lemonade_tag=lemonade_tag, power=power,
                       api_key_file=str(api_key_file.absolute()) if api_key_file else None)
         if llamacpp_src:
             fields["llamacpp_src"] = llamacpp_src

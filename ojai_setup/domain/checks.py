@@ -852,6 +852,23 @@ def _apply_state(facts: Facts, profile: Profile, params: dict) -> Outcome:
     return Outcome(ok=True, evidence=f"no apply interrupted, nothing owed{last}")
 
 
+@kind("power_profile")
+def _power_profile(facts: Facts, profile: Profile, params: dict) -> Outcome:
+    """The ACPI platform profile, its choices and what manages it (reported, never failed)."""
+    power = facts.power
+    if power is None:
+        return Outcome(ok=None, evidence=f"unknown: {facts.unknown.get('power', 'not read')}")
+    ev = (f"platform profile {power.profile or 'unknown'} (choices: "
+          f"{' '.join(power.choices) or 'none listed'})" + (
+              f"; managed by {power.manager}" + (f" ({power.manager_profile})"
+                                                 if power.manager_profile else "")
+              if power.manager else "; no tuned or power-profiles-daemon"))
+    if power.profile == "performance" or "performance" not in power.choices:
+        return Outcome(ok=True, evidence=ev)
+    return Outcome(ok=None, evidence=ev + "; `ojai setup --power performance` sets performance "
+                   "for the GPU routes")
+
+
 @kind("distro_llama")
 def _distro_llama(facts: Facts, profile: Profile, params: dict) -> Outcome:
     """A llama-server on PATH from a distribution package: its version and whether its HIP
