@@ -460,7 +460,18 @@ def _kernel_min(facts: Facts, profile: Profile, params: dict) -> Outcome:
         holds = _kernel_rule_holds(rule, facts)
         if holds is not None:
             what = " ".join(filter(None, [rule.get("distro"), rule.get("flavour"), "kernel"]))
-            return Outcome(ok=holds, evidence=f"{kernel.release}; {what} needs >= {rule['min']}")
+            evidence = f"{kernel.release}; {what} needs >= {rule['min']}"
+            flm = (facts.npu.flm or {}) if facts.npu else {}
+            if not holds and params.get("flm_decides") and flm.get("ready") and \
+                    (flm.get("kernel") or {}).get("ok") is True:
+                # a distribution kernel that backports the NPU driver: FastFlowLM (which no
+                # longer has a kernel floor of its own) runs on it, so the number alone is no
+                # reason to refuse it
+                return Outcome(ok=False, severity="warn", evidence=evidence + "; but `flm "
+                               "validate` passes on this kernel (the distribution backports the "
+                               "driver), so it is not refused on its version alone",
+                               fix=params.get("fix_backport"))
+            return Outcome(ok=holds, evidence=evidence)
     return Outcome(ok=False, evidence=f"{kernel.release}; no rule accepts this kernel")
 
 
