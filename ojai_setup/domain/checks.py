@@ -942,8 +942,14 @@ def _lemonade_server(facts: Facts, profile: Profile, params: dict) -> Outcome:
             + " installs it" if choices else "")
         return Outcome(ok=None, evidence=evidence, fix=install_advice(*distro))
     version = detail.get("version") or {}
-    what = (f"{version.get('text')} ({'calendar' if version.get('calendar') else 'semantic'} "
-            "version)") if version else "version unknown"
+    if version:
+        numbers = version.get("numbers") or [0]
+        line = (".".join(str(n) for n in numbers[:2]) if version.get("calendar")
+                else f"{numbers[0]}.x")
+        what = (f"{version.get('text')} ({'calendar' if version.get('calendar') else 'semantic'} "
+                f"version, line {line})")
+    else:
+        what = "version unknown"
     evidence = (f"{what}; port {detail.get('port')}; {detail.get('mode')} reading "
                 f"{detail.get('config_dir')}; health: {detail.get('health')}")
     if detail.get("config_error"):
