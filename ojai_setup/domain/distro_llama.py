@@ -47,7 +47,10 @@ def coverage(d: DistroLlama, target: str | None) -> Coverage:
 
 def install_hint(distro_id: str, like: list[str]) -> str:
     family = " ".join([distro_id, *like])
-    if "debian" in family or "ubuntu" in family:
+    if distro_id == "ubuntu" or "ubuntu" in like:
+        return ("`sudo apt install llama.cpp-tools` on a release that packages it (Debian "
+                "unstable does; Ubuntu 24.04, older than the package, does not)")
+    if "debian" in family:
         return "`sudo apt install llama.cpp-tools` (Debian unstable packages it)"
     if "fedora" in family:
         return "`sudo dnf install llama-cpp`"
