@@ -17,7 +17,7 @@ from support.fake_hub import FakeHub, fake_hub  # noqa: F401 - a fixture
 from support.server import free_port, serve
 from support.stand_ins import route_toml
 from support.tiny_models import write_mtp_pair
-from test_distro_llama import SID, debian_sid_box
+from support.distro_box import SID, debian_sid_box
 from typer.testing import CliRunner
 
 from ojai_setup.cli import app

@@ -15,41 +15,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from support.distro_box import SID, debian_sid_box
 from typer.testing import CliRunner
 
 from ojai_setup.cli import app
 from ojai_setup.commands.doctor import diagnose
-from ojai_setup.core.root import COMMANDS_DIR, Root, command_key
-
-SID = Path(__file__).parent / "data" / "captures" / "debian-sid"
-
-
-def debian_sid_box(root: Path, *, hip: bool = False, vulkan: bool = False) -> Path:
-    (root / "etc/os-release").write_text((SID / "os-release").read_text())
-    status = (SID / "llama.cpp-tools-status.txt").read_text()
-    if hip:
-        record = (SID / "apt-cache-show-libggml0-backend-hip.txt").read_text().strip("\n")
-        lines = record.splitlines()
-        lines.insert(1, "Status: install ok installed")
-        status += "\n" + "\n".join(lines) + "\n"
-    if vulkan:
-        status += ("\nPackage: libggml0-backend-vulkan\nStatus: install ok installed\n"
-                   "Version: 0.27.0-1\n")
-    dpkg = root / "var/lib/dpkg"
-    (dpkg / "info").mkdir(parents=True, exist_ok=True)
-    (dpkg / "status").write_text(status)
-    (dpkg / "info/llama.cpp-tools.list").write_text((SID / "llama.cpp-tools.list").read_text())
-    server = root / "usr/bin/llama-server"
-    server.parent.mkdir(parents=True, exist_ok=True)
-    server.write_text("")
-    server.chmod(0o755)
-    for args, name, stream in ((["--version"], "llama-server-version.txt", "stderr"),
-                               (["--help"], "llama-server-help.txt", "stdout")):
-        folder = root / COMMANDS_DIR / command_key(["llama-server", *args])
-        folder.mkdir(parents=True, exist_ok=True)
-        (folder / stream).write_text((SID / name).read_text())
-    return root
-
+from ojai_setup.core.root import Root
 
 def finding(root: Path, fid: str):
     return next(f for f in diagnose(Root(root)).findings if f.id == fid)

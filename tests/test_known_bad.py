@@ -156,9 +156,15 @@ def test_rocm_build_on_gfx1151_warns_of_long_prompts(machine, monkeypatch):
     answer(root, [argv, "--version"],
            stderr=(LLAMA_HELP / "upstream-b11434-cpu-version.txt").read_text())
     answer(root, [argv, "--help"], (LLAMA_HELP / "upstream-b11434-cpu-help.txt").read_text())
+    record = server.parent / "ojai-install.json"
+    record.write_text(json.dumps({"tag": "b1311", "family": "gfx1151", "asset": "a.zip",
+                                  "url": "https://example.invalid/a.zip", "sha256": "0" * 64,
+                                  "files_digest": "0" * 64}))  # a nightly: Lemonade's ROCm build
     found = known_bad(root)["known-bad.rocm-long-prompt-gfx1151"]
     assert "llama-server hip build 11434" in found["evidence"]
     assert found["link"] == "https://github.com/lemonade-sdk/lemonade/issues/3610"
+    record.write_text(json.dumps({"backend": "cpu"}))  # a CPU source build
+    assert "known-bad.rocm-long-prompt-gfx1151" not in known_bad(root)
 
 
 def test_mtp_route_on_vulkan_in_lemonade(machine):

@@ -181,8 +181,8 @@ def _held(row: Row, facts: Facts, target: str | None, npu: bool,
 
 
 def llama_in_use(facts: Facts) -> tuple[str | None, int | None]:
-    """(ggml backend, llama.cpp build) of the llama-server the routes use: ojai's (a nightly is
-    a ROCm build; a source build says its backend in its dialect's version line), else the
+    """(ggml backend, llama.cpp build) of the llama-server the routes use: ojai's (its install
+    record: a nightly is a ROCm build, a source build names its backend), else the
     distribution's."""
     tool = facts.tools.get("llama-server")
     if tool is not None and tool.path and tool.path.startswith("/opt/ojai/"):
@@ -191,7 +191,8 @@ def llama_in_use(facts: Facts) -> tuple[str | None, int | None]:
         m = re.search(r"build (\d+)", tool.version or "")
         if m:
             build = int(m.group(1))
-        return str(detail.get("backend") or "hip"), build
+        backend = detail.get("backend")
+        return (str(backend) if backend else None), build
     d = facts.distro_llama
     if d is not None:
         backend = "hip" if "hip" in d.backends else ("vulkan" if "vulkan" in d.backends else "cpu")

@@ -329,6 +329,25 @@ def _version_of(result) -> str | None:
     return text.splitlines()[0].strip() if text else None
 
 
+def installed_backend(root: Root) -> str | None:
+    """The ggml backend of ojai's install (its ``ojai-install.json``): a source build's
+    ``backend``, ``hip`` for a nightly (Lemonade's ROCm builds)."""
+    from ojai_setup.core.paths import LLAMACPP_CURRENT
+
+    text = _read(root, f"{LLAMACPP_CURRENT}/ojai-install.json")
+    if text is None:
+        return None
+    try:
+        record = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(record, dict):
+        return None
+    backend = record.get("backend")
+    return str(backend) if backend else ("hip" if record.get("tag") or record.get("family")
+                                         else None)
+
+
 def read_tools(root: Root) -> dict[str, Tool]:
     tools: dict[str, Tool] = {}
     llama = OJAI_LLAMA_SERVER if root.exists(OJAI_LLAMA_SERVER) else "llama-server"
@@ -341,9 +360,13 @@ def read_tools(root: Root) -> dict[str, Tool]:
 
     dialect = probe(root, llama)
     if not isinstance(dialect, ProbeError):
+        detail: dict = {"dialect": dialect.summary_lines()}
+        backend = installed_backend(root) if llama == OJAI_LLAMA_SERVER else None
+        if backend:
+            detail["backend"] = backend
         tools["llama-server"] = Tool(
             name="llama-server", path=llama if llama.startswith("/") else root.which(llama),
-            version=dialect.version_label(), detail={"dialect": dialect.summary_lines()})
+            version=dialect.version_label(), detail=detail)
     elif dialect.exit_code != 127:
         tools["llama-server"] = Tool(name="llama-server", path=llama,
                                      detail={"error": dialect.describe()})

@@ -152,7 +152,12 @@ def read_kernel_log(root: Root) -> list[str]:
     if not res.ok:
         raise ValueError(f"dmesg exited {res.exit_code}: "
                          f"{(res.stderr or res.stdout).strip()[:160]} (run as root to read it)")
-    return [line for line in res.stdout.splitlines() if _LOG.search(line)][-LOG_LINES:]
+    return kernel_log_lines(res.stdout)
+
+
+def kernel_log_lines(text: str) -> list[str]:
+    """The amdgpu, amdxdna and KFD lines of a kernel log, the newest :data:`LOG_LINES`."""
+    return [line for line in text.splitlines() if _LOG.search(line)][-LOG_LINES:]
 
 
 PLATFORM_PROFILE = "/sys/firmware/acpi/platform_profile"
