@@ -100,3 +100,31 @@ def test_ojais_tiny_routes_serve_on_debians_build(overlay, machine, tmp_path, mo
     assert drafted["healthy"] and drafted["draft_n"] > 0 and drafted["draft_n_accepted"] > 0
     plain = results[ROUTE]
     assert plain["healthy"] and plain["predicted_n"] > 0 and plain["draft_n"] is None
+
+
+def test_dpkg_keeps_the_gpu_architecture_field_that_doctor_reads(overlay, tmp_path):
+    """The field doctor reads from /var/lib/dpkg/status is one dpkg keeps there: a .deb built
+    with libggml0-backend-hip's own X-Rocm-Gpu-Architecture value, installed by the real dpkg
+    in the overlay (the 115 MB package itself is not downloaded)."""
+    import subprocess
+
+    from ojai_setup.facts.packages import hip_targets
+    from ojai_setup.formats.packages import parse_dpkg_status
+    from ojai_setup.model.facts import Package
+
+    record = (SID / "apt-cache-show-libggml0-backend-hip.txt").read_text()
+    field = next(line for line in record.splitlines()
+                 if line.startswith("X-Rocm-Gpu-Architecture:"))
+    tree = tmp_path / "pkg"
+    (tree / "DEBIAN").mkdir(parents=True)
+    (tree / "DEBIAN/control").write_text(
+        "Package: ojai-hip-field\nVersion: 0.27.0-1\nArchitecture: all\n"
+        f"Maintainer: ojai tests <dev@ojai.invalid>\n{field}\nDescription: field probe\n")
+    subprocess.run(["dpkg-deb", "--root-owner-group", "--build", str(tree),
+                    str(tmp_path / "p.deb")], check=True, capture_output=True)
+    done = sid_llama.run_in_overlay(["sh", "-c", "dpkg -i /x/p.deb >/dev/null && "
+                                     "cat /var/lib/dpkg/status"], binds=[(tmp_path, "/x")])
+    rec = parse_dpkg_status(done.stdout, {"ojai-hip-field"})["ojai-hip-field"]
+    targets = hip_targets(Package(name=rec.name, version=rec.version, manager="dpkg",
+                                  fields=rec.fields))
+    assert targets == field.split(":", 1)[1].split() and "gfx1150" not in targets
