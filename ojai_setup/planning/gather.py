@@ -162,7 +162,8 @@ def llama_binary(root: Root, settings: Settings, programs: dict[str, str | None]
     said to be one, with what it runs on here."""
     found = _llama_binary(root, settings, programs, facts)
     distro = facts.distro_llama if facts is not None else None
-    if distro is not None and found.path == distro.path:
+    if distro is not None and found.path == distro.path and settings.llamacpp != "distro":
+        # (with --llamacpp distro the llama.cpp step says it, once)
         from ojai_setup.domain.distro_llama import coverage
 
         cov = coverage(distro, target)
