@@ -82,6 +82,18 @@ def test_linux_firmware_20251125_on_strix_halo(machine):
     assert "known-bad.linux-firmware-20251125" not in known_bad(root)
 
 
+def test_linux_firmware_20251125_from_the_rpm_database(machine):
+    """Fedora's split package, as the poster of kyuz0/amd-strix-halo-toolboxes#37 downgraded it
+    from (the 20251111 release of amd-gpu-firmware, fc43); rpm is asked, its database being no
+    text file."""
+    root = machine("strix-halo-dkms")
+    (root / "var/lib/rpm").mkdir(parents=True)
+    answer(root, ["rpm", "-qa", "--qf", "%{NAME} %{VERSION}-%{RELEASE}\\n"],
+           "kernel-core 6.18.6-200.fc43\namd-gpu-firmware 20251125-1.fc43\n")
+    found = known_bad(root)["known-bad.linux-firmware-20251125"]
+    assert "amd-gpu-firmware 20251125-1.fc43 (rpm)" in found["evidence"]
+
+
 def test_linux_firmware_20251125_is_not_reported_for_gfx1150(machine):
     root = machine("ojai-fresh")
     pacman_package(root, "linux-firmware-amdgpu", "20251125-2")

@@ -4,7 +4,7 @@ own ``llama-server`` and whether its HIP backend has code for this GPU, the kern
 and amdxdna lines, and the power profile.
 
 Every file is read through the root; the package databases are dpkg's ``/var/lib/dpkg/status``
-and ``info/*.list``, pacman's ``/var/lib/pacman/local``, and on rpm machines ``rpm -q`` (its
+and ``info/*.list``, pacman's ``/var/lib/pacman/local``, and on rpm machines ``rpm -qa`` (its
 database is not plain text), answered under ``--root`` from the capture like any command.
 """
 
@@ -59,9 +59,10 @@ def read_packages(root: Root) -> dict[str, Package]:
                 records[rec.name] = rec
     if not seen_db and (root.exists("/var/lib/rpm") or root.exists("/usr/lib/sysimage/rpm")):
         seen_db = True
-        res = root.run(["rpm", "-q", "--qf", "%{NAME} %{VERSION}-%{RELEASE}\\n", *INTERESTING])
+        # every package, one short command (a capture's folder is named by it)
+        res = root.run(["rpm", "-qa", "--qf", "%{NAME} %{VERSION}-%{RELEASE}\\n"])
         if res.found:
-            records.update(parse_rpm_query(res.stdout))
+            records.update({n: r for n, r in parse_rpm_query(res.stdout).items() if n in wanted})
     if not seen_db:
         raise FileNotFoundError("no package database (dpkg, pacman or rpm) on this machine")
     return {name: Package(name=r.name, version=r.version, manager=r.manager, fields=r.fields)
@@ -70,7 +71,11 @@ def read_packages(root: Root) -> dict[str, Package]:
 
 def package_owner(root: Root, path: str) -> tuple[str, str] | None:
     """(manager, package) of the package whose file list holds ``path``, or None."""
-    for listing in root.glob("/var/lib/dpkg/info/*.list"):
+    likely = [f"/var/lib/dpkg/info/{n}{arch}.list" for n in INTERESTING
+              for arch in ("", ":amd64") if n.startswith("llama")]
+    listings = [p for p in likely if root.exists(p)]
+    for listing in listings + [p for p in root.glob("/var/lib/dpkg/info/*.list")
+                               if p not in listings]:
         try:
             if path in root.read_text(listing).splitlines():
                 return "dpkg", PurePosixPath(listing).name.removesuffix(".list").split(":")[0]

@@ -25,6 +25,10 @@ def parse_dpkg_status(text: str, names: set[str] | None = None) -> dict[str, Pac
     a package counts as installed when its ``Status`` ends in ``installed``."""
     found: dict[str, PackageRecord] = {}
     for para in re.split(r"\n\s*\n", text):
+        first = para.lstrip("\n").split("\n", 1)[0]
+        if names is not None and first.startswith("Package:") and \
+                first[len("Package:"):].strip() not in names:
+            continue  # a status file holds thousands of records: skip the others unparsed
         fields: dict[str, str] = {}
         key = None
         for line in para.splitlines():
@@ -64,8 +68,8 @@ def parse_pacman_desc(text: str) -> PackageRecord | None:
 
 
 def parse_rpm_query(text: str) -> dict[str, PackageRecord]:
-    """``rpm -q --qf '%{NAME} %{VERSION}-%{RELEASE}\\n' NAME...`` output; lines rpm prints for
-    names that are not installed ("package X is not installed") are left out."""
+    """``rpm -qa --qf '%{NAME} %{VERSION}-%{RELEASE}\\n'`` output (or ``rpm -q`` of names: the
+    lines it prints for names that are not installed are left out)."""
     found: dict[str, PackageRecord] = {}
     for line in text.splitlines():
         parts = line.split()
