@@ -54,6 +54,20 @@ def test_the_probe_reads_the_real_build_as_the_captures_say(overlay):
     assert {"--moe-cache-mib", "--spec-draft-n-ubatch", "--spec-draft-model"} <= names
 
 
+def test_the_package_files_doctor_reads_are_what_apt_get_installed(overlay):
+    """The test machine's dpkg records and file list (support/distro_box.py) are the overlay's."""
+    from ojai_setup.formats.packages import parse_dpkg_status
+
+    names = {"llama.cpp-tools", "libllama0", "libggml0"}
+    status = sid_llama.run_in_overlay(["cat", "/var/lib/dpkg/status"]).stdout
+    listed = sid_llama.run_in_overlay(["cat", "/var/lib/dpkg/info/llama.cpp-tools.list"]).stdout
+    assert parse_dpkg_status(status, names) == parse_dpkg_status(
+        (SID / "llama.cpp-tools-status.txt").read_text(), names)
+    assert listed == (SID / "llama.cpp-tools.list").read_text()
+    owner = sid_llama.run_in_overlay(["dpkg", "-S", "/usr/bin/llama-server"]).stdout
+    assert owner.strip() == "llama.cpp-tools: /usr/bin/llama-server"
+
+
 def test_rendered_arguments_get_past_the_real_parser(overlay, tmp_path):
     dialect = parse_help((SID / "llama-server-help.txt").read_text(),
                          version=parse_version((SID / "llama-server-version.txt").read_text()))
