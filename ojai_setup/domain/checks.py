@@ -895,7 +895,8 @@ def _distro_llama(facts: Facts, profile: Profile, params: dict) -> Outcome:
     cov = coverage(d, machine_target(facts, profile) or profile.gpu_target or
                    (gpus[0] if gpus else None))
     if cov.runs_on == "hip" and cov.hip_covers:
-        return Outcome(ok=True, evidence=cov.sentence)
+        return Outcome(ok=True, evidence=cov.sentence + "; `ojai setup --llamacpp distro` "
+                       "routes through it")
     return Outcome(ok=False, evidence=cov.sentence)
 
 
