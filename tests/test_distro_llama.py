@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 
 from ojai_setup.cli import app
 from ojai_setup.commands.doctor import diagnose
-from ojai_setup.core.root import Root
+from ojai_setup.core.root import COMMANDS_DIR, Root, command_key
 
 def finding(root: Path, fid: str):
     return next(f for f in diagnose(Root(root)).findings if f.id == fid)
@@ -109,3 +109,29 @@ def test_setup_never_routes_through_it_silently(machine, monkeypatch, tmp_path):
     step = next(s for s in plan["steps"] if s["step"] == "routes")
     assert any("the routes run the distribution's llama-server" in w
                and "not gfx1150" in w for w in step["warnings"]), step
+
+
+def test_an_rpm_owned_llama_server_is_recognised_by_rpm_qf(machine, monkeypatch):
+    """On an rpm machine the owner comes from ``rpm -qf`` (Fedora names its package
+    ``llama-cpp``; its package version is composed, no capture of one was found, and its
+    ``--version`` is the Debian build's)."""
+    monkeypatch.delenv("OJAI_RUN_ROOT_PROGRAMS")
+    root = machine("fedora-bls-stale")
+    (root / "var/lib/rpm").mkdir(parents=True, exist_ok=True)
+    server = root / "usr/bin/llama-server"
+    server.parent.mkdir(parents=True, exist_ok=True)
+    server.write_text("")
+    server.chmod(0o755)
+    for argv, out in ((["rpm", "-qf", "--qf", "%{NAME}\\n", "/usr/bin/llama-server"], "llama-cpp\n"),
+                      (["rpm", "-qa", "--qf", "%{NAME} %{VERSION}-%{RELEASE}\\n"],
+                       "llama-cpp 11669-1.fc43\n"),
+                      (["llama-server", "--version"], None)):
+        folder = root / COMMANDS_DIR / command_key(argv)
+        folder.mkdir(parents=True, exist_ok=True)
+        if out is None:
+            (folder / "stderr").write_text((SID / "llama-server-version.txt").read_text())
+        else:
+            (folder / "stdout").write_text(out)
+    d = diagnose(Root(root)).facts.distro_llama
+    assert (d.manager, d.package, d.package_version, d.build) == ("rpm", "llama-cpp",
+                                                                 "11669-1.fc43", 11669)
