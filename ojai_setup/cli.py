@@ -151,6 +151,7 @@ Profile = Enum("Profile", {name: name for name in _profiles()}, type=str)
 class Llamacpp(str, Enum):
     nightly = "nightly"
     source = "source"
+    distro = "distro"
     none = "none"
 
 
@@ -278,7 +279,7 @@ def setup(
     ttm_via: Annotated[str, typer.Option(
         "--ttm-via", help="How the GPU memory limit reaches the kernel: cmdline (the boot loader's kernel command line), modprobe (options ttm pages_limit= in /etc/modprobe.d, as amd-ttm does; not when ttm is built into the kernel), or auto (by the boot path).")] = "auto",
     llamacpp: Annotated[Llamacpp, typer.Option(
-        "--llamacpp", help="How to get llama-server: nightly (Lemonade's ROCm builds), source, or none.")] = Llamacpp.nightly,
+        "--llamacpp", help="How to get llama-server: nightly (Lemonade's ROCm builds), source, distro (the distribution's own package), or none.")] = Llamacpp.nightly,
     llamacpp_tag: Annotated[Optional[str], typer.Option("--llamacpp-tag", help="Pin a nightly tag (e.g. b1311); default: the latest release.")] = None,
     llamacpp_src: Annotated[Optional[str], typer.Option("--llamacpp-src", help="Source for --llamacpp source: a git URL, a directory or a .tar.gz.")] = None,
     llamacpp_ref: Annotated[Optional[str], typer.Option("--llamacpp-ref", help="Git ref to build with --llamacpp source.")] = None,
@@ -298,6 +299,8 @@ def setup(
         "--lemonade-tag", help="With --lemonade release: the release to install (e.g. v11.7.0); default: the latest.")] = None,
     lemonade_downloads: Annotated[bool, typer.Option(
         "--lemonade-downloads", help="Let Lemonade download the route's model into its own cache instead of loading ojai's files.")] = False,
+    power: Annotated[str, typer.Option(
+        "--power", help="performance: set the platform profile to performance, persistently, the way this machine manages it (tuned, power-profiles-daemon, or a small unit); none: leave it.")] = "none",
     example: ExampleOpt = None,
     force_handlers: Annotated[bool, typer.Option(
         "--force-handlers/--no-force-handlers", help="With --apply: when an apply fails, still run the follow-up commands (update-grub, systemctl daemon-reload) of the edits that finished, so the machine is consistent; --no-force-handlers leaves them owed.")] = True,
@@ -330,7 +333,7 @@ def setup(
                       llamacpp_backend=_value(backend), gpu_target=gpu_target, model=model,
                       host=host, port=port, systemd=systemd,
                       npu=npu, user_catalog=catalog, lemonade_downloads=lemonade_downloads,
-                      lemonade=lemonade, lemonade_tag=lemonade_tag,
+                      lemonade=lemonade, lemonade_tag=lemonade_tag, power=power,
                       api_key_file=str(api_key_file.absolute()) if api_key_file else None)
         if llamacpp_src:
             fields["llamacpp_src"] = llamacpp_src

@@ -287,7 +287,7 @@ def test_ojai_failures_are_failed_tasks_with_ojai_message_and_no_traceback(fleet
     assert msg["port out of range"]["rc"] == 64
     assert msg["not a machine"]["msg"].endswith("/nowhere: not a directory")
     assert msg["unknown llamacpp"]["msg"].startswith("value of llamacpp must be one of: nightly, "
-                                                     "source, none, got: daily")
+                                                     "source, distro, none, got: daily")
     assert msg["no ojai there"]["msg"].endswith("no such executable file on this host; install "
                                                 "ojai there (the ojai.ojai.server role does) or "
                                                 "correct the path")

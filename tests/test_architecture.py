@@ -124,7 +124,7 @@ def test_help_lists_the_choices_of_every_fixed_option():
 
     profiles = "<" + "|".join(_profiles()) + ">"
     assert "generic" in profiles and len(_profiles()) > 1
-    for choices in ("<nightly|source|none>", "<hip|cpu>", profiles):
+    for choices in ("<nightly|source|distro|none>", "<hip|cpu>", profiles):
         assert choices in text, text
 
 

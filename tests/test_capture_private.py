@@ -173,3 +173,25 @@ def test_the_same_identifier_gets_the_same_stand_in():
     assert a.split()[1] == b.split()[1] and a.split()[3] == b.split()[2]
     assert "user@host" in a and "/home/user" in b
     assert BOOT_ID not in a + b and MAC not in a + b
+
+
+def test_the_capture_keeps_only_the_kernel_log_lines_doctor_reads(machine, tmp_path):
+    """dmesg holds disks' serial numbers, network names and more: the capture keeps the amdgpu,
+    amdxdna and KFD lines (tests/data/captures/known-bad/rocm-6273-dmesg-mes.txt) only."""
+    import tarfile
+
+    from typer.testing import CliRunner
+
+    from ojai_setup.cli import app
+
+    root = machine("strix-halo-dkms")
+    gpu = (Path(__file__).parent / "data/captures/known-bad/rocm-6273-dmesg-mes.txt").read_text()
+    other = "[    1.5] ata1.00: ATA-11: Some Disk, serial WD-WX12345678, max UDMA/133\n"
+    folder = root / ".ojai/commands/dmesg"
+    folder.mkdir(parents=True)
+    (folder / "stdout").write_text(other + gpu)
+    capture = tmp_path / "cap.tar.gz"
+    CliRunner().invoke(app, ["doctor", "--root", str(root), "--capture", str(capture)])
+    with tarfile.open(capture) as tar:
+        kept = tar.extractfile(".ojai/commands/dmesg/stdout").read().decode()
+    assert kept == gpu and "WD-WX12345678" not in kept

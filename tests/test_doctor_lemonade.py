@@ -76,7 +76,7 @@ def test_installed_lemonade_reports_version_port_and_config_folder(machine):
     stand_ins.give_lemonade(root, (), versions={"lemond --version": "lemond version 2026.39.1-2\n"})
     (root / "var/lib/lemonade/config.json").write_text('{"port": 13400}\n')
     f = finding(root)
-    assert f["evidence"].startswith("lemond version 2026.39.1-2 (calendar version); port 13400; "
+    assert f["evidence"].startswith("lemond version 2026.39.1-2 (calendar version, line 2026.39); port 13400; "
                                     "system-service reading /var/lib/lemonade; health: ")
 
 

@@ -42,7 +42,7 @@ def in_ojai_words(text: str) -> None:
     (["setup", "--port", "0"], "--port 0: must be 1-65535"),
     (["setup", "--port", "eighty"], "--port eighty: must be a whole number"),
     (["setup", "--gpu-memory", "0"], "--gpu-memory 0: must be at least 1"),
-    (["setup", "--llamacpp", "sideways"], "--llamacpp sideways: must be one of nightly, source, none"),
+    (["setup", "--llamacpp", "sideways"], "--llamacpp sideways: must be one of nightly, source, distro, none"),
     (["setup", "--lemonade", "foo"], "--lemonade foo: must be one of none, distro or release"),
     (["setup", "--backend=x"], "--backend x: must be one of hip, cpu"),
     (["setup", "--gpu-target", "gfx"], "--gpu-target gfx: is not a GPU target"),

@@ -52,7 +52,7 @@ def test_corpus_text_output_each_field_matches_the_file():
     assert lines[5] == "[Linux]  Memlock Limit: infinity"
     assert status.memlock.observed == "infinity" and status.memlock.ok is True
     assert [d.model_dump() for d in status.devices] == [
-        {"device": "/dev/accel/accel0", "firmware": "1.1.2.64", "columns": 8}]
+        {"device": "/dev/accel/accel0", "firmware": "1.1.2.64", "columns": 8, "busy": None}]
     assert status.errors == [] and status.failed() == []
     assert status.ready is True
     assert missing_npu_stack(status, NpuStackFacts(distro_id="ubuntu")) == []

@@ -224,7 +224,8 @@ def test_doctor_reports_version_port_and_health_of_the_real_lemond(box, catalog,
         facts = Facts.model_validate(report["facts"])
         out = KINDS["lemonade_server"](facts, None, {})
         assert out.ok is True, out
-        assert out.evidence.startswith(f"{version.strip()} (calendar version); port "
+        line = ".".join(version.split()[-1].split(".")[:2])
+        assert out.evidence.startswith(f"{version.strip()} (calendar version, line {line}); port "
                                        f"{server.port}; system-service reading /var/lib/lemonade;"
                                        " health: ok"), out.evidence
     # and once lemond is gone

@@ -168,7 +168,8 @@ def test_wrapped_steps_and_findings_keep_their_hanging_indent_in_a_real_terminal
     assert steps and findings, screen
     heads = [line for line in steps if not line.startswith("   ")]
     assert [h.split()[1] for h in heads] == [
-        "gpu-memory:", "llama.cpp:", "model:", "service-user:", "routes:", "sglang:", "lemonade:",
+        "gpu-memory:", "llama.cpp:", "model:", "service-user:", "routes:", "sglang:", "power:",
+        "lemonade:",
         "npu:"]
     if width == 80:  # the long ones did wrap, under their text
         assert len(steps) > len(heads) + 10

@@ -136,7 +136,7 @@ def test_settings_give_back_their_options_for_every_field(tmp_path, machine):
                      llamacpp_ref="b11434", llamacpp_backend="cpu", gpu_target="gfx1150,gfx1151",
                      model="gemma-4-12b", models_dir=str(tmp_path / "models"),
                      user_catalog=str(catalog), host="0.0.0.0", port=9000, systemd=True,
-                     npu=False, lemonade_downloads=True, lemonade="release", lemonade_tag="v11.7.0",
+                     npu=False, lemonade_downloads=True, lemonade="release", lemonade_tag="v11.7.0", power="performance",
                      api_key_file=str(key))
     assert sorted(f for f, _ in OPTIONS_OF_FIELDS) == sorted(Settings.model_fields)
     default = Settings()

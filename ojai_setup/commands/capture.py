@@ -265,7 +265,12 @@ def write_capture(root: Root, environ: dict[str, str], dest: Path) -> CaptureRes
             continue  # absence is replayed as "not installed"
         argv = tuple(scrubber.text(a) for a in result.argv)
         base = f"{COMMANDS_DIR}/{command_key(argv)}"
-        entries[f"{base}/stdout"] = scrubber.text(result.stdout).encode()
+        stdout = result.stdout
+        if argv == ("dmesg",):  # only the GPU and NPU lines doctor reads: the rest (disks,
+            from ojai_setup.facts.packages import kernel_log_lines  # network) stays home
+
+            stdout = "".join(line + "\n" for line in kernel_log_lines(stdout))
+        entries[f"{base}/stdout"] = scrubber.text(stdout).encode()
         if result.stderr:
             entries[f"{base}/stderr"] = scrubber.text(result.stderr).encode()
         entries[f"{base}/exit_code"] = f"{result.exit_code}\n".encode()

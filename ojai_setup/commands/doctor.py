@@ -119,7 +119,9 @@ SECTION_NAMES = {"cpu": "CPU", "gpu": "GPU", "npu": "NPU", "memory": "Memory",
                  "bios": "Board / BIOS", "rocm_version": "ROCm", "ttm": "TTM limit",
                  "grub": "GRUB configuration", "boot": "Boot files", "tools": "Tools",
                  "models": "Model routes", "apply": "ojai's last apply",
-                 "amdgpu_dkms": "amdgpu-dkms"}
+                 "amdgpu_dkms": "amdgpu-dkms", "packages": "Packages",
+                 "kernel_log": "Kernel log", "power": "Power profile",
+                 "distro_llama": "Distribution's llama-server"}
 
 
 def fact_rows(facts: Facts) -> list[tuple[str, str]]:
@@ -208,6 +210,25 @@ def fact_rows(facts: Facts) -> list[tuple[str, str]]:
             rows.append(("", line))
         if "error" in detail:
             rows.append(("", detail["error"]))
+    if facts.distro_llama:
+        d = facts.distro_llama
+        rows.append(("llama-server (distribution)", f"{d.path}: {d.package} {d.package_version} "
+                     f"({d.manager}), {d.version or 'version unknown'}; ggml backends "
+                     f"{', '.join(d.backends) or 'none as packages'}"))
+    missing("distro_llama")
+    if facts.packages:
+        rows.append(("Packages", ", ".join(f"{p.name} {p.version}"
+                                           for p in facts.packages.values())))
+    missing("packages")
+    if facts.power:
+        pw = facts.power
+        rows.append(("Power profile", f"{pw.profile or 'unknown'} (choices: "
+                     f"{' '.join(pw.choices) or 'none listed'})"
+                     + (f"; {pw.manager}" if pw.manager else "")))
+    missing("power")
+    if facts.kernel_log is not None:
+        rows.append(("Kernel log", f"{len(facts.kernel_log)} amdgpu/amdxdna/KFD line(s)"))
+    missing("kernel_log")
     for pair in facts.models:
         rows.append((f"route {pair.route}", ("matched pair" if pair.ok else "NOT a matched pair: "
                      + "; ".join(pair.reasons))))

@@ -332,6 +332,9 @@ def detect_profile(facts: Facts, directory: Path | None = None) -> Profile:
 def run_checks(facts: Facts, profile: Profile) -> list[Finding]:
     findings = []
     for spec in profile.checks:
+        if spec.kind == "known_bad":
+            findings.extend(known_bad_findings(facts, profile, spec))
+            continue
         try:
             out = KINDS[spec.kind](facts, profile, spec.params)
         except _Unknown as exc:
@@ -346,6 +349,27 @@ def run_checks(facts: Facts, profile: Profile) -> list[Finding]:
                                 fix=None if sev == "pass" else (out.fix or spec.fix or None),
                                 link=spec.link or None))
     return findings
+
+
+def known_bad_findings(facts: Facts, profile: Profile, spec: CheckSpec) -> list[Finding]:
+    """One finding ``<id>.<row>`` for each row of the known-bad table that matches this
+    machine (its source as the link), or one ``<id>`` that passes, naming the table."""
+    from ojai_setup.domain.known_bad import TABLE, matches
+
+    path = checks_dir() / "tables" / TABLE
+    found, count, unknown = matches(facts, machine_target(facts, profile) or profile.gpu_target,
+                                    profile.npu, path)
+    if found:
+        return [Finding(id=f"{spec.id}.{m.row.id}", title=m.row.title, severity=m.row.severity,
+                        evidence=f"{m.evidence} (reported for: {m.row.covers})", fix=m.row.fix,
+                        link=m.row.source) for m in found]
+    note = ("; not known here: " + ", ".join(sorted(unknown))) if unknown else ""
+    return [Finding(id=spec.id, title=spec.title, severity="pass",
+                    evidence=f"none of the {count} rows of checks/tables/{TABLE} matches this "
+                    f"machine{note}", link=spec.link or None)]
+
+
+KINDS["known_bad"] = lambda facts, profile, params: Outcome(ok=None, evidence="")
 
 
 def overall(findings: list[Finding]) -> Severity:
@@ -472,7 +496,18 @@ def _kernel_min(facts: Facts, profile: Profile, params: dict) -> Outcome:
         holds = _kernel_rule_holds(rule, facts)
         if holds is not None:
             what = " ".join(filter(None, [rule.get("distro"), rule.get("flavour"), "kernel"]))
-            return Outcome(ok=holds, evidence=f"{kernel.release}; {what} needs >= {rule['min']}")
+            evidence = f"{kernel.release}; {what} needs >= {rule['min']}"
+            flm = (facts.npu.flm or {}) if facts.npu else {}
+            if not holds and params.get("flm_decides") and flm.get("ready") and \
+                    (flm.get("kernel") or {}).get("ok") is True:
+                # a distribution kernel that backports the NPU driver: FastFlowLM (which no
+                # longer has a kernel floor of its own) runs on it, so the number alone is no
+                # reason to refuse it
+                return Outcome(ok=False, severity="warn", evidence=evidence + "; but `flm "
+                               "validate` passes on this kernel (the distribution backports the "
+                               "driver), so it is not refused on its version alone",
+                               fix=params.get("fix_backport"))
+            return Outcome(ok=holds, evidence=evidence)
     return Outcome(ok=False, evidence=f"{kernel.release}; no rule accepts this kernel")
 
 
@@ -870,6 +905,43 @@ def _apply_state(facts: Facts, profile: Profile, params: dict) -> Outcome:
     return Outcome(ok=True, evidence=f"no apply interrupted, nothing owed{last}")
 
 
+@kind("power_profile")
+def _power_profile(facts: Facts, profile: Profile, params: dict) -> Outcome:
+    """The ACPI platform profile, its choices and what manages it (reported, never failed)."""
+    power = facts.power
+    if power is None:
+        return Outcome(ok=None, evidence=f"unknown: {facts.unknown.get('power', 'not read')}")
+    ev = (f"platform profile {power.profile or 'unknown'} (choices: "
+          f"{' '.join(power.choices) or 'none listed'})" + (
+              f"; managed by {power.manager}" + (f" ({power.manager_profile})"
+                                                 if power.manager_profile else "")
+              if power.manager else "; no tuned or power-profiles-daemon"))
+    if power.profile == "performance" or "performance" not in power.choices:
+        return Outcome(ok=True, evidence=ev)
+    return Outcome(ok=None, evidence=ev + "; `ojai setup --power performance` sets performance "
+                   "for the GPU routes")
+
+
+@kind("distro_llama")
+def _distro_llama(facts: Facts, profile: Profile, params: dict) -> Outcome:
+    """A llama-server on PATH from a distribution package: its version and whether its HIP
+    backend has code for this GPU."""
+    d = facts.distro_llama
+    if d is None:
+        why = facts.unknown.get("distro_llama")
+        return Outcome(ok=None, evidence=f"unknown: {why}" if why else
+                       "no llama-server from a distribution package on PATH")
+    from ojai_setup.domain.distro_llama import coverage
+
+    gpus = facts.gpu.targets if facts.gpu else []
+    cov = coverage(d, machine_target(facts, profile) or profile.gpu_target or
+                   (gpus[0] if gpus else None))
+    if cov.runs_on == "hip" and cov.hip_covers:
+        return Outcome(ok=True, evidence=cov.sentence + "; `ojai setup --llamacpp distro` "
+                       "routes through it")
+    return Outcome(ok=False, evidence=cov.sentence)
+
+
 def _lemonade(facts: Facts) -> dict | None:
     tool = facts.tools.get("lemonade") or facts.tools.get("lemond")
     return (tool.detail or {}) if tool else None
@@ -913,8 +985,14 @@ def _lemonade_server(facts: Facts, profile: Profile, params: dict) -> Outcome:
             + " installs it" if choices else "")
         return Outcome(ok=None, evidence=evidence, fix=install_advice(*distro))
     version = detail.get("version") or {}
-    what = (f"{version.get('text')} ({'calendar' if version.get('calendar') else 'semantic'} "
-            "version)") if version else "version unknown"
+    if version:
+        numbers = version.get("numbers") or [0]
+        line = (".".join(str(n) for n in numbers[:2]) if version.get("calendar")
+                else f"{numbers[0]}.x")
+        what = (f"{version.get('text')} ({'calendar' if version.get('calendar') else 'semantic'} "
+                f"version, line {line})")
+    else:
+        what = "version unknown"
     evidence = (f"{what}; port {detail.get('port')}; {detail.get('mode')} reading "
                 f"{detail.get('config_dir')}; health: {detail.get('health')}")
     if detail.get("config_error"):

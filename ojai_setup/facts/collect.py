@@ -330,6 +330,25 @@ def _version_of(result) -> str | None:
     return text.splitlines()[0].strip() if text else None
 
 
+def installed_backend(root: Root) -> str | None:
+    """The ggml backend of ojai's install (its ``ojai-install.json``): a source build's
+    ``backend``, ``hip`` for a nightly (Lemonade's ROCm builds)."""
+    from ojai_setup.core.paths import LLAMACPP_CURRENT
+
+    text = _read(root, f"{LLAMACPP_CURRENT}/ojai-install.json")
+    if text is None:
+        return None
+    try:
+        record = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(record, dict):
+        return None
+    backend = record.get("backend")
+    return str(backend) if backend else ("hip" if record.get("tag") or record.get("family")
+                                         else None)
+
+
 def read_tools(root: Root) -> dict[str, Tool]:
     tools: dict[str, Tool] = {}
     llama = OJAI_LLAMA_SERVER if root.exists(OJAI_LLAMA_SERVER) else "llama-server"
@@ -342,9 +361,13 @@ def read_tools(root: Root) -> dict[str, Tool]:
 
     dialect = probe(root, llama)
     if not isinstance(dialect, ProbeError):
+        detail: dict = {"dialect": dialect.summary_lines()}
+        backend = installed_backend(root) if llama == OJAI_LLAMA_SERVER else None
+        if backend:
+            detail["backend"] = backend
         tools["llama-server"] = Tool(
             name="llama-server", path=llama if llama.startswith("/") else root.which(llama),
-            version=dialect.version_label(), detail={"dialect": dialect.summary_lines()})
+            version=dialect.version_label(), detail=detail)
     elif dialect.exit_code != 127:
         tools["llama-server"] = Tool(name="llama-server", path=llama,
                                      detail={"error": dialect.describe()})
@@ -407,6 +430,29 @@ def read_amdgpu_dkms(root: Root) -> bool:
     return bool(root.glob("/var/lib/dkms/amdgpu/*")) or root.exists("/sys/module/amdttm")
 
 
+def read_dkms_amdgpu(root: Root) -> list[str]:
+    return sorted(PurePosixPath(p).name for p in root.glob("/var/lib/dkms/amdgpu/*")
+                  if PurePosixPath(p).name[:1].isdigit())
+
+
+def _packages(root: Root):
+    from ojai_setup.facts.packages import read_packages
+
+    return read_packages(root)
+
+
+def _kernel_log(root: Root):
+    from ojai_setup.facts.packages import read_kernel_log
+
+    return read_kernel_log(root)
+
+
+def _power(root: Root):
+    from ojai_setup.facts.packages import read_power
+
+    return read_power(root)
+
+
 SECTIONS: dict[str, Callable[[Root], object]] = {
     "cpu": read_cpu,
     "memory": read_memory,
@@ -419,8 +465,12 @@ SECTIONS: dict[str, Callable[[Root], object]] = {
     "npu": read_npu,
     "tools": read_tools,
     "amdgpu_dkms": read_amdgpu_dkms,
+    "dkms_amdgpu": read_dkms_amdgpu,
     "models": read_models,
     "sysctl": read_sysctl,
+    "packages": _packages,
+    "kernel_log": _kernel_log,
+    "power": _power,
     "apply": lambda root: read_apply_status(root),
 }
 
@@ -453,6 +503,12 @@ def collect(root: Root) -> Facts:
             setattr(facts, name, reader(root))
         except Exception as exc:  # noqa: BLE001 - a fact must never crash doctor
             facts.unknown[name] = _reason(exc, root)
+    try:
+        from ojai_setup.facts.packages import read_distro_llama
+
+        facts.distro_llama = read_distro_llama(root, facts.packages)
+    except Exception as exc:  # noqa: BLE001
+        facts.unknown["distro_llama"] = _reason(exc, root)
     try:
         from ojai_setup.facts.grub_env import read_grub_config
 

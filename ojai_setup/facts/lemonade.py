@@ -94,7 +94,32 @@ def lemonade_detail(root: Root, version_text: str | None) -> dict:
         "version": version.model_dump(mode="json") if version else None,
         "health": health(port) if root.is_host else "not checked (--root)",
     }
+    mtp = mtp_backends(root, layout.config_dir)
+    if mtp:
+        detail["mtp_backends"] = mtp
     if error:
         detail["config_error"] = error
     return detail
+
+
+def mtp_backends(root: Root, config_dir: str) -> dict[str, str]:
+    """The llama.cpp backend Lemonade runs each of its MTP models on (a user model with the
+    label ``mtp``: ``llamacpp_backend`` in ``recipe_options.json``, else "default")."""
+    import json
+
+    def load(name: str) -> dict:
+        try:
+            data = json.loads(root.read_text(f"{config_dir}/{name}"))
+        except (OSError, ValueError):
+            return {}
+        return data if isinstance(data, dict) else {}
+
+    options = load("recipe_options.json")
+    found = {}
+    for name, model in load("user_models.json").items():
+        if isinstance(model, dict) and "mtp" in (model.get("labels") or []):
+            opts = options.get(f"user.{name}") or options.get(name) or {}
+            backend = opts.get("llamacpp_backend") if isinstance(opts, dict) else None
+            found[name] = str(backend or "default")
+    return found
 

@@ -70,6 +70,9 @@ class FlmDevice(_Model):
     device: str  # /dev/accel/accelN
     firmware: str | None = None  # "1.1.2.64"
     columns: int | None = None
+    #: ``devices[].busy`` of ``flm validate --json`` (FastFlowLM 1.0.9 and newer): another
+    #: process holds the NPU; None when the output does not say
+    busy: bool | None = None
 
 
 class FlmStatus(_Model):
@@ -93,6 +96,10 @@ class FlmStatus(_Model):
         return {"kernel": self.kernel, "accel_device": self.accel_device,
                 "amdxdna": self.amdxdna, "firmware": self.firmware,
                 "columns": self.columns, "memlock": self.memlock}
+
+    def busy(self) -> list[str]:
+        """The devices ``flm validate`` reports busy (held by another process)."""
+        return [d.device for d in self.devices if d.busy]
 
     def failed(self) -> list[str]:
         """Names of the requirements seen to fail."""
@@ -175,7 +182,11 @@ def _parse_json(text: str, exit_code: int) -> FlmStatus:
     if not isinstance(data, dict):
         raise ValueError("flm validate --json printed something other than an object")
     kernel = data.get("kernel")
-    kernel_ok = _at_least(kernel, MIN_KERNEL) if kernel else data.get("kernel_ok")
+    # flm's own verdict on the kernel stands when it passes: a FastFlowLM without a kernel
+    # floor passes distribution kernels that backport the driver; a failing verdict may be
+    # the amdxdna version folded into it, so the kernel is then judged from its version
+    kernel_ok = True if data.get("kernel_ok") is True else (
+        _at_least(kernel, MIN_KERNEL) if kernel else data.get("kernel_ok"))
     # Too old a kernel: flm printed its initial flags without checking anything else.
     stopped_early = kernel_ok is False and "drm_version" not in data and not data.get("devices")
 
@@ -185,8 +196,10 @@ def _parse_json(text: str, exit_code: int) -> FlmStatus:
         if "fw_major" in entry:
             fw = ".".join(str(entry.get(k, 0)) for k in ("fw_major", "fw_minor", "fw_patch", "fw_build"))
         cols = entry.get("cols")
+        busy = entry.get("busy")
         devices.append(FlmDevice(device=str(entry.get("device", "")), firmware=fw,
-                                 columns=int(cols) if cols is not None else None))
+                                 columns=int(cols) if cols is not None else None,
+                                 busy=bool(busy) if busy is not None else None))
 
     def flag(key: str) -> bool | None:
         return None if stopped_early or key not in data else bool(data[key])
@@ -273,6 +286,8 @@ def _parse_text(text: str, exit_code: int) -> FlmStatus:
     found: bool | None = True if parsed else (False if no_device else None)
     if kernel_bad:
         kernel_ok: bool | None = False
+    elif kernel and exit_code == 0 and not errors:
+        kernel_ok = True  # flm printed its kernel and found nothing wrong with it
     else:
         kernel_ok = _at_least(kernel, MIN_KERNEL)
 

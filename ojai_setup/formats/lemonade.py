@@ -214,6 +214,19 @@ class LemonadeVersion(BaseModel):
     numbers: tuple[int, ...]
     calendar: bool
 
+    def line(self) -> str:
+        """The release line: ``2026.48`` (year and week of a calendar version), ``11.x``."""
+        if self.calendar:
+            return ".".join(str(n) for n in self.numbers[:2])
+        return f"{self.numbers[0]}.x"
+
+    def injects_mtp_draft_defaults(self) -> bool:
+        """Whether this Lemonade adds ``--spec-draft-n-max 3 --spec-draft-p-min 0.75`` to an
+        MTP model's llama-server (semantic versions before 11.7.0: lemonade-sdk/lemonade#3187
+        dropped them, after #3175 measured p-min 0.75 at 2.5 times slower); the calendar
+        line does not."""
+        return not self.calendar and self.numbers[:3] < (11, 7, 0)
+
     @property
     def label(self) -> str:
         return ".".join(map(str, self.numbers))

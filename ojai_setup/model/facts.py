@@ -252,6 +252,42 @@ class Tool(_Model):
     detail: dict | None = None  # e.g. the llama-server dialect summary
 
 
+class Package(_Model):
+    """An installed package of the distribution's package database."""
+
+    name: str
+    version: str
+    manager: str  # dpkg, pacman, rpm
+    fields: dict[str, str] = {}  # dpkg: Source, Provides, Depends, X-* fields
+
+
+class DistroLlama(_Model):
+    """A ``llama-server`` on PATH that a distribution package owns (Debian's llama.cpp-tools)."""
+
+    path: str
+    manager: str
+    package: str
+    package_version: str | None = None
+    version: str | None = None  # its --version line
+    build: int | None = None
+    #: ggml backends installed as packages (cpu, hip, vulkan, ...)
+    backends: list[str] = []
+    #: the backend libraries in ggml's backends folder
+    backend_files: list[str] = []
+    hip_package_version: str | None = None
+    #: the gfx targets the HIP backend package says it has code for (None: it does not say)
+    hip_targets: list[str] | None = None
+
+
+class Power(_Model):
+    """The ACPI platform profile and what manages it."""
+
+    profile: str | None = None  # /sys/firmware/acpi/platform_profile
+    choices: list[str] = []
+    manager: str | None = None  # tuned, power-profiles-daemon
+    manager_profile: str | None = None
+
+
 class ModelPair(_Model):
     """A model route ojai set up, and whether its files are a matched pair (MTP heads or a
     draft model; n-gram drafting has none to prove)."""
@@ -285,8 +321,16 @@ class Facts(_Model):
     apply: ApplyStatus | None = None
     tools: dict[str, Tool] = {}
     amdgpu_dkms: bool | None = None
+    #: versions of amdgpu in the DKMS tree (/var/lib/dkms/amdgpu/<version>)
+    dkms_amdgpu: list[str] = []
     models: list[ModelPair] = []
     #: kernel settings doctor checks, by sysctl name (``kernel.numa_balancing``), as /proc/sys
     #: shows them; a setting that could not be read is absent
     sysctl: dict[str, str] = {}
+    #: the distribution's packages ojai asks about, by name
+    packages: dict[str, Package] | None = None
+    distro_llama: DistroLlama | None = None
+    #: amdgpu, amdxdna and KFD lines of the kernel log (dmesg)
+    kernel_log: list[str] | None = None
+    power: Power | None = None
     unknown: dict[str, str] = {}

@@ -19,7 +19,7 @@ class Settings(BaseModel):
     #: writes it), or ``auto``: the command line where the boot path is known, modprobe.d
     #: where a setting there already holds the limit
     ttm_via: Literal["auto", "cmdline", "modprobe"] = "auto"
-    llamacpp: Literal["nightly", "source", "none"] = "nightly"
+    llamacpp: Literal["nightly", "source", "distro", "none"] = "nightly"
     llamacpp_tag: str | None = None
     llamacpp_src: str = "https://github.com/ggml-org/llama.cpp"
     llamacpp_ref: str | None = None
@@ -39,6 +39,8 @@ class Settings(BaseModel):
     #: install Lemonade itself when it is missing: ``distro`` = the distribution's package,
     #: ``release`` = the lemonade-server .deb of a GitHub release (sha256 checked first)
     lemonade: Literal["none", "distro", "release"] = "none"
+    #: the ACPI platform profile: performance (set persistently), or none (left as it is)
+    power: Literal["none", "performance"] = "none"
     #: with ``lemonade="release"``: the release tag (``v11.7.0``); None = the latest
     lemonade_tag: str | None = None
     #: a file holding the API key llama-server asks for (read at apply, never put in a plan)
@@ -133,4 +135,5 @@ OPTIONS: tuple[tuple[str, str], ...] = (
     ("lemonade", "--lemonade"),
     ("lemonade_tag", "--lemonade-tag"),
     ("lemonade_downloads", "--lemonade-downloads"),
+    ("power", "--power"),
 )

@@ -50,6 +50,9 @@ class LlamaBinary(NamedTuple):
     error: str | None = None
     #: said in the routes step when the flags are upstream's reference, not the binary's own
     note: str = ""
+    #: said as a warning in the routes step: a distribution's llama-server whose HIP backend
+    #: has no code for this GPU, or that has none (it runs on the CPU or Vulkan)
+    warning: str = ""
 
 
 class SglangTarget(NamedTuple):

@@ -157,14 +157,43 @@ def user_catalog(root: Root, settings: Settings, home: str) -> Catalog:
     return load_catalog(own if own.is_file() else None)
 
 
-def llama_binary(root: Root, settings: Settings, programs: dict[str, str | None]) -> LlamaBinary:
-    """The llama-server the routes run, probed when it is installed."""
+def llama_binary(root: Root, settings: Settings, programs: dict[str, str | None],
+                 facts: Facts | None = None, target: str | None = None) -> LlamaBinary:
+    """The llama-server the routes run, probed when it is installed; a distribution's is
+    said to be one, with what it runs on here."""
+    found = _llama_binary(root, settings, programs, facts)
+    distro = facts.distro_llama if facts is not None else None
+    if distro is not None and found.path == distro.path and settings.llamacpp != "distro":
+        # (with --llamacpp distro the llama.cpp step says it, once)
+        from ojai_setup.domain.distro_llama import coverage
+
+        cov = coverage(distro, target)
+        if not (cov.runs_on == "hip" and cov.hip_covers):
+            return found._replace(warning=f"the routes run the distribution's llama-server: "
+                                  f"{cov.sentence}")
+    return found
+
+
+def _llama_binary(root: Root, settings: Settings, programs: dict[str, str | None],
+                  facts: Facts | None) -> LlamaBinary:
+    if settings.llamacpp == "distro":
+        path = facts.distro_llama.path if facts is not None and facts.distro_llama else None
+        if path is None:
+            return LlamaBinary(path=None, installed=False)
+        found = probe(root, path)
+        if isinstance(found, ProbeError):
+            return LlamaBinary(path=path, installed=True,
+                               error=f"cannot read what {path} supports: {found.describe()}")
+        return LlamaBinary(path=path, installed=True, dialect=found)
     if root.exists(LLAMA_SERVER):
         path, installed = LLAMA_SERVER, True
     elif settings.llamacpp != "none":
         path, installed = LLAMA_SERVER, False
     else:
         path = programs.get("llama-server")
+        distro = facts.distro_llama if facts is not None else None
+        if distro is not None and path is not None and not path.startswith("/"):
+            path = distro.path  # known by its package's file list, not only by a capture
         installed = path is not None
     if path is None:
         return LlamaBinary(path=None, installed=False)
@@ -283,7 +312,7 @@ def gather(root: Root, settings: Settings, *, facts: Facts | None = None,
 
     toolchain_error = None if sglang else hip_toolchain_error(root, facts, settings, target)
     install_free = None
-    if settings.llamacpp != "none" and sglang is None:
+    if settings.llamacpp not in ("none", "distro") and sglang is None:
         try:
             install_free = free_bytes(root.resolve(LLAMACPP_DIR))
         except (OjaiError, OSError):
@@ -324,7 +353,7 @@ def gather(root: Root, settings: Settings, *, facts: Facts | None = None,
         budget_gib=budget_gib(facts, settings, profile), gpu_target=target, user=user,
         home=home, catalog=catalog, catalog_error=catalog_error, route=route,
         route_error=route_error, release=release, release_error=release_error,
-        llama=llama_binary(root, settings, programs), lemonade=lemonade,
+        llama=llama_binary(root, settings, programs, facts, target), lemonade=lemonade,
         lemonade_deb=lemonade_deb, lemonade_deb_error=lemonade_deb_error,
         state=state, state_error=state_error, models_free_bytes=free,
         models_free_error=free_error, programs=programs, api_key_sha256=api_key_sha256,

@@ -14,10 +14,11 @@ def build_steps() -> list[Step]:
     from ojai_setup.steps.llamacpp import LlamacppStep
     from ojai_setup.steps.models import ModelStep
     from ojai_setup.steps.npu import NpuStep
+    from ojai_setup.steps.power import PowerStep
     from ojai_setup.steps.routes import RoutesStep
     from ojai_setup.steps.service_user import ServiceUserStep
     from ojai_setup.steps.sglang import SglangStep
     from ojai_setup.steps.ttm import TtmStep
 
     return [TtmStep(), LlamacppStep(), ModelStep(), ServiceUserStep(),
-            RoutesStep(), SglangStep(), LemonadeStep(), NpuStep()]
+            RoutesStep(), SglangStep(), PowerStep(), LemonadeStep(), NpuStep()]

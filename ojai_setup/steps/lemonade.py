@@ -85,6 +85,14 @@ def folder_bins(ctx: Context, setting: dict[str, str]) -> dict[str, str]:
     return fixed
 
 
+def lemonade_version(ctx: Context):
+    """The installed Lemonade's parsed version, or None."""
+    from ojai_setup.formats.lemonade import parse_lemonade_version
+
+    tool = ctx.facts.tools.get("lemond") or ctx.facts.tools.get("lemonade")
+    return parse_lemonade_version(tool.version or "") if tool else None
+
+
 class LemonadeStep:
     name = "lemonade"
 
@@ -213,6 +221,13 @@ class LemonadeStep:
         if model.model_drafted:
             args += ["--spec-draft-n-max", str(model.draft_n_max)]
         args += model.ngram_args()
+        version = lemonade_version(ctx)
+        if model.mtp and version is not None and version.injects_mtp_draft_defaults():
+            # this Lemonade adds --spec-draft-p-min 0.75 to MTP models: keep llama.cpp's 0,
+            # as ojai's own routes draft (every draft n_max tokens long)
+            args += ["--spec-draft-p-min", "0"]
+            notes.append(f"Lemonade {version.text.split()[-1]} adds --spec-draft-p-min 0.75 to MTP "
+                         "models (lemonade-sdk/lemonade#3175): the route passes 0")
         try:
             values = lemonade_config(lemonade_settings)
             writes = [a for a in (

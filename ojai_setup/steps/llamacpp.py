@@ -72,7 +72,30 @@ class LlamacppStep:
                                         "(--llamacpp none)")
         if settings.llamacpp == "source":
             return self._source(ctx)
+        if settings.llamacpp == "distro":
+            return self._distro(ctx)
         return self._nightly(ctx)
+
+    def _distro(self, ctx: Context) -> StepResult:
+        """The distribution's own llama-server: ojai installs nothing, and says what it runs on."""
+        from ojai_setup.domain.distro_llama import coverage, install_hint
+
+        d = ctx.facts.distro_llama
+        if d is None:
+            distro = ctx.facts.distro
+            hint = install_hint(distro.id, list(distro.like)) if distro else "its package"
+            return StepResult.blocked(self.name, "--llamacpp distro: no llama-server from a "
+                                      f"distribution package on PATH; install it with {hint}, "
+                                      "or let ojai put one in place (--llamacpp nightly or source)")
+        cov = coverage(d, ctx.gpu_target)
+        if cov.runs_on == "hip" and cov.hip_covers:
+            return StepResult.satisfied(self.name, f"the routes use the distribution's "
+                                        f"llama-server: {cov.sentence}")
+        return StepResult.satisfied(self.name, f"the routes use the distribution's llama-server "
+                                    f"(--llamacpp distro): {cov.sentence}",
+                                    warnings=(f"{d.path} runs on the {cov.runs_on.upper()} here, "
+                                              "not on the GPU through ROCm: for ROCm use "
+                                              "--llamacpp nightly or source",))
 
     def _current_target(self, ctx: Context) -> str | None:
         link = ctx.root.resolve(CURRENT)

@@ -106,8 +106,12 @@ class NpuStep:
         script = f"{ROUTES_DIR}/{name}.sh"
         actions: list = []
         warnings: tuple[str, ...] = ()
+        if status.busy():
+            warnings = (f"flm validate reports {', '.join(status.busy())} busy: another process "
+                        "holds the NPU, and the FastFlowLM route cannot start until it lets go "
+                        "(`fuser -v /dev/accel/accel*` names it)",)
         if not is_loopback(settings.host):
-            warnings = (f"FastFlowLM {tag} will listen on {settings.host} (not loopback): anyone "
+            warnings = (*warnings, f"FastFlowLM {tag} will listen on {settings.host} (not loopback): anyone "
                         f"who can reach this machine on port 52625 can use it; FastFlowLM has "
                         f"no API key",)
         a = ctx.file_action(script, render_flm_script(tag, ctx_len=ctx_len, host=settings.host, flm=FLM),

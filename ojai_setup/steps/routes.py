@@ -160,6 +160,8 @@ class RoutesStep:
         records: dict[str, dict] = {}
         handlers: dict[str, RunCommand] = {}
         warnings: tuple[str, ...] = memory.warnings()
+        if ctx.llama.warning:
+            warnings += (ctx.llama.warning,)
         if not is_loopback(settings.host):
             warnings += (network_warning(f"the llama-server routes {mtp_name} and {plain_name}",
                                         settings.host, f"{settings.port} and {settings.port + 1}",

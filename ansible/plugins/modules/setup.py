@@ -65,7 +65,7 @@ options:
   llamacpp:
     description: How llama-server is put in place.
     type: str
-    choices: [nightly, source, none]
+    choices: [nightly, source, distro, none]
     default: nightly
   llamacpp_tag:
     description: Pin a nightly tag (for example C(b1311)); default, the latest release.
@@ -125,6 +125,13 @@ options:
   api_key_file:
     description: With O(systemd), a file holding the API key llama-server asks clients for.
     type: path
+  power:
+    description:
+      - C(performance), set the ACPI platform profile to performance, persistently, the way the host manages it (tuned, power-profiles-daemon, or a small unit).
+      - C(none), leave it.
+    type: str
+    choices: [none, performance]
+    default: none
   force_handlers:
     description:
       - When the apply fails, still run the follow-up commands (C(update-grub), C(systemctl daemon-reload))
@@ -260,6 +267,7 @@ SETTINGS = {
     "lemonade_tag": ("--lemonade-tag", "lemonade_tag"),
     "lemonade_downloads": ("--lemonade-downloads", "lemonade_downloads"),
     "api_key_file": ("--api-key-file", "api_key_file"),
+    "power": ("--power", "power"),
 }
 
 ARGS = dict(
@@ -267,7 +275,7 @@ ARGS = dict(
     plan=dict(type="path"),
     gpu_memory=dict(type="int"),
     ttm_via=dict(type="str", choices=["auto", "cmdline", "modprobe"], default="auto"),
-    llamacpp=dict(type="str", choices=["nightly", "source", "none"], default="nightly"),
+    llamacpp=dict(type="str", choices=["nightly", "source", "distro", "none"], default="nightly"),
     llamacpp_tag=dict(type="str"),
     llamacpp_src=dict(type="str"),
     llamacpp_ref=dict(type="str"),
@@ -284,6 +292,7 @@ ARGS = dict(
     lemonade_tag=dict(type="str"),
     lemonade_downloads=dict(type="bool", default=False),
     api_key_file=dict(type="path"),
+    power=dict(type="str", choices=["none", "performance"], default="none"),
     force_handlers=dict(type="bool", default=True),
 )
 
