@@ -12,7 +12,9 @@ Scenarios: apply, reboot, active, rollback, reboot, original; a modprobe.d optio
 the initramfs and live; a ``grub.d`` drop-in that sets GRUB_CMDLINE_LINUX_DEFAULT (as cloud
 images ship) overriding /etc/default/grub, where the edit must land in what grub-mkconfig
 takes; ``kill -9`` in the middle of an apply (after the GRUB write, before update-grub), then
-``setup`` or ``rollback``, consistent after a reboot.
+``setup`` or ``rollback``, consistent after a reboot; a model download that fails after
+planning (the hub stand-in, inside the guest, stopped) leaves the guest booting with its old
+limit, and the apply run again finishes the job.
 """
 
 from __future__ import annotations
@@ -30,6 +32,9 @@ from support.vm_ojai import (  # noqa: F401  (vm, vm_booted: fixtures)
     generated_tokens,
     kill_apply_after_grub_write,
     live_pages,
+    put_model_route,
+    start_guest_hub,
+    stop_guest_hub,
     ttm_finding,
     vm,
     vm_booted,
@@ -124,3 +129,38 @@ def test_kill_during_apply_then_rollback_ends_original(vm):
     assert cmdline_tokens(vm, "ttm.pages_limit") == []
     assert_kernel_default(live_pages(vm), original)
     assert "not configured" in ttm_finding(vm)["evidence"]
+
+
+def test_a_download_failing_after_planning_leaves_the_old_boot_and_a_rerun_finishes(vm, tmp_path):
+    from support.gguf_files import gemma4_assistant, gemma4_main
+
+    repo = "ojai-test/tiny-gemma4-GGUF"
+    files = [gemma4_main(tmp_path / "gemma-4-tiny-it-Q4_K_M.gguf", payload_bytes=4096),
+             gemma4_assistant(tmp_path / "mtp-gemma-4-tiny-it.gguf", payload_bytes=4096)]
+    setup = put_model_route(vm, repo, "tiny-gemma", files)
+    original = live_pages(vm)
+    boot_files = "sha256sum /etc/default/grub /boot/grub/grub.cfg"
+    before = vm.succeed(boot_files)
+    start_guest_hub(vm, repo, cut_after=1000)  # answers planning, then cuts the download
+    vm.succeed(f"{setup}; test $? -eq 2")  # planned: the hub serves both files
+
+    failed = vm.fail(f"{setup} --apply --yes")
+    said = " ".join(failed.stderr.split())
+    assert failed.exit_code == 1 and "download stopped after" in said, failed
+    assert "the boot configuration was not touched" in said, failed
+    stop_guest_hub(vm)
+    assert vm.succeed(boot_files) == before
+    owed = next(f for f in doctor(vm)["findings"] if f["id"] == "ojai.apply")
+    assert owed["severity"] == "pass", owed  # nothing owed: no regeneration, no half apply
+    vm.reboot()
+    assert cmdline_tokens(vm, "ttm.pages_limit") == []
+    assert_kernel_default(live_pages(vm), original)
+
+    start_guest_hub(vm, repo)
+    vm.succeed(f"{setup} --apply --yes")
+    got = vm.succeed("find /var/lib/ojai/models -name '*.gguf' -printf '%f\\n' | sort").split()
+    assert got == sorted(f.name for f in files)
+    assert generated_tokens(vm, "ttm.pages_limit")[0] == [f"ttm.pages_limit={PAGES}"]
+    pending = ttm_finding(vm)
+    assert "reboot pending" in pending["evidence"], pending
+    vm.succeed(setup)  # nothing left to do

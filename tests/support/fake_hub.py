@@ -33,7 +33,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlsplit
 
-import pytest
+try:
+    import pytest
+except ImportError:  # run as a server in a test guest (tests/support/vm_ojai.py), no pytest there
+    pytest = None
 
 COMMIT = "5d3c0e4f9a8b7c6d5e4f3a2b1c0d9e8f7a6b5c4d"
 
@@ -103,9 +106,10 @@ class FakeHub:
                 if (server is None or r.server == server) and (method is None or r.method == method)]
 
     # -- serving ---------------------------------------------------------------------------
-    def start(self) -> None:
-        hub = self._serve("hub")
-        cdn = self._serve("cdn")
+    def start(self, hub_port: int = 0, cdn_port: int = 0) -> None:
+        """Both servers on 127.0.0.1, on the given ports (0: any free one)."""
+        hub = self._serve("hub", hub_port)
+        cdn = self._serve("cdn", cdn_port)
         self.url = f"http://127.0.0.1:{hub.server_address[1]}"
         self.cdn_url = f"http://127.0.0.1:{cdn.server_address[1]}"
 
@@ -115,8 +119,8 @@ class FakeHub:
             server.server_close()
         self._servers.clear()
 
-    def _serve(self, role: str) -> ThreadingHTTPServer:
-        server = ThreadingHTTPServer(("127.0.0.1", 0), _make_handler(self, role))
+    def _serve(self, role: str, port: int = 0) -> ThreadingHTTPServer:
+        server = ThreadingHTTPServer(("127.0.0.1", port), _make_handler(self, role))
         server.daemon_threads = True
         threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
         self._servers.append(server)
@@ -257,8 +261,12 @@ def _make_handler(hub: FakeHub, role: str) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
-@pytest.fixture
-def fake_hub(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeHub]:
+def _fixture(fn):
+    return pytest.fixture(fn) if pytest is not None else fn
+
+
+@_fixture
+def fake_hub(monkeypatch: "pytest.MonkeyPatch") -> Iterator[FakeHub]:
     """A running :class:`FakeHub` with ``HF_ENDPOINT`` pointing at it.
 
     Telemetry is switched off so that building request headers does not try to fetch

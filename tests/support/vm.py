@@ -91,6 +91,11 @@ RECIPE_VERSION = 1
 
 BOOT_TIMEOUT = float(os.environ.get("OJAI_VM_BOOT_TIMEOUT", "1800"))
 COMMAND_TIMEOUT = 600.0
+#: the longest line the guest's control channel takes: it is a tty (the virtio console), whose
+#: line discipline keeps 4096 bytes of a line, newline included, and drops the rest
+CHANNEL_LINE = 4095
+#: bytes of a file per command of :meth:`Machine.write_bytes` (base64 twice stays inside a line)
+WRITE_CHUNK = 2048
 
 GRUB_SETTINGS = {"GRUB_TIMEOUT": "0", "GRUB_CMDLINE_LINUX": '"console=ttyS0,115200n8"'}
 KERNEL_APPEND = f"root=UUID={ROOT_UUID} ro console=ttyS0,115200n8"
@@ -638,6 +643,25 @@ def overlay(backing: Path, path: Path, *, relative: bool = False) -> Path:
 
 
 # -- the driver ------------------------------------------------------------------------------
+def _die_with_parent() -> None:
+    """In the child before qemu starts: be killed when the test process ends, however it
+    ends (a timeout's SIGTERM or a SIGKILL would otherwise leave the guest running)."""
+    import ctypes
+    import signal
+
+    PR_SET_PDEATHSIG = 1
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def _line(tag: str, command: str) -> bytes:
+    """One line of the control channel: ``tag``, then the command in base64."""
+    line = f"{tag} {base64.b64encode(command.encode()).decode()}\n".encode()
+    if len(line) > CHANNEL_LINE:
+        raise VMError(f"a command of {len(command)} bytes does not fit the guest's control "
+                      f"channel ({CHANNEL_LINE} bytes a line, in base64): {command[:80]}...")
+    return line
+
+
 @dataclass
 class Result:
     command: str
@@ -738,7 +762,8 @@ class Machine:
         self._boot_started = time.monotonic()
         with (self.workdir / "qemu.log").open("ab") as err:
             self._proc = subprocess.Popen(self.argv(), stdin=subprocess.DEVNULL, stdout=err,
-                                          stderr=err, start_new_session=True)
+                                          stderr=err, start_new_session=True,
+                                          preexec_fn=_die_with_parent)
         deadline = time.monotonic() + 30
         while True:
             if self._proc.poll() is not None:
@@ -893,8 +918,7 @@ class Machine:
         power-off may never let it give)."""
         if self._sock is None:
             raise VMError(f"{self.name} is not running")
-        payload = base64.b64encode(command.encode()).decode()
-        self._sock.sendall(f"{secrets.token_hex(6)} {payload}\n".encode())
+        self._sock.sendall(_line(secrets.token_hex(6), command))
         self.log(f"$ {command}  (not waiting for an answer)")
 
     def execute(self, command: str, timeout: float = COMMAND_TIMEOUT) -> Result:
@@ -902,8 +926,7 @@ class Machine:
         if self._sock is None:
             raise VMError(f"{self.name} is not running")
         tag = secrets.token_hex(6)
-        payload = base64.b64encode(command.encode()).decode()
-        self._sock.sendall(f"{tag} {payload}\n".encode())
+        self._sock.sendall(_line(tag, command))
         self.log(f"$ {command}")
         deadline = time.monotonic() + timeout
         pattern = re.compile(rb"@@DONE " + tag.encode() + rb" (\d+) out=([A-Za-z0-9+/=]*) "
@@ -932,9 +955,18 @@ class Machine:
         return result
 
     def write_file(self, path: str, content: str, mode: int = 0o644) -> None:
-        data = base64.b64encode(content.encode()).decode()
-        self.succeed(f"mkdir -p \"$(dirname {path})\" && echo {data} | base64 -d > {path}.tmp "
-                     f"&& chmod {mode:o} {path}.tmp && mv {path}.tmp {path}")
+        self.write_bytes(path, content.encode(), mode)
+
+    def write_bytes(self, path: str, content: bytes, mode: int = 0o644) -> None:
+        """``content`` into ``path`` (via ``path.tmp``, renamed once complete), sent in pieces:
+        the channel is a tty, whose line discipline cuts a line at 4096 bytes."""
+        tmp = f"{path}.tmp"
+        self.succeed(f"mkdir -p \"$(dirname {path})\" && : > {tmp}")
+        for at in range(0, len(content), WRITE_CHUNK):
+            data = base64.b64encode(content[at:at + WRITE_CHUNK]).decode()
+            self.succeed(f"echo {data} | base64 -d >> {tmp}")
+        self.succeed(f"test $(stat -c %s {tmp}) -eq {len(content)} && chmod {mode:o} {tmp} "
+                     f"&& mv {tmp} {path}")
 
     # the channel
     def _expect(self, pattern: re.Pattern, deadline: float, *, what: str) -> re.Match:
