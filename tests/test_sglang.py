@@ -139,6 +139,7 @@ def test_setup_plans_the_route_whose_arguments_the_real_table_accepts(machine, r
     assert flags["--tp-size"] == "8" and flags["--speculative-algorithm"] == "EAGLE"
     assert flags["--speculative-num-steps"] == "3" and flags["--speculative-num-draft-tokens"] == "4"
     assert flags["--host"] == "127.0.0.1" and "--trust-remote-code" in args
+    assert "\nexport SGLANG_USE_AITER=1\n" in script  # as SGLang's AMD instructions start it
     unit = ojai("setup", "--root", root, "--model", ROUTE, "--systemd", "--show", UNIT).stdout
     assert "User=ojai\n" in unit and "DeviceAllow=/dev/kfd rw\n" in unit
     assert "StateDirectory=ojai-sglang\n" in unit

@@ -88,7 +88,9 @@ class SglangStep:
                 handlers["systemd"] = RunCommand(argv=("systemctl", "daemon-reload"),
                                                  needs_root=True, reason="load the new units")
         version = install.dialect.version
-        env = {"HF_HOME": f"{SGLANG_STATE_DIR}/huggingface"}
+        # SGLang's AMD instructions start every Instinct server with SGLANG_USE_AITER=1: AMD's
+        # aiter kernels for MoE, GEMM and MLA (docs.sglang.io, AMD GPUs and the DeepSeek pages)
+        env = {"HF_HOME": f"{SGLANG_STATE_DIR}/huggingface", "SGLANG_USE_AITER": "1"}
         try:
             script = render_sglang_script(install.python, args, env, route.name, version=version,
                                           api_key_variable=API_KEY_VARIABLE if api_key else None)
