@@ -511,3 +511,85 @@ def test_rollback_of_a_created_kernel_cmdline_writes_it_back_without_the_limit(m
     assert (root / "etc/kernel/cmdline").read_text() == original + "\n"
     again = ojai("rollback", "--root", str(root), "--yes")
     assert again.exit_code != 0 and "nothing to roll back" in again.output, again.output
+
+
+DEB_REL = "6.1.0-50-amd64"
+DEB_MID = "16e105145e2343f784ff6eacac81bd0d"
+BOOT_DATA = Path(__file__).parent / "data/boot"
+
+
+def debian_dracut_sdboot(machine, listing: str) -> Path:
+    """Debian 12 with systemd-boot, kernel-install's type 1 entry (its initramfs copied to the
+    ESP as ``<machine-id>/<release>/initrd.img-<release>``) and dracut 059 in place of
+    initramfs-tools; ``lsinitrd`` of the ESP's copy replays ``listing`` (tests/data/boot)."""
+    from support.machine_state import store_capture
+
+    from ojai_setup.core.root import CommandResult
+
+    root = machine("arch-sdboot-leftover-grub")
+    (root / "etc/machine-id").write_text(DEB_MID + "\n")
+    entries = root / "boot/loader/entries"
+    for old in entries.iterdir():
+        old.unlink()
+    (entries / f"{DEB_MID}-{DEB_REL}.conf").write_text(
+        (BOOT_DATA / "debian12-kernel-install-entry.conf").read_text())
+    (root / "boot/loader/loader.conf").write_text("timeout 3\n")
+    (root / "proc/cmdline").write_text(f"root=UUID=x ro console=ttyS0 systemd.machine_id={DEB_MID}\n")
+    (root / "proc/sys/kernel/osrelease").write_text(DEB_REL + "\n")
+    esp_copy = f"/boot/{DEB_MID}/{DEB_REL}/initrd.img-{DEB_REL}"
+    for path in (f"/boot/vmlinuz-{DEB_REL}", f"/boot/initrd.img-{DEB_REL}", esp_copy):
+        (root / path.lstrip("/")).parent.mkdir(parents=True, exist_ok=True)
+        (root / path.lstrip("/")).write_bytes(b"")
+    store_capture(root, CommandResult(("lsinitrd", esp_copy), 0, (BOOT_DATA / listing).read_text()))
+    for argv in (("dracut", "--force", f"/boot/initrd.img-{DEB_REL}", DEB_REL),
+                 ("kernel-install", "add", DEB_REL, f"/boot/vmlinuz-{DEB_REL}",
+                  f"/boot/initrd.img-{DEB_REL}")):
+        store_capture(root, CommandResult(argv, 0, ""))
+    return root
+
+
+def test_dracut_on_kernel_install_rebuilds_the_initramfs_the_entry_loads(machine):
+    """The entry loads the ESP's initrd.img-R, which kernel-install copied from
+    /boot/initrd.img-R. ``dracut --regenerate-all`` reaches neither (with the ESP's
+    <machine-id> folder there it writes <machine-id>/R/initrd, which no entry loads), so the
+    limit in /etc/modprobe.d would never reach the ttm that loads from the initramfs: the
+    rebuild is /boot/initrd.img-R, then kernel-install add copies it to the ESP."""
+    from support.context import OFFLINE
+
+    from ojai_setup.model.settings import Settings
+    from ojai_setup.planning.gather import gather
+    from ojai_setup.steps.ttm import TtmStep
+
+    root = debian_dracut_sdboot(machine, "debian12-dracut-059-lsinitrd-drm.txt")
+    # the replayed listing is what the rebuilt image holds: ttm and ojai's file, built after
+    # it (the re-plan after applying checks exactly that)
+    esp_copy = root / f"boot/{DEB_MID}/{DEB_REL}/initrd.img-{DEB_REL}"
+    listing = next((root / ".ojai/commands").glob("lsinitrd *")) / "stdout"
+    listing.write_text(listing.read_text() + "-rw-r--r--   1 root     root           "
+                       "98 Dec  2 13:05 etc/modprobe.d/99-ojai-ttm.conf\n")
+    later = time.time() + 86400
+    os.utime(esp_copy, (later, later))
+    ctx = gather(Root(root), Settings(llamacpp="none", npu=False, ttm_via="modprobe"),
+                 remote=OFFLINE)
+    assert ctx.facts.boot.loader.kind == "systemd-boot-kernel-install"
+    assert ctx.facts.boot.initramfs.carries_ttm is True, ctx.facts.boot.initramfs
+    result = TtmStep().plan(ctx)
+    assert [a.path for a in result.actions] == ["/etc/modprobe.d/99-ojai-ttm.conf"]
+    assert [h.argv for h in result.handlers.values()] == [
+        ("dracut", "--force", f"/boot/initrd.img-{DEB_REL}", DEB_REL),
+        ("kernel-install", "add", DEB_REL, f"/boot/vmlinuz-{DEB_REL}", f"/boot/initrd.img-{DEB_REL}")]
+    assert result.actions[0].notify == tuple(result.handlers)
+    applied = ojai("setup", "--root", str(root), "--ttm-via", "modprobe", "--apply", "--yes", *ARGS)
+    assert applied.exit_code == 0, applied.output
+    assert "kernel-install add" in applied.output and "--regenerate-all" not in applied.output
+
+
+def test_dracut_image_without_ttm_needs_no_rebuild_on_kernel_install(machine):
+    """Debian's dracut leaves the drm module (and so ttm) out of the image unless asked: ttm
+    loads from the root file system and reads /etc/modprobe.d there, so nothing is rebuilt."""
+    root = debian_dracut_sdboot(machine, "debian12-dracut-059-lsinitrd.txt")
+    result = ojai("setup", "--root", str(root), "--ttm-via", "modprobe", *ARGS)
+    line = step_text(result.output, "gpu-memory")
+    assert line.split()[0] == "change", line
+    assert "does not carry ttm" in line and "no rebuild" in line, line
+    assert "dracut" not in line and "kernel-install" not in line, line

@@ -531,11 +531,9 @@ def _initramfs_handler(ctx: Context, loader: BootLoader, *, every: bool
     gen = facts.boot.generated if facts.boot else None
     release = (gen.release if gen and gen.release else
                facts.kernel.release if facts.kernel else None)
+    if loader.kind in ("uki", "systemd-boot-kernel-install"):
+        return _kernel_install_initramfs(ctx, loader, None if every else release)
     why = "rebuild the initramfs (it carries /etc/modprobe.d)"
-    if loader.kind == "uki":
-        handlers = _kernel_install_handlers(ctx, "rebuild the unified kernel images (their "
-                                            "initramfs carries /etc/modprobe.d)")
-        return handlers
     if ctx.which("update-initramfs"):
         argv = ("update-initramfs", "-u", "-k", "all" if every or not release else release)
     elif ctx.which("dracut"):
@@ -550,6 +548,52 @@ def _initramfs_handler(ctx: Context, loader: BootLoader, *, every: bool
                 "nothing would rebuild the initramfs that may load the TTM module; rebuild it "
                 "with your distribution's tool after the change")
     return {"initramfs": RunCommand(argv=argv, needs_root=True, reason=why)}
+
+
+def _kernel_install_initramfs(ctx: Context, loader: BootLoader, release: str | None
+                              ) -> dict[str, RunCommand] | str:
+    """On a kernel-install machine the initramfs that boots is the copy kernel-install put
+    beside the entry on the ESP (``initrd.img-R`` under ``<entry-token>/R/``), or the one
+    inside the UKI it built: a rebuild in place of the distribution's tool does not reach it
+    (``dracut --regenerate-all`` writes ``<entry-token>/R/initrd`` there, a file the entry
+    does not load). So the image kernel-install is handed is rebuilt first (Debian's
+    ``/boot/initrd.img-R``: ``update-initramfs -u -k R``, or ``dracut --force`` with that
+    file, as Debian's dracut kernel hook does), then ``kernel-install add`` copies it to the
+    ESP or builds the UKI from it; a kernel kernel-install is given without an initramfs
+    (``/usr/lib/modules/R/vmlinuz``) gets it from kernel-install's own plugins (dracut's
+    50-dracut.install, mkinitcpio's). The distribution's wrapper (``reinstall-kernels``,
+    ``sdbootutil``) does all of it. ``release``: only that kernel."""
+    image = "unified kernel images" if loader.kind == "uki" else "loader entries"
+    why = f"put the initramfs (it carries /etc/modprobe.d) into the {image}"
+    if ctx.which("reinstall-kernels") or ctx.which("sdbootutil"):
+        return _kernel_install_handlers(ctx, why)
+    if not ctx.which("kernel-install"):
+        return (f"kernel-install is not installed, so nothing would put a rebuilt initramfs "
+                f"into the {image}; install systemd's kernel-install (Debian: systemd) and "
+                "run ojai again")
+    kernels = _installed_kernels(ctx)
+    if release is not None and any(k[0] == release for k in kernels):
+        kernels = [k for k in kernels if k[0] == release]
+    out: dict[str, RunCommand] = {}
+    for args in kernels:
+        kver = args[0]
+        if len(args) > 2:  # kernel-install is given this initramfs: rebuild it first
+            initrd = args[2]
+            if ctx.which("update-initramfs"):
+                argv: tuple[str, ...] = ("update-initramfs", "-u", "-k", kver)
+            elif ctx.which("dracut"):
+                argv = ("dracut", "--force", initrd, kver)
+            else:
+                return (f"kernel-install is handed {initrd}, but neither update-initramfs nor "
+                        "dracut is installed to rebuild it with /etc/modprobe.d; rebuild it "
+                        f"with your distribution's tool, then run kernel-install add {kver}")
+            out[f"initramfs {kver}"] = RunCommand(
+                argv=argv, needs_root=True,
+                reason=f"rebuild {initrd} (it carries /etc/modprobe.d)")
+        out[f"kernel-install {kver}"] = RunCommand(
+            argv=("kernel-install", "add", *args), needs_root=True,
+            reason=f"{why} (kernel {kver})")
+    return out or "no installed kernel found under /usr/lib/modules or /boot to run kernel-install for"
 
 
 def _plan_modprobe(ctx: Context, want: Want, loader: BootLoader, reads: list[str],
@@ -726,8 +770,15 @@ class TtmStep:
         if aligned:
             if isinstance(initramfs, str):
                 return StepResult.blocked(self.name, initramfs, reads=tuple(reads))
+            if set(initramfs) & set(handlers):
+                # the same kernel-install copies the rebuilt initramfs: the rebuild runs
+                # before it, whichever change notifies first
+                handlers = {**initramfs, **{k: v for k, v in handlers.items()
+                                            if k not in initramfs}}
+                actions = [a.model_copy(update={"notify": tuple(handlers)}) for a in actions]
+            else:
+                handlers.update(initramfs)
             actions += [a.model_copy(update={"notify": tuple(initramfs)}) for a in aligned]
-            handlers.update(initramfs)
         if not actions:
             stale = _generated_is_stale(ctx, want, loader, modprobe_edited=False,
                                         initramfs=initramfs)
