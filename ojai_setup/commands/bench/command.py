@@ -1,9 +1,10 @@
 """``ojai bench``: find the two arms, start what is not running, run, save, clean up.
 
-The arms are the routes ojai wrote for one model (``<model>-mtp``, one slot with MTP
-drafting, and ``<model>``, the plain multi-slot route of the same binary and model file), or
-two servers given by URL. A route whose draft head and main model are not a proven pair
-(:func:`ojai_setup.pairing.check_pair`) is refused. Results go to the machine's state folder:
+The arms are the routes ojai wrote for one model (a drafted route, one slot with MTP heads, a
+draft model or n-gram drafting, and ``<model>``, the plain multi-slot route of the same binary
+and model file), or two servers given by URL. A route whose draft and main model are not a
+proven pair (:func:`check_files_pair`) is refused; n-gram drafting has no pair to prove. A
+"plain" arm that drafts is refused too. Results go to the machine's state folder:
 ``/var/lib/ojai/bench/<run id>/results.json`` and ``plot.png`` beside it.
 """
 
@@ -19,7 +20,17 @@ from ojai_setup.core.root import Root
 from ojai_setup.commands.bench.campaign import BenchConfig, Observer, Runner
 from ojai_setup.commands.bench.client import Endpoint
 from ojai_setup.commands.bench.results import BenchResult
-from ojai_setup.commands.bench.servers import BenchError, LaunchScript, ServerInfo, ServerPool, describe_server
+from ojai_setup.commands.bench import kinds
+from ojai_setup.commands.bench.servers import (
+    DRAFT_FLAGS,
+    MODEL_FLAGS,
+    BenchError,
+    LaunchScript,
+    ServerInfo,
+    ServerPool,
+    chat_template_of,
+    describe_server,
+)
 
 BENCH_DIR = "bench"
 
@@ -72,11 +83,15 @@ def find_routes(root: Root, route: str | None) -> Arms:
         if model is None:
             raise BenchError(f"no route or model named {route!r}; known routes: {', '.join(sorted(routes))}")
     mine = {k: v for k, v in routes.items() if v.get("model") == model}
-    mtp = [k for k, v in mine.items() if v.get("spec_type") not in (None, "none")]
-    plain = [k for k, v in mine.items() if v.get("spec_type") in (None, "none")]
+    mtp = [k for k, v in mine.items() if kinds.drafts(v.get("spec_type"))]
+    plain = [k for k, v in mine.items() if not kinds.drafts(v.get("spec_type"))]
+    if route in mtp:  # one drafted route of several, named
+        mtp = [route]
     if len(mtp) != 1 or len(plain) != 1:
-        raise BenchError(f"model {model}: expected one MTP route and one plain route, found "
-                         f"{', '.join(sorted(mine)) or 'none'}")
+        several = f"; choose the drafted one with --route ({', '.join(sorted(mtp))})" \
+            if len(mtp) > 1 and len(plain) == 1 else ""
+        raise BenchError(f"model {model}: expected one drafted route and one plain route, found "
+                         f"{', '.join(sorted(mine)) or 'none'}{several}")
 
     def arm(name: str) -> RouteArm:
         rec = mine[name]
@@ -90,25 +105,104 @@ def find_routes(root: Root, route: str | None) -> Arms:
 
 def check_route_pair(root: Root, record: dict) -> str:
     """Refuse a route whose draft and main model are not a proven pair; the sentence that
-    says why it is one."""
+    says why it is one (or why there is no pair to prove: n-gram drafting)."""
+    main, draft = record.get("main"), record.get("draft")
+    return check_files_pair(root.resolve(main) if main else None,
+                            root.resolve(draft) if draft else None,
+                            record.get("spec_type"), record.get("mtp"))
+
+
+def check_files_pair(main: Path | None, draft: Path | None, spec_type: str | None,
+                     mtp_kind: str | None = None) -> str:
+    """The pairing proof for a drafted server's files, by its kind of drafting: MTP heads
+    (architecture, hidden size, token list), a separate draft model (tokenizer and token
+    list), or none needed (n-gram drafting drafts from the text itself)."""
     from ojai_setup.formats.gguf import GGUFError, check_pair, read_model_info
 
-    main, draft, kind = record.get("main"), record.get("draft"), record.get("mtp")
-    if not main or kind not in ("sidecar", "in_file"):
-        raise BenchError("the MTP route's record names no main model and MTP kind; run "
-                         "`ojai setup --model NAME --apply` again so that its pair can be checked")
+    if kinds.is_ngram(spec_type):
+        return (f"not applicable: {kinds.label(spec_type)} drafts from the text itself "
+                "(no draft model, nothing to pair)")
+    kind = "mtp" if "draft-mtp" in kinds.parts(spec_type) else "model"
+    if kind == "mtp":
+        mtp_kind = mtp_kind if mtp_kind in ("sidecar", "in_file") else ("sidecar" if draft else "in_file")
+    if not main:
+        raise BenchError("the drafted route's record names no main model; run `ojai setup "
+                         "--model NAME --apply` again so that its pair can be checked")
     try:
-        main_info = read_model_info(root.resolve(main))
-        draft_info = read_model_info(root.resolve(draft)) if draft else None
+        main_info = read_model_info(main)
+        draft_info = read_model_info(draft) if draft else None
     except GGUFError as exc:
         raise BenchError(f"cannot check the route's pair: {exc}") from None
-    verdict = check_pair(main_info, draft_info, kind)
-    if not verdict.ok:
+    if kind == "mtp":
+        verdict = check_pair(main_info, draft_info, mtp_kind)  # type: ignore[arg-type]
+        reasons = list(verdict.reasons)
+    else:
+        reasons = []
+        if draft_info is None:
+            reasons.append(f"--spec-type {spec_type} needs a draft model (-md) and none was given")
+        else:
+            m, d = Path(main).name, Path(draft).name if draft else ""
+            if main_info.tokenizer_model != draft_info.tokenizer_model:
+                reasons.append(f"tokenizers differ: {m} uses {main_info.tokenizer_model!r}, "
+                               f"{d} {draft_info.tokenizer_model!r}")
+            if main_info.tokens_sha256 is None or draft_info.tokens_sha256 is None:
+                reasons.append(f"{m if main_info.tokens_sha256 is None else d}: has no token "
+                               "list (tokenizer.ggml.tokens) to compare")
+            elif main_info.tokens_sha256 != draft_info.tokens_sha256:
+                reasons.append(f"vocabularies differ: {m} has {main_info.token_count} tokens "
+                               f"(sha256 {main_info.tokens_sha256[:12]}), {d} has "
+                               f"{draft_info.token_count} (sha256 {draft_info.tokens_sha256[:12]}); "
+                               "drafted tokens would mean other words")
+    if reasons:
         raise BenchError("refusing to benchmark a route whose draft and main model are not a "
-                         "proven pair: " + "; ".join(verdict.reasons))
-    what = f"{Path(draft).name} drafts for {Path(main).name}" if draft else \
-        f"{Path(main).name} carries its own MTP heads"
-    return f"proven pair: {what} (architecture, hidden size and token list checked)"
+                         "proven pair: " + "; ".join(reasons))
+    if kind == "mtp":
+        what = f"{Path(draft).name} drafts for {Path(main).name}" if draft else \
+            f"{Path(main).name} carries its own MTP heads"
+        return f"proven pair: {what} (architecture, hidden size and token list checked)"
+    same = " (the model drafts for itself)" if draft and Path(draft).resolve() == Path(main).resolve() else ""
+    return (f"proven pair: {Path(draft).name} drafts for {Path(main).name}{same} (tokenizer and "
+            "token list checked)")
+
+
+def url_pairing(info: ServerInfo) -> str:
+    """The pairing of a drafted server given by URL: checked when its command line could be
+    read from its process on this host and its files can be read, else why not."""
+    if not info.command:
+        where = f" (its /props names {info.model_path})" if info.model_path else ""
+        return ("not checked: the server given by URL runs where ojai cannot read its command "
+                f"line{where}, and this build's /props does not name a draft file")
+    script = LaunchScript("", tuple(info.command))
+    main, draft = script.value(*MODEL_FLAGS), script.value(*DRAFT_FLAGS)
+    try:
+        return check_files_pair(Path(main) if main else None, Path(draft) if draft else None,
+                                info.spec_type) + " (read from the running process's files)"
+    except BenchError as exc:
+        if "cannot check" in str(exc):
+            return f"not checked: {exc}"
+        raise
+
+
+def template_note(config: BenchConfig, info: ServerInfo) -> str:
+    """How the prompts reach the model: raw, in its own chat template, or in llama-server's
+    fallback template when the file has none."""
+    if not config.template:
+        return "sent raw (--raw), without a chat template"
+    main = next((m.path for m in info.models if m.role == "main"), None) or info.model_path
+    has = chat_template_of(main) if main else None
+    if has is True:
+        return "wrapped in the model's own chat template"
+    if has is False:
+        return ("wrapped in llama-server's fallback chat template (ChatML): the model file has "
+                "no chat template of its own; --raw sends the prompts as they are")
+    return "wrapped in the server's chat template (/apply-template)"
+
+
+def with_metrics(script: LaunchScript) -> LaunchScript:
+    """The launch script with ``--metrics`` (the exact speculation counters) switched on."""
+    if "--metrics" in script.argv:
+        return script
+    return LaunchScript(script.preamble, (*script.argv, "--metrics"))
 
 
 def _bring_up(pool: ServerPool, arm: RouteArm, label: str, ready_timeout: float) -> tuple[ServerInfo, Endpoint]:
@@ -122,7 +216,7 @@ def _bring_up(pool: ServerPool, arm: RouteArm, label: str, ready_timeout: float)
         raise BenchError(f"route {arm.name} does not answer at {arm.endpoint.url} and has no "
                          "launch script to start it")
     pool.ready_timeout = ready_timeout
-    endpoint, pid = pool.start(arm.script, arm.endpoint.url, arm.name)
+    endpoint, pid = pool.start(with_metrics(arm.script), arm.endpoint.url, arm.name)
     return describe_server(label, endpoint, route=arm.name, argv=argv, script=arm.record.get("script"),
                            started_by_bench=True, pid=pid,
                            draft_n_max=arm.record.get("draft_n_max")), endpoint
@@ -177,8 +271,7 @@ def run_bench(root: Root, config: BenchConfig, *, route: str | None = None,
             mtp_info = describe_server("mtp", mtp_ep)
             plain_info = describe_server("plain", plain_ep)
             result = new_result(None, config)
-            result.pairing = ("not checked: servers given by URL (ojai cannot see which draft file "
-                              "the MTP server loaded)")
+            result.pairing = url_pairing(mtp_info)
         else:
             arms = find_routes(root, route)
             pairing = check_route_pair(root, arms.mtp.record)
@@ -187,6 +280,7 @@ def run_bench(root: Root, config: BenchConfig, *, route: str | None = None,
             result = new_result(arms.model, config)
             result.pairing = pairing
         result.servers = [mtp_info, plain_info]
+        result.template = template_note(config, mtp_info)
         runner = Runner(mtp_ep, plain_ep, config, observer=observer, mtp_info=mtp_info,
                         plain_info=plain_info)
         runner.run(result)

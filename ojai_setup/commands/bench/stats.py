@@ -98,13 +98,13 @@ def summarize(speedups: Sequence[float], *, level: float = 0.95, seed: int = 0) 
 
 
 def verdict(summary: Summary | None, threshold: float, *, min_pairs: int = 3,
-            collapse: str | None = None) -> Verdict:
+            collapse: str | None = None, arm: str = "MTP") -> Verdict:
     """Adopt when the whole confidence interval of the mean speedup lies above
     ``1 + threshold``; do not adopt when it lies wholly below, or when the long generation
     collapsed; otherwise inconclusive. Fewer than ``min_pairs`` pairs adopt nothing."""
     bar = 1.0 + threshold
     if collapse:
-        return Verdict(decision="do not adopt", reason=f"the MTP arm collapsed in the long generation: {collapse}")
+        return Verdict(decision="do not adopt", reason=f"the {arm} arm collapsed in the long generation: {collapse}")
     if summary is None or summary.n < min_pairs:
         n = 0 if summary is None else summary.n
         return Verdict(decision="inconclusive",
