@@ -76,7 +76,7 @@ class TuneConfig:
     long_tokens: int = 2000
     early_stop: bool = True
     stop_margin: float = 0.03
-    #: a setting is chosen only when its confirmed median's interval lies above 1 + threshold;
+    #: a setting is chosen only when its confirmed interval lies above 1 + threshold;
     #: else the choice is no drafting
     threshold: float = 0.05
     max_seconds: float = 3600.0

@@ -252,14 +252,19 @@ def gather(root: Root, settings: Settings, *, facts: Facts | None = None,
         except OjaiError as exc:
             route, route_error = None, str(exc)
         else:
-            if tuned is not None and not tuned.drafting:  # measured: plain is best
-                route = route.model_copy(update={"spec_type": "none", "draft_model": None,
-                                                 "draft_n_max": None, "draft_n_min": None,
-                                                 "draft_cache_type_k": None,
-                                                 "draft_cache_type_v": None})
-            elif tuned is not None and tuned.draft_n_max is not None:
+            own_kind = tuned is not None and tuned.drafting and not tuned.knobs \
+                and tuned.spec_type in (None, "draft-mtp")
+            if own_kind and tuned.draft_n_max is not None:
                 route = route.model_copy(update={"draft_n_max": tuned.draft_n_max})
-            draft_source = tuned.source() if tuned is not None else "catalog default"
+            draft_source = tuned.source() if own_kind else "catalog default"
+            if tuned is not None and not tuned.drafting:
+                draft_source = (f"catalog default; {tuned.source()}: serve the plain route "
+                                f"{route.name} instead ({tuned.reason})")
+            elif tuned is not None and not own_kind:
+                knobs = ", ".join(f"{k} {v}" for k, v in tuned.knobs.items())
+                draft_source = (f"catalog default; ojai tune chose --spec-type {tuned.spec_type}"
+                                + (f" with {knobs}" if knobs else "")
+                                + f" ({tuned.source()}), which this catalog route cannot carry")
 
     release = release_error = None
     if settings.llamacpp == "nightly":

@@ -123,7 +123,9 @@ def verdict(summary: Summary | None, threshold: float, *, min_pairs: int = 3,
 
 
 class Robust(_Frozen):
-    """The median speedup of a cell, its bootstrap interval, and the pairs far from it."""
+    """The median speedup of a cell, the pairs far from it (outliers, shown), and the
+    bootstrap interval of the mean of the others: a pair spoilt by load (another process took
+    the processor for one arm) neither moves the median nor widens the interval."""
 
     n: int
     median: float
@@ -143,8 +145,9 @@ def robust(speedups: Sequence[float], *, level: float = 0.95, seed: int = 0) -> 
     if not speedups:
         raise ValueError("no finished pairs to summarize")
     med = statistics.median(speedups)
-    ci = bootstrap_ci(speedups, level=level, seed=seed, statistic="median")
     out = tuple(s for s in speedups if med > 0 and (s > med * OUTLIER_FACTOR or s < med / OUTLIER_FACTOR))
+    kept = [s for s in speedups if s not in out]
+    ci = bootstrap_ci(kept if len(kept) >= 2 else speedups, level=level, seed=seed)
     return Robust(n=len(speedups), median=med, ci_low=ci[0] if ci else None,
                   ci_high=ci[1] if ci else None, ci_level=level, outliers=out)
 
