@@ -608,9 +608,9 @@ def _choose_and_write(root: Root, arms, config: TuneConfig, result: TuneResult, 
     from ojai_setup.formats.tuning import BackendTuning, RouteTuning
 
     bar = 1.0 + config.threshold
-    finished = [b for b in result.backends if b.best() is not None and b.safe is not None]
+    finished = [b for b in result.backends if b.best() is not None and b.safe]
     if not finished or result.interrupted:
-        return
+        return  # nothing measured to the end on a safe backend: no choice
     winners = [b for b in finished if b.safe and b.confirmed_robust is not None
                and b.confirmed_robust.ci_low is not None and b.confirmed_robust.ci_low > bar]
     date = result.finished or result.started
