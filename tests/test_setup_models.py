@@ -287,10 +287,10 @@ def test_ojai_models_lists_fit_and_downloaded(box, catalog, published, fake_hub)
 
     table = ojai("models", "--root", box, "--catalog", catalog, "--gpu-memory", "8")
     assert table.exit_code == 0, table.output
-    for column in ("route", "MTP", "context", "needs", "fits", "downloaded"):
+    for column in ("route", "drafting", "context", "needs", "fits", "downloaded"):
         assert column in table.stdout
     line = next(ln for ln in table.stdout.splitlines() if ln.strip().startswith(("│ tiny-long", "tiny-long")) or " tiny-long " in ln)
-    assert "no (ctx 52224 fits)" in line and "downloaded" in line
+    assert "no (ctx 52224 fits)" in line and "downloaded" in line and "MTP" in line
 
 
 def test_downloaded_mismatched_pair_is_reported_after_apply(box, catalog, fake_hub, tmp_path):

@@ -32,12 +32,13 @@ def model_rows(root: Root, settings: Settings) -> list[dict]:
         for mf in route.files():
             from ojai_setup.domain.catalog import model_path
 
-            real = root.resolve(model_path(settings.models_dir, route.repo, mf.file))
+            real = root.resolve(model_path(settings.models_dir, route.file_repo(mf), mf.file))
             files.append("verified" if real.is_file() and verified_digest(real)
                          else "present" if real.is_file() else "missing")
         state = ("downloaded" if all(s == "verified" for s in files)
                  else "partly" if any(s != "missing" for s in files) else "no")
         rows.append({"name": route.name, "title": route.title, "mtp": route.mtp,
+                     "drafting": route.drafting, "spec_type": route.spec_type_value,
                      "context_size": route.context_size, "need_bytes": f.need_bytes,
                      "budget_bytes": budget, "fits": f.fits, "max_ctx": f.max_ctx,
                      "downloaded": state, "sizes_estimated": route.sizes_estimated,
@@ -63,15 +64,15 @@ class ModelsReport:
         budget = rows[0]["budget_bytes"] if rows else 0
         table = Table(title=f"Routes (GPU budget {budget / GIB:.0f} GiB; models in {self.models_dir})",
                       title_justify="left")
-        for col in ("route", "MTP", "context", "needs", "fits", "downloaded"):
-            table.add_column(col, no_wrap=col in ("MTP", "context", "fits", "downloaded"),
+        for col in ("route", "drafting", "context", "needs", "fits", "downloaded"):
+            table.add_column(col, no_wrap=col in ("context", "fits", "downloaded"),
                              min_width=15 if col == "route" else None)
         for r in rows:
             fits = "yes" if r["fits"] else (f"no (ctx {r['max_ctx']} fits)" if r["max_ctx"] else "no")
             need = f"{r['need_bytes'] / GIB:.1f} GiB" + (" (est.)" if r["sizes_estimated"] else "")
             size = f"{r['download_bytes'] / GIB:.1f} GiB" + (" (est.)" if r["sizes_estimated"] else "")
             table.add_row(f"{r['name']}\n[dim]{r['title']}\n{size} to download[/]",
-                          r["mtp"].replace("_", "-"), str(r["context_size"]), need, fits,
+                          r["drafting"], str(r["context_size"]), need, fits,
                           r["downloaded"])
         term.print(table)
         term.print("Set one up with: ojai setup --model NAME")

@@ -1,9 +1,20 @@
 """Matched checkpoint pairs: the routes ojai can serve, and whether one fits in memory.
 
-A route is one served model configuration: a main GGUF plus its multi-token-prediction (MTP)
-draft head, which is either a separate sidecar file (Gemma 4's ``gemma4-assistant``) or
-``nextn`` layers inside the main file (Qwen3.6). A draft head only pays when it was trained
-against that very main model, so every route names exact files from one repository.
+A route is one served model configuration: a main GGUF and how it drafts. Drafting comes in
+the kinds upstream llama.cpp offers:
+
+- a multi-token-prediction (MTP) draft head, either a separate sidecar file (Gemma 4's
+  ``gemma4-assistant``, ``mtp = "sidecar"``) or ``nextn`` layers inside the main file
+  (Qwen3.6, ``mtp = "in_file"``): ``spec_type = "draft-mtp"``;
+- a separate draft model of the same vocabulary (``spec_type = "draft-simple"`` with a
+  ``draft`` file, possibly the main file itself: self-draft), with its own GPU layers,
+  context and KV cache types;
+- n-gram drafting from the tokens already seen (``spec_type = "ngram-simple"``, ...), no draft
+  file, tuned by the ``[routes.X.ngram]`` knobs;
+- chained types, ``spec_type = "draft-mtp,ngram-mod"``, where the binary takes a list.
+
+A draft head only pays when it was trained against that very main model, so every route names
+exact files from one repository (a separate draft model may come from ``draft_repo``).
 
 The built-in routes live in ``catalog.toml`` next to this module. A user catalog (TOML, same
 shape, e.g. ``~/.config/ojai/catalog.toml``) adds routes or overrides fields of built-in ones::
@@ -38,7 +49,7 @@ from pydantic import (
 
 from ojai_setup.core.errors import InputError
 from ojai_setup.core.paths import GIB
-from ojai_setup.formats.gguf import MtpKind
+from ojai_setup.formats.gguf import MtpKind, PairKind
 
 #: upstream llama.cpp KV cache types and their bytes per element (block size 32 for quants)
 CACHE_TYPE_BYTES: dict[str, float] = {
@@ -164,14 +175,18 @@ class Footprint(_Model):
     source: str = "catalog"
     #: ``--spec-draft-n-max`` of the MTP route (recurrent states kept for rollback)
     draft_n_max: int = 0
+    #: a separate draft model's own KV cache layout (it keeps a cache of the same context)
+    draft_kv: KvLayout | None = None
 
     def weights(self, *, draft: bool = True) -> int:
         return self.main_bytes + (self.draft_bytes if draft else 0)
 
     def kv_bytes(self, ctx_size: int, cache_type: CacheType = "f16", *, slots: int = 1,
                  draft: bool = True) -> int:
-        return self.kv.bytes_for(ctx_size, cache_type, slots=slots, draft=draft,
-                                 rollback=self.draft_n_max if draft else 0)
+        own = self.draft_kv.bytes_for(ctx_size, cache_type, slots=slots) if (
+            draft and self.draft_kv is not None) else 0
+        return own + self.kv.bytes_for(ctx_size, cache_type, slots=slots, draft=draft,
+                                       rollback=self.draft_n_max if draft else 0)
 
     def need(self, ctx_size: int, cache_type: CacheType = "f16", *, slots: int = 1,
              draft: bool = True) -> int:
@@ -179,8 +194,40 @@ class Footprint(_Model):
                                                           draft=draft) + self.overhead_bytes)
 
 
+#: ``--spec-type`` values a catalog route may name (upstream build 11434's list, less none)
+SPEC_TYPES = ("draft-simple", "draft-eagle3", "draft-mtp", "draft-dflash", "draft-dspark",
+              "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache")
+
+
+#: the knobs each n-gram type reads, as upstream build 11434's help names them after
+#: ``--spec-<type>-`` (``--spec-ngram-simple-size-n``); ngram-cache reads none of them
+NGRAM_TYPE_KNOBS: dict[str, tuple[str, ...]] = {
+    "ngram-simple": ("size-n", "size-m", "min-hits"),
+    "ngram-map-k": ("size-n", "size-m", "min-hits"),
+    "ngram-map-k4v": ("size-n", "size-m", "min-hits"),
+    "ngram-mod": ("n-min", "n-max", "n-match"),
+    "ngram-cache": (),
+}
+
+
+class NgramKnobs(_Model):
+    """The knobs n-gram drafting reads, named as the help names them after each type's prefix
+    (``--spec-ngram-simple-size-n`` is ``size_n``; ``--spec-ngram-mod-n-max`` is ``n_max``)."""
+
+    size_n: int | None = Field(default=None, ge=1)
+    size_m: int | None = Field(default=None, ge=1)
+    min_hits: int | None = Field(default=None, ge=1)
+    n_min: int | None = Field(default=None, ge=0)
+    n_max: int | None = Field(default=None, ge=1)
+    n_match: int | None = Field(default=None, ge=1)
+
+    def flags(self) -> dict[str, int]:
+        """``{"size-n": 3, ...}``: the set knobs, by their flag names (render's ``ngram``)."""
+        return {k.replace("_", "-"): v for k, v in self.model_dump().items() if v is not None}
+
+
 class Route(_Model):
-    """One served model configuration: main file(s), MTP draft head, memory numbers."""
+    """One served model configuration: main file(s), how it drafts, memory numbers."""
 
     name: str = Field(pattern=_NAME_RE)
     title: str = Field(min_length=1)
@@ -188,9 +235,23 @@ class Route(_Model):
     revision: str = Field(default="main", min_length=1)
     #: the main model; several files when the GGUF is split (metadata is in the first)
     main: tuple[ModelFile, ...] = Field(min_length=1)
-    #: the MTP sidecar, for ``mtp = "sidecar"`` only
+    #: the MTP sidecar (``mtp = "sidecar"``), or the separate draft model of ``draft-simple``
+    #: (the main file itself for self-draft)
     draft: ModelFile | None = None
-    mtp: MtpKind
+    #: the repository of a separate draft model, when it is not ``repo``
+    draft_repo: str | None = Field(default=None, pattern=_REPO_RE)
+    #: where the MTP heads are; None for a model without them
+    mtp: MtpKind | None = None
+    #: the drafted route's ``--spec-type`` (a comma list chains types); default: ``draft-mtp``
+    #: with MTP heads, ``draft-simple`` with a draft file
+    spec_type: str | None = None
+    ngram: NgramKnobs | None = None
+    #: the separate draft model's GPU layers (``-ngld``), context and KV cache type
+    draft_gpu_layers: int | Literal["auto", "all"] | None = None
+    draft_ctx_size: int | None = Field(default=None, gt=0)
+    draft_cache_type: CacheType | None = None
+    #: a separate draft model's own KV cache layout (self-draft: the main model's ``kv``)
+    draft_kv: KvLayout | None = None
     #: Lemonade's checkpoint strings (a quant name or a file after the colon)
     lemonade_checkpoint: str = Field(min_length=1)
     lemonade_draft_checkpoint: str | None = None
@@ -210,6 +271,39 @@ class Route(_Model):
             raise ValueError("mtp = 'sidecar' needs a draft file")
         if self.mtp == "in_file" and self.draft is not None:
             raise ValueError("mtp = 'in_file' takes no draft file: the heads are inside the main file")
+        types = self.spec_types
+        if not types:
+            raise ValueError("the route does not draft: give mtp, a draft file, or spec_type")
+        unknown = [t for t in types if t not in SPEC_TYPES]
+        if unknown:
+            raise ValueError(f"spec_type: unknown type {unknown[0]!r} (known: {', '.join(SPEC_TYPES)})")
+        if "draft-mtp" in types and self.mtp is None:
+            raise ValueError("spec_type draft-mtp needs MTP heads: set mtp = 'sidecar' or 'in_file'")
+        if self.mtp is not None and "draft-mtp" not in types:
+            raise ValueError("a route with MTP heads drafts with them: spec_type must include draft-mtp")
+        models = [t for t in types if not t.startswith("ngram-")]
+        if len(models) > 1:
+            raise ValueError(f"spec_type {self.spec_type!r} chains {len(models)} model drafters; "
+                             "chain one with n-gram types")
+        if self.draft is not None and not models:
+            raise ValueError(f"spec_type {self.spec_type!r} drafts without a model: drop the draft file")
+        if self.draft is None and models and models[0] != "draft-mtp":
+            raise ValueError(f"spec_type {models[0]} needs a draft file")
+        if self.ngram is not None:
+            read = {k for t in types for k in NGRAM_TYPE_KNOBS.get(t, ())}
+            unread = sorted(set(self.ngram.flags()) - read)
+            if unread:
+                raise ValueError(f"ngram: {', '.join(k.replace('-', '_') for k in unread)} is read "
+                                 f"by none of {self.spec_type_value} (ngram-simple/ngram-map-k* read "
+                                 "size_n, size_m, min_hits; ngram-mod reads n_min, n_max, n_match)")
+        if self.draft_repo is not None and (self.draft is None or self.mtp is not None):
+            raise ValueError("draft_repo is for a separate draft model (spec_type draft-simple)")
+        if self.pair_kind != "draft_model" and (self.draft_gpu_layers is not None
+                                                or self.draft_ctx_size is not None
+                                                or self.draft_cache_type is not None
+                                                or self.draft_kv is not None):
+            raise ValueError("draft_gpu_layers, draft_ctx_size, draft_cache_type and draft_kv are for a "
+                             "separate draft model (spec_type draft-simple)")
         if (self.draft is None) != (self.lemonade_draft_checkpoint is None):
             raise ValueError("lemonade_draft_checkpoint is given exactly when there is a draft file")
         if self.context_size > self.max_context:
@@ -218,9 +312,72 @@ class Route(_Model):
             raise ValueError("a file with a pinned sha256 needs its exact size: set sizes_estimated = false")
         return self
 
+    @property
+    def spec_types(self) -> tuple[str, ...]:
+        """The drafted route's speculative types (:attr:`spec_type` or its default)."""
+        value = self.spec_type or ("draft-mtp" if self.mtp else "draft-simple" if self.draft else "")
+        return tuple(t.strip() for t in value.split(",") if t.strip())
+
+    @property
+    def spec_type_value(self) -> str:
+        return ",".join(self.spec_types)
+
+    @property
+    def pair_kind(self) -> PairKind:
+        """What the pairing proof checks: the MTP heads (``in_file``/``sidecar``), a separate
+        ``draft_model``, or nothing (``ngram``: no draft model to pair)."""
+        if self.mtp is not None:
+            return self.mtp
+        return "draft_model" if self.draft is not None else "ngram"
+
+    @property
+    def self_draft(self) -> bool:
+        """The draft model is the main file itself."""
+        return (self.draft is not None and self.mtp is None and self.draft_repo in (None, self.repo)
+                and self.draft.file == self.main[0].file)
+
+    @property
+    def model_drafted(self) -> bool:
+        """Drafting reads ``--spec-draft-n-max`` (an MTP head or a draft model drafts)."""
+        return any(not t.startswith("ngram-") for t in self.spec_types)
+
+    @property
+    def drafting(self) -> str:
+        """What drafts, in a few words: ``MTP sidecar``, ``MTP in-file``, ``self-draft``,
+        ``draft model``, ``n-gram (ngram-simple)``; chained types joined with `` + ``."""
+        words = []
+        for t in self.spec_types:
+            if t == "draft-mtp":
+                words.append("MTP " + ("sidecar" if self.mtp == "sidecar" else "in-file"))
+            elif t == "draft-simple":
+                words.append("self-draft" if self.self_draft else "draft model")
+            elif t.startswith("ngram-"):
+                words.append(f"n-gram ({t})")
+            else:
+                words.append(t)
+        return " + ".join(words)
+
+    @property
+    def drafted_suffix(self) -> str:
+        """The drafted route's name is ``<model>-<suffix>``: ``mtp``, ``draft`` or ``ngram``."""
+        return {"in_file": "mtp", "sidecar": "mtp", "draft_model": "draft"}.get(self.pair_kind, "ngram")
+
+    def ngram_args(self) -> list[str]:
+        """The n-gram knobs as upstream build 11434 spells them, for every type that reads
+        each (for a server ojai does not probe, such as Lemonade's own)."""
+        knobs = self.ngram.flags() if self.ngram else {}
+        return [arg for t in self.spec_types for k in NGRAM_TYPE_KNOBS.get(t, ()) if k in knobs
+                for arg in (f"--spec-{t}-{k}", str(knobs[k]))]
+
     def files(self) -> tuple[ModelFile, ...]:
-        """Every file to download: main file(s), then the draft."""
-        return self.main + ((self.draft,) if self.draft else ())
+        """Every file to download: main file(s), then the draft (once, when it is a main file)."""
+        if self.draft is None or self.self_draft:
+            return self.main
+        return self.main + (self.draft,)
+
+    def file_repo(self, f: ModelFile) -> str:
+        """The repository ``f`` (one of :meth:`files`) comes from."""
+        return self.draft_repo if (f is self.draft and self.draft_repo) else self.repo
 
     @property
     def weights_bytes(self) -> int:
@@ -230,6 +387,7 @@ class Route(_Model):
         """What serving this route costs besides its context, by the catalog's numbers."""
         return Footprint(main_bytes=sum(f.size for f in self.main),
                          draft_bytes=self.draft.size if self.draft else 0, kv=self.kv,
+                         draft_kv=self.draft_kv or (self.kv if self.self_draft else None),
                          overhead_bytes=self.overhead_bytes, draft_n_max=self.draft_n_max,
                          source="catalog estimates" if self.sizes_estimated else "catalog")
 
@@ -243,7 +401,9 @@ class Route(_Model):
         return model_path(models_dir, self.repo, self.main[0].file)
 
     def draft_path(self, models_dir: str) -> str | None:
-        return model_path(models_dir, self.repo, self.draft.file) if self.draft else None
+        if self.draft is None:
+            return None
+        return model_path(models_dir, self.draft_repo or self.repo, self.draft.file)
 
 
 def model_path(models_dir: str, repo: str, file: str) -> str:

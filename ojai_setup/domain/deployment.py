@@ -94,13 +94,15 @@ def footprint_from_files(route: Route, main_bytes: int, main_info: ModelInfo | N
                          draft_bytes: int | None) -> Footprint:
     """The route's footprint from its downloaded files: their sizes, and the KV layout of the
     main file's metadata (the catalog's when the metadata lacks it). An MTP sidecar adds its
-    weights but no KV cache: it reads the main model's."""
+    weights but no KV cache: it reads the main model's. A separate draft model adds its
+    weights and a KV cache of its own (the main file's layout when it drafts for itself)."""
     layout = kv_layout(main_info) if main_info is not None else None
     draft = draft_bytes if draft_bytes is not None else (route.draft.size if route.draft else 0)
     source = "the GGUF files" if layout is not None else "the files' sizes, the catalog's KV layout"
+    draft_kv = route.draft_kv or ((layout or route.kv) if route.self_draft else None)
     return Footprint(main_bytes=main_bytes, draft_bytes=draft, kv=layout or route.kv,
                      overhead_bytes=route.overhead_bytes, draft_n_max=route.draft_n_max,
-                     source=source)
+                     source=source, draft_kv=draft_kv)
 
 
 def _gib(n: int) -> str:
@@ -169,7 +171,7 @@ def fit_gpu_routes(route: Route, budget_bytes: int, *, footprint: Footprint | No
     route's context, no draft; less when that does not fit alone) to ``budget_bytes``, then
     the two together."""
     size = footprint or route.footprint()
-    mtp_name, plain_name = route_names(route.name)
+    mtp_name, plain_name = route_names(route.name, route.drafted_suffix)
     mtp = fit(route, route.context_size, budget_bytes, cache_type=cache_type, footprint=size,
               name=mtp_name)
     asked = route.context_size * slots

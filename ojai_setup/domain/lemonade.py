@@ -130,12 +130,13 @@ def _read_config(root: Root, path: str) -> str | None:
 
 def user_models_action(root: Root, layout: LemonadeLayout, name: str, main_checkpoint: str,
                        draft_checkpoint: str | None, size_gb: float,
-                       labels: list[str], source: str | None = None) -> WriteFile | None:
+                       labels: list[str], source: str | None = None,
+                       mtp: bool = True) -> WriteFile | None:
     """The change to ``user_models.json`` in Lemonade's config directory, or None if none."""
     path = f"{layout.config_dir}/user_models.json"
     before = _read_config(root, path)
     merged = merge_user_models(before, name, main_checkpoint, draft_checkpoint, size_gb, labels,
-                               path=path, source=source)
+                               path=path, source=source, mtp=mtp)
     what = "ojai's files" if source == "local_path" else "hub checkpoints Lemonade downloads"
     return _config_action(layout, "user_models.json", merged, before,
                           f"register user.{_bare_name(name)} with Lemonade ({what})")

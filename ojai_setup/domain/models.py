@@ -1,5 +1,5 @@
 """Planning a route's model files: which downloads are still needed, and whether the files on
-disk are a matched MTP pair."""
+disk are a matched pair (MTP heads, or a separate draft model)."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ def plan_model_downloads(root: Root, route: Route, models_dir: str = DEFAULT_MOD
     """Downloads for the files of ``route`` that are missing or not verified; [] when all are."""
     actions = []
     for f in route.files():
-        dest = model_path(models_dir, route.repo, f.file)
+        dest = model_path(models_dir, route.file_repo(f), f.file)
         real = root.resolve(dest)
         if not real.is_file():
             reason = "missing"
@@ -46,7 +46,7 @@ def plan_model_downloads(root: Root, route: Route, models_dir: str = DEFAULT_MOD
                       else "present, but not yet checked against the hub's sha256")
         exact = f.sha256 is not None or not route.sizes_estimated
         actions.append(HubDownload(
-            repo_id=route.repo, filename=f.file, revision=route.revision, dest=dest,
+            repo_id=route.file_repo(f), filename=f.file, revision=route.revision, dest=dest,
             sha256=f.sha256, size=f.size if exact else None, needs_root=_needs_root(real),
             estimated_size=None if exact else f.size,
             reason=f"{route.name}: {f.file} {reason}" + ("" if exact else f" (about {f.size / 1e9:.1f} GB)"),
@@ -67,7 +67,7 @@ def verify_local_pair(root: Root, route: Route, models_dir: str = DEFAULT_MODELS
         draft_info = read_model_info(root.resolve(draft)) if draft else None
     except GGUFError as exc:
         return PairVerdict(ok=False, reasons=(str(exc),))
-    return check_pair(main_info, draft_info, route.mtp)
+    return check_pair(main_info, draft_info, route.pair_kind)
 
 
 def _needs_root(real: Path) -> bool:

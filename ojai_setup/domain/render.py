@@ -5,9 +5,23 @@ The arguments are spelled in the dialect of the binary that will run them (see
 :class:`UnsupportedRoute`, which names the flag or value and the binary's version, instead of
 producing a command line that fails at launch or silently does something else.
 
-MTP comes in two shapes (upstream ``common/speculative.cpp``): heads inside the main GGUF are
-``--spec-type draft-mtp`` with no draft file; a sidecar GGUF is
-``--spec-draft-model FILE --spec-type draft-mtp``.
+Every kind of drafting upstream llama.cpp offers is a route (``common/speculative.cpp``):
+
+- MTP heads inside the main GGUF: ``--spec-type draft-mtp`` with no draft file;
+- an MTP sidecar GGUF: ``--spec-draft-model FILE --spec-type draft-mtp``;
+- a separate draft model (a small model of the same vocabulary, or the model itself):
+  ``--spec-draft-model FILE --spec-type draft-simple``, with its own GPU layers (``-ngld``)
+  and KV cache types (``-ctkd``/``-ctvd``);
+- n-gram drafting from the tokens already seen, no draft file: ``--spec-type ngram-simple``
+  (``ngram-map-k``, ``ngram-map-k4v``, ``ngram-mod``, ``ngram-cache``), with the knobs each
+  type reads (``--spec-ngram-simple-size-n``, ``--spec-ngram-mod-n-max``, ... as the help
+  names them);
+- chained types, a comma list (``--spec-type draft-mtp,ngram-mod``), where the binary's help
+  says ``--spec-type`` takes a list.
+
+A route without drafting says so: ``--no-spec-type`` or ``--spec-type none``, whichever the
+binary has (:meth:`Dialect.drafting_off`), so that a build that drafts by default cannot make a
+plain route speculative.
 """
 
 from __future__ import annotations
@@ -20,9 +34,12 @@ from ojai_setup.core.errors import InputError
 from ojai_setup.formats.llama_help import (
     DRAFT_CACHE_K_FLAGS,
     DRAFT_CACHE_V_FLAGS,
+    DRAFT_CTX_SIZE_FLAGS,
+    DRAFT_GPU_LAYERS_FLAGS,
     DRAFT_MODEL_FLAGS,
     DRAFT_N_MAX_FLAGS,
     DRAFT_N_MIN_FLAGS,
+    NGRAM_KNOBS,
     Dialect,
 )
 
@@ -30,6 +47,32 @@ from ojai_setup.formats.llama_help import (
 NEEDS_DRAFT_FILE = frozenset({"draft-simple", "draft-eagle3", "draft-dflash", "draft-dspark"})
 #: speculative types that may take a sidecar file (MTP heads may also live in the main file)
 MAY_TAKE_DRAFT_FILE = NEEDS_DRAFT_FILE | {"draft-mtp"}
+#: speculative types that draft with a model (a file, or heads inside the main file) and read
+#: ``--spec-draft-n-max``; the ``ngram-*`` types read their own knobs instead
+MODEL_DRAFTED = MAY_TAKE_DRAFT_FILE
+
+
+def spec_types_of(spec_type: str) -> tuple[str, ...]:
+    """The types of a ``--spec-type`` value: ``"draft-mtp,ngram-mod"`` -> both."""
+    return tuple(t.strip() for t in spec_type.split(",") if t.strip())
+
+
+def drafting_kind(spec_type: str) -> str:
+    """What drafts, in the words plans and reports use: ``MTP``, ``draft model``,
+    ``n-gram (ngram-simple)``, chained types joined by `` + ``; ``none`` for no drafting."""
+    words = []
+    for t in spec_types_of(spec_type):
+        if t == "none":
+            continue
+        if t == "draft-mtp":
+            words.append("MTP")
+        elif t == "draft-simple":
+            words.append("draft model")
+        elif t.startswith("ngram-"):
+            words.append(f"n-gram ({t})")
+        else:
+            words.append(t)
+    return " + ".join(words) or "none"
 
 #: ``--load-mode`` values expressed with the older ``--no-mmap`` / ``--mlock`` flags
 _LEGACY_LOAD_MODES: dict[str, tuple[str, ...]] = {
@@ -75,20 +118,57 @@ class Route(BaseModel):
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=1, le=65535)
     load_mode: str | None = None
+    lazy_mode: str | None = None
+    #: the draft model's GPU layers (``-ngld``) and context (where the binary has a flag)
+    draft_n_gpu_layers: int | Literal["auto", "all"] | None = None
+    draft_ctx_size: int | None = Field(default=None, ge=0)
+    #: n-gram knobs by the help's name after the type's prefix: ``{"size-n": 3, "size-m": 8}``
+    #: for ``ngram-simple``/``ngram-map-k*``, ``n-min``/``n-max``/``n-match`` for ``ngram-mod``
+    ngram: dict[str, int] = Field(default_factory=dict)
+
+    @property
+    def spec_types(self) -> tuple[str, ...]:
+        return spec_types_of(self.spec_type)
+
+    @property
+    def drafting(self) -> str:
+        """What drafts on this route (:func:`drafting_kind`)."""
+        return drafting_kind(self.spec_type)
 
     @model_validator(mode="after")
     def _consistent(self) -> Route:
-        speculative = self.spec_type != "none"
-        if self.spec_type in NEEDS_DRAFT_FILE and not self.draft_model:
+        types = self.spec_types
+        if not types:
+            raise ValueError("spec_type is empty (use none for no drafting)")
+        if "none" in types and len(types) > 1:
+            raise ValueError("spec_type none cannot be chained with other types")
+        speculative = types != ("none",)
+        model_drafted = any(t in MODEL_DRAFTED for t in types)
+        if any(t in NEEDS_DRAFT_FILE for t in types) and not self.draft_model:
             raise ValueError(f"spec_type {self.spec_type} needs a draft_model file")
         if self.draft_model and not speculative:
             raise ValueError("a draft_model needs a spec_type (draft-mtp for an MTP sidecar, "
                              "draft-simple for a small draft model)")
-        if self.draft_model and self.spec_type not in MAY_TAKE_DRAFT_FILE:
+        if self.draft_model and not any(t in MAY_TAKE_DRAFT_FILE for t in types):
             raise ValueError(f"spec_type {self.spec_type} drafts without a model file; "
                              "drop draft_model")
         if not speculative and (self.draft_n_max is not None or self.draft_n_min is not None):
             raise ValueError("draft_n_max/draft_n_min need a spec_type other than none")
+        if speculative and not model_drafted and (self.draft_n_max is not None
+                                                  or self.draft_n_min is not None):
+            raise ValueError(f"spec_type {self.spec_type} does not read draft_n_max/draft_n_min "
+                             "(n-gram types read their own knobs: set ngram)")
+        unknown = sorted(set(self.ngram) - set(NGRAM_KNOBS))
+        if unknown:
+            raise ValueError(f"unknown n-gram knob(s) {', '.join(unknown)} (known: "
+                             f"{', '.join(NGRAM_KNOBS)})")
+        if self.ngram and not any(t.startswith("ngram-") for t in types):
+            raise ValueError("ngram knobs need an ngram-* spec_type")
+        if any(v < 0 for v in self.ngram.values()):
+            raise ValueError("n-gram knobs are counts of tokens: 0 or more")
+        if not self.draft_model and (self.draft_n_gpu_layers is not None
+                                     or self.draft_ctx_size is not None):
+            raise ValueError("draft GPU layers and draft context need a draft_model")
         if (self.draft_n_max is not None and self.draft_n_min is not None
                 and self.draft_n_min > self.draft_n_max):
             raise ValueError("draft_n_min is larger than draft_n_max")
@@ -100,6 +180,32 @@ class Route(BaseModel):
 def render_args(route: Route, dialect: Dialect) -> list[str]:
     """The ``llama-server`` arguments (without the program) for ``route`` in ``dialect``."""
     return _Renderer(route, dialect).render()
+
+
+def is_drafting_option(name: str) -> bool:
+    """Whether the option ``name`` belongs to speculative decoding (any spelling a build had)."""
+    return (name.startswith(("--spec-", "--draft", "--lookup-cache")) or "-draft" in name
+            or name in ("-md", "-ngld", "-ctkd", "-ctvd", "-cd", "-devd", "-td", "-tbd", "-lcs",
+                        "-lcd", "--no-spec-type"))
+
+
+def plain_arm_args(args: list[str], dialect: Dialect) -> list[str]:
+    """``args`` (a drafted route's, or any) with every speculative option and its value taken
+    out and drafting turned off explicitly (:meth:`Dialect.drafting_off`): the plain arm a
+    benchmark compares a drafted route with, on the same binary, model and settings."""
+    out: list[str] = []
+    skip = False
+    for arg in args:
+        if skip:
+            skip = False
+            continue
+        name = arg.split("=", 1)[0]
+        if arg.startswith("-") and is_drafting_option(name):
+            opt = dialect.option(name)
+            skip = "=" not in arg and (opt is None or opt.value_hint is not None)
+            continue
+        out.append(arg)
+    return [*out, *dialect.drafting_off()]
 
 
 class _Renderer:
@@ -144,8 +250,19 @@ class _Renderer:
         self._cache_type(("--cache-type-v", "-ctv"), r.cache_type_v, d.cache_types)
         if r.load_mode is not None:
             self._load_mode(r.load_mode)
+        if r.lazy_mode is not None:
+            self._lazy_mode(r.lazy_mode)
         self._speculative()
         return self.args
+
+    def _lazy_mode(self, value: str) -> None:
+        modes = self.dialect.lazy_modes
+        if modes is None:
+            raise self.refuse("--lazy-mode", "has no --lazy-mode (on-demand tensor reading)")
+        if value not in modes:
+            raise self.refuse("--lazy-mode", f"does not know lazy mode {value!r} "
+                              f"(allowed: {', '.join(modes) or 'none listed'})")
+        self.add("lazy mode", ("--lazy-mode", "-lzm"), value)
 
     def _gpu_layers(self, value: int | str) -> None:
         names = ("--n-gpu-layers", "--gpu-layers", "-ngl")
@@ -198,7 +315,12 @@ class _Renderer:
     def _speculative(self) -> None:
         r, d = self.route, self.dialect
         if r.spec_type == "none":
+            self.args += list(d.drafting_off())
             return
+        types = r.spec_types
+        if len(types) > 1 and d.has("--spec-type") and not d.spec_type_list:
+            raise self.refuse("--spec-type", f"takes one speculative type, not the list "
+                              f"{r.spec_type!r} (its help does not say it takes a list of types)")
         if d.has("--spec-type"):
             if not d.spec_type_allowed(r.spec_type):
                 fork = (" (this build is a fork with --mtp-head; ojai speaks upstream's "
@@ -217,6 +339,24 @@ class _Renderer:
             self.add("draft length", DRAFT_N_MAX_FLAGS, str(r.draft_n_max))
         if r.draft_n_min is not None:
             self.add("minimum draft length", DRAFT_N_MIN_FLAGS, str(r.draft_n_min))
+        if r.draft_n_gpu_layers is not None:
+            self.add("draft model GPU layers", DRAFT_GPU_LAYERS_FLAGS, str(r.draft_n_gpu_layers))
+        if r.draft_ctx_size is not None:
+            self.add("draft model context size", DRAFT_CTX_SIZE_FLAGS, str(r.draft_ctx_size))
         allowed = d.draft_cache_types or d.cache_types
         self._cache_type(DRAFT_CACHE_K_FLAGS, r.draft_cache_type_k, allowed)
         self._cache_type(DRAFT_CACHE_V_FLAGS, r.draft_cache_type_v, allowed)
+        self._ngram_knobs(types)
+
+    def _ngram_knobs(self, types: tuple[str, ...]) -> None:
+        """Each knob, for every n-gram type of the route that reads it (in the route's order)."""
+        ngram_types = [t for t in self.route.spec_types if t.startswith("ngram-")]
+        for knob in NGRAM_KNOBS:
+            if knob not in self.route.ngram:
+                continue
+            flags = [f for t in ngram_types if (f := self.dialect.ngram_knobs(t).get(knob))]
+            if not flags:
+                raise self.refuse(f"--spec-{ngram_types[0]}-{knob}", f"has no n-gram knob "
+                                  f"{knob!r} for {', '.join(ngram_types)}")
+            for flag in flags:
+                self.args += [flag, str(self.route.ngram[knob])]

@@ -380,7 +380,8 @@ def read_models(root: Root) -> list[ModelPair]:
             try:
                 verdict = check_pair(read_model_info(root.resolve(main)),
                                      read_model_info(root.resolve(draft)) if draft else None,
-                                     record.get("mtp") or ("sidecar" if draft else "in_file"))
+                                     record.get("pairing") or record.get("mtp")
+                                     or ("sidecar" if draft else "in_file"))
                 pair.ok, pair.reasons = verdict.ok, list(verdict.reasons)
             except GGUFError as exc:
                 pair.ok, pair.reasons = False, [str(exc)]

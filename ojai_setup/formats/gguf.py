@@ -89,6 +89,8 @@ class PairVerdict(BaseModel):
 
     ok: bool
     reasons: tuple[str, ...] = ()
+    #: False where there is no pair to prove (n-gram drafting reads no draft model)
+    applicable: bool = True
 
 
 def _info_cache_path(path: Path) -> Path:
@@ -188,9 +190,24 @@ def read_model_info(path: str | os.PathLike[str]) -> ModelInfo:
     return info
 
 
-def check_pair(main: ModelInfo, draft: ModelInfo | None, kind: MtpKind) -> PairVerdict:
-    """Whether ``draft`` (or the heads inside ``main``) can draft for ``main``, with reasons."""
+NOT_APPLICABLE = ("not applicable: n-gram drafting drafts from the tokens already seen and reads "
+                  "no draft model")
+
+
+def check_pair(main: ModelInfo, draft: ModelInfo | None, kind: PairKind) -> PairVerdict:
+    """Whether ``draft`` (or the heads inside ``main``) can draft for ``main``, with reasons.
+
+    ``kind``: ``in_file``/``sidecar`` (MTP heads), ``draft_model`` (a separate draft model,
+    possibly ``main`` itself: the same tokenizer and token list), or ``ngram`` (no pair: the
+    verdict is ok and not :attr:`~PairVerdict.applicable`)."""
     reasons: list[str] = []
+    if kind == "ngram":
+        if draft is not None:
+            return PairVerdict(ok=False, reasons=(f"{Path(draft.path).name}: n-gram drafting takes "
+                                                  "no draft file",))
+        return PairVerdict(ok=True, applicable=False, reasons=(NOT_APPLICABLE,))
+    if kind == "draft_model":
+        return _check_draft_model(main, draft)
     if kind == "in_file":
         if draft is not None:
             reasons.append(f"{Path(draft.path).name}: this route keeps its MTP heads inside the main "
@@ -240,5 +257,34 @@ def check_pair(main: ModelInfo, draft: ModelInfo | None, kind: MtpKind) -> PairV
     return PairVerdict(ok=not reasons, reasons=tuple(reasons))
 
 
+def _check_draft_model(main: ModelInfo, draft: ModelInfo | None) -> PairVerdict:
+    """A separate draft model (``--spec-type draft-simple``): llama.cpp drafts with any model
+    whose vocabulary is the target's (``common_speculative_are_compatible``: the same
+    tokenizer type and tokens); a draft head of another kind is not a draft model."""
+    main_name = Path(main.path).name
+    if draft is None:
+        return PairVerdict(ok=False, reasons=("this route drafts with a separate draft model and "
+                                              "none was given",))
+    draft_name = Path(draft.path).name
+    reasons: list[str] = []
+    for info, name in ((main, main_name), (draft, draft_name)):
+        if info.architecture in (ASSISTANT_ARCH, ASSISTANT_ARCH.replace("-", "_")):
+            reasons.append(f"{name}: is an MTP draft head ({info.architecture}), not a model that "
+                           "drafts or serves on its own")
+    if main.tokenizer_model != draft.tokenizer_model:
+        reasons.append(f"tokenizers differ: {main_name} uses {main.tokenizer_model!r}, {draft_name} "
+                       f"uses {draft.tokenizer_model!r}")
+    if main.tokens_sha256 is None or draft.tokens_sha256 is None:
+        missing = main_name if main.tokens_sha256 is None else draft_name
+        reasons.append(f"{missing}: has no token list (tokenizer.ggml.tokens) to compare")
+    elif main.tokens_sha256 != draft.tokens_sha256:
+        reasons.append(f"vocabularies differ: {main_name} has {main.token_count} tokens "
+                       f"(sha256 {main.tokens_sha256[:12]}), {draft_name} has {draft.token_count} "
+                       f"(sha256 {draft.tokens_sha256[:12]}); drafted tokens would mean other words")
+    return PairVerdict(ok=not reasons, reasons=tuple(reasons))
+
+
 #: the two shapes MTP comes in (llama.cpp common/speculative.cpp)
 MtpKind = Literal["sidecar", "in_file"]
+#: what a pairing proof checks: MTP heads, a separate draft model, or nothing (n-gram drafting)
+PairKind = Literal["sidecar", "in_file", "draft_model", "ngram"]

@@ -100,8 +100,13 @@ def _check_checkpoint(what: str, checkpoint: str, source: str | None, path: str)
 
 def merge_user_models(existing_text: str | None, name: str, main_checkpoint: str,
                       draft_checkpoint: str | None, size_gb: float, labels: list[str],
-                      *, path: str = "user_models.json", source: str | None = None) -> str:
+                      *, path: str = "user_models.json", source: str | None = None,
+                      mtp: bool = True) -> str:
     """Add or update the model ``name`` in ``user_models.json``.
+
+    ``mtp``: the model drafts with MTP heads, so it carries the label ``mtp`` (which makes
+    Lemonade add ``--spec-type draft-mtp``); a model that drafts otherwise has the label taken
+    away.
 
     The entry gets ``checkpoints`` (``main``, and ``draft`` for a sidecar MTP head; a stale
     ``draft`` is removed when the heads are inside the main file), ``recipe: "llamacpp"``,
@@ -137,7 +142,7 @@ def merge_user_models(existing_text: str | None, name: str, main_checkpoint: str
 
     entry.pop("checkpoint", None)
     entry["checkpoints"] = dict(sorted(checkpoints.items()))
-    entry["labels"] = sorted({*map(str, old_labels), *labels, "custom", "mtp"})
+    entry["labels"] = sorted({*map(str, old_labels), *labels, "custom", "mtp"} - (set() if mtp else {"mtp"}))
     entry["recipe"] = "llamacpp"
     entry["size"] = size_gb
     if source is not None:

@@ -39,6 +39,22 @@ DRAFT_CACHE_K_FLAGS = ("--spec-draft-type-k", "--cache-type-k-draft", "-ctkd")
 DRAFT_CACHE_V_FLAGS = ("--spec-draft-type-v", "--cache-type-v-draft", "-ctvd")
 
 
+DRAFT_GPU_LAYERS_FLAGS = ("--spec-draft-ngl", "--n-gpu-layers-draft", "--gpu-layers-draft", "-ngld")
+
+
+DRAFT_CTX_SIZE_FLAGS = ("--spec-draft-ctx-size", "--ctx-size-draft", "-cd")
+
+
+#: the knobs an n-gram speculative type reads, as the help names them after the type's own
+#: prefix (``--spec-ngram-simple-size-n``, ``--spec-ngram-mod-n-max``, ...)
+NGRAM_KNOBS = ("size-n", "size-m", "min-hits", "n-min", "n-max", "n-match")
+
+
+#: ``--spec-type`` help wording that says the value is a list of types (upstream since early
+#: 2026: "comma-separated list of types of speculative decoding to use")
+_SPEC_TYPE_LIST = re.compile(r"\b(?:comma-separated\s+)?list\s+of\s+types\b", re.IGNORECASE)
+
+
 #: ``    # 2026-05-17 10:32:17.832 | `` - a log timestamp (and a YAML comment) pasted before
 #: every line of an excerpt.
 _PASTE_PREFIX = re.compile(
@@ -130,6 +146,11 @@ class Dialect(BaseModel):
     draft_cache_types: tuple[str, ...] = ()
     #: ``--load-mode`` values; None when the binary still uses ``--no-mmap``/``--mlock``
     load_modes: tuple[str, ...] | None = None
+    #: ``--lazy-mode`` values as the help lists them; None when the binary has no ``--lazy-mode``
+    lazy_modes: tuple[str, ...] | None = None
+    #: ``--spec-type`` takes a comma list of types that draft together (its help says "list of
+    #: types"); False for a build that takes one type
+    spec_type_list: bool = False
     #: ``value``: ``-fa on|off|auto``; ``flag``: a bare ``-fa``; None: no flash-attention option
     flash_attn: Literal["value", "flag"] | None = None
     #: argument errors printed alongside the listing (``error while handling argument ...``)
@@ -160,7 +181,44 @@ class Dialect(BaseModel):
         return next((n for n in names if self.has(n)), None)
 
     def spec_type_allowed(self, value: str) -> bool:
-        return self.spec_types is not None and value in self.spec_types
+        """Whether ``--spec-type value`` is understood: one known type, or a comma list of
+        known types where the help says it takes a list."""
+        if self.spec_types is None:
+            return False
+        parts = value.split(",")
+        if len(parts) > 1 and not self.spec_type_list:
+            return False
+        return all(p in self.spec_types for p in parts)
+
+    def drafting_off(self) -> tuple[str, ...]:
+        """The arguments that turn drafting off explicitly: ``--no-spec-type`` where the
+        binary has it, else ``--spec-type none`` where ``none`` is a type it lists; () for a
+        binary with neither (it has no speculation to turn off, or no way to say so)."""
+        if self.has("--no-spec-type"):
+            return ("--no-spec-type",)
+        if self.spec_types and "none" in self.spec_types:
+            return ("--spec-type", "none")
+        return ()
+
+    def ngram_knobs(self, spec_type: str) -> dict[str, str]:
+        """The knobs the n-gram type ``spec_type`` reads, each with its live flag:
+        ``{"size-n": "--spec-ngram-simple-size-n", ...}`` for ``ngram-simple``."""
+        if not spec_type.startswith("ngram-"):
+            return {}
+        prefix = "--spec-" + spec_type + "-"
+        knobs: dict[str, str] = {}
+        for opt in self.options:
+            if opt.removed:
+                continue
+            for name in opt.names:
+                if name.startswith(prefix) and name[len(prefix):] in NGRAM_KNOBS:
+                    knobs.setdefault(name[len(prefix):], name)
+        if spec_type != "ngram-mod":
+            # builds of early 2026 shared one set: --spec-ngram-size-n for every map type
+            for knob in ("size-n", "size-m", "min-hits"):
+                if knob not in knobs and self.has(f"--spec-ngram-{knob}"):
+                    knobs[knob] = f"--spec-ngram-{knob}"
+        return knobs
 
     @property
     def draft_model_flag(self) -> str | None:
@@ -310,6 +368,18 @@ def _load_modes(opt: HelpOption | None) -> tuple[str, ...] | None:
     return tuple(m.group(1) for line in opt.help.splitlines() if (m := _BULLET.match(line.strip())))
 
 
+def _lazy_modes(opt: HelpOption | None) -> tuple[str, ...] | None:
+    if opt is None or opt.removed:
+        return None
+    if opt.value_hint and opt.value_hint.startswith("{"):
+        return tuple(v.strip() for v in opt.value_hint.strip("{}").split(",") if v.strip())
+    return tuple(m.group(1) for line in opt.help.splitlines() if (m := _BULLET.match(line.strip())))
+
+
+def _spec_type_list(opt: HelpOption | None) -> bool:
+    return opt is not None and not opt.removed and bool(_SPEC_TYPE_LIST.search(" ".join(opt.help.split())))
+
+
 def _flash_attn(opt: HelpOption | None) -> Literal["value", "flag"] | None:
     if opt is None or opt.removed:
         return None
@@ -339,6 +409,8 @@ def parse_help(text: str, version: LlamaVersion | None = None) -> Dialect:
         cache_types=cache_types,
         draft_cache_types=draft_cache_types,
         load_modes=_load_modes(find("--load-mode", "-lm")),
+        lazy_modes=_lazy_modes(find("--lazy-mode", "-lzm")),
+        spec_type_list=_spec_type_list(find("--spec-type")),
         flash_attn=_flash_attn(find("--flash-attn", "-fa")),
         errors=errors,
     )

@@ -205,13 +205,18 @@ class LemonadeStep:
                          "would download its own copy")
         own = own_llama_server(ctx)
         lemonade_settings = LemonadeSettings(layout=layout, llama_server=own)
-        args = ["--spec-draft-n-max", str(model.draft_n_max)]
+        # the label mtp makes Lemonade add --spec-type draft-mtp; other kinds say their type
+        args = [] if model.mtp else ["--spec-type", model.spec_type_value]
+        if model.model_drafted:
+            args += ["--spec-draft-n-max", str(model.draft_n_max)]
+        args += model.ngram_args()
         try:
             values = lemonade_config(lemonade_settings)
             writes = [a for a in (
                 user_models_action(ctx.root, layout, model.name, main, draft,
-                                   max(round(model.weights_bytes / GIB, 2), 0.01), ["mtp"],
-                                   source=source),
+                                   max(round(model.weights_bytes / GIB, 2), 0.01),
+                                   ["mtp"] if model.mtp else [], source=source,
+                                   mtp=model.mtp is not None),
                 recipe_options_action(ctx.root, layout, f"user.{model.name}", model.context_size,
                                       own.backend if own else "rocm", args),
                 config_action(ctx.root, layout, values),
@@ -253,7 +258,8 @@ class LemonadeStep:
             return StepResult.satisfied(self.name, f"Lemonade ({layout.mode}, {layout.config_dir}) "
                                         f"already serves user.{model.name}; {detail}", reads=reads)
         return StepResult.change(
-            self.name, f"register user.{model.name} (label mtp) with Lemonade in "
+            self.name, f"register user.{model.name} ("
+            + ("label mtp" if model.mtp else model.drafting) + ") with Lemonade in "
             f"{layout.config_dir} ({layout.reason}); {detail}", actions, handlers=handlers,
             reads=reads, records={STATE_KEY: {"config": {**done, **values}, "model": model.name,
                                               "config_dir": layout.config_dir,

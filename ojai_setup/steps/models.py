@@ -1,4 +1,5 @@
-"""Download a catalog route's main model and its MTP draft head, and prove they belong together."""
+"""Download a catalog route's main model and its draft (an MTP head or a draft model), and
+prove they belong together (n-gram drafting has no pair to prove)."""
 
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ class ModelStep:
                 + " into its own Hugging Face cache on first load")
         budget = ctx.budget_gib * GIB
         verdict = fit(route, route.context_size, budget, alternatives=catalog.routes.values(),
-                      footprint=ctx.footprint, name=route_names(route.name)[0])
+                      footprint=ctx.footprint, name=route_names(route.name, route.drafted_suffix)[0])
         if not verdict.fits:
             return StepResult.blocked(self.name, "does not fit the GPU memory budget: "
                                       + verdict.sentence())
@@ -46,8 +47,9 @@ class ModelStep:
         if len(on_disk) == (2 if route.draft else 1):
             pair = verify_local_pair(ctx.root, route, settings.models_dir)
             if not pair.ok:
+                what = "MTP pair" if route.mtp else "draft model pair"
                 return StepResult.blocked(self.name, f"{route.name}: the files on disk are not a "
-                                          "matched MTP pair: " + "; ".join(pair.reasons)
+                                          f"matched {what}: " + "; ".join(pair.reasons)
                                           + ". Delete them to download the right files.")
         if downloads and ctx.hub_error:
             return StepResult.blocked(
@@ -58,7 +60,7 @@ class ModelStep:
         if downloads:
             pending = {a.dest for a in downloads}
             total = sum(f.size for f in route.files()
-                        if model_path(settings.models_dir, route.repo, f.file) in pending)
+                        if model_path(settings.models_dir, route.file_repo(f), f.file) in pending)
             need = total - sum(partial_bytes(ctx.root.resolve(d)) for d in pending)
             free = ctx.models_free_bytes
             if free is None:
@@ -73,6 +75,12 @@ class ModelStep:
                 self.name, f"download {route.title} ({len(downloads)} file{'' if len(downloads) == 1 else 's'}, about "
                 f"{_size(total)}) into {settings.models_dir}; {verdict.sentence()}",
                 downloads)
-        what = "main file with in-file MTP heads" if route.mtp == "in_file" else "main and MTP draft"
+        if route.pair_kind == "ngram":
+            return StepResult.satisfied(self.name, f"{route.name}: main file present and verified "
+                                        f"in {settings.models_dir} (pairing not applicable: "
+                                        "n-gram drafting reads no draft model)")
+        what = {"in_file": "main file with in-file MTP heads", "sidecar": "main and MTP draft",
+                "draft_model": ("main file, its own draft model" if route.self_draft
+                                else "main and draft model")}[route.pair_kind]
         return StepResult.satisfied(self.name, f"{route.name}: {what} present, verified and "
                                     f"paired in {settings.models_dir}")

@@ -2,8 +2,11 @@
 
 Two routes per catalog model, in the installed llama-server's own dialect:
 
-- ``<model>-mtp``: one slot with MTP drafting (MTP gains invert under concurrency);
-- ``<model>``: the plain route, several slots, no speculation, on the next port.
+- the drafted route, one slot (drafting gains invert under concurrency), named by its kind:
+  ``<model>-mtp`` (MTP heads, alone or chained with n-gram types), ``<model>-draft`` (a
+  separate draft model), ``<model>-ngram`` (n-gram drafting);
+- ``<model>``: the plain route, several slots, drafting turned off explicitly where the binary
+  has a way to say so (``--no-spec-type`` or ``--spec-type none``), on the next port.
 
 The arguments are rendered for the installed binary (probed with ``--help``). When the binary
 is not installed yet (it is in the same plan), they are rendered for the upstream llama.cpp
@@ -16,6 +19,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from typing import TYPE_CHECKING
+
 from ojai_setup.core.address import is_loopback
 from ojai_setup.core.paths import API_KEY_VARIABLE, ROUTES_DIR, SECRETS_DIR, TUNED_FILE, UNITS_DIR
 from ojai_setup.core.paths import GIB
@@ -23,6 +28,10 @@ from ojai_setup.domain.routes import route_names, script_path
 from ojai_setup.model.actions import RunCommand, WriteSecret
 from ojai_setup.planning.context import Context
 from ojai_setup.planning.result import StepResult
+
+if TYPE_CHECKING:
+    from ojai_setup.domain.catalog import Route as CatalogRoute
+    from ojai_setup.domain.render import Route
 
 REFERENCE_HELP = Path(__file__).resolve().parent.parent / "formats" / "reference-help-b11434.txt"
 #: HSA_OVERRIDE_GFX_VERSION for a GPU whose own target the binary lacks
@@ -68,6 +77,25 @@ def _environment(ctx: Context, binary: str) -> dict[str, str]:
     return {"HSA_OVERRIDE_GFX_VERSION": OVERRIDES[target]}
 
 
+def drafted_route(model: CatalogRoute, name: str, main: str, draft: str | None, *, gpu: bool,
+                  host: str, port: int) -> Route:
+    """The drafted route of the catalog route ``model``: one slot, its ``spec_type`` (a chain
+    where the catalog says so), the draft length for a model drafter, the n-gram knobs, and a
+    separate draft model's GPU layers, context and cache types."""
+    from ojai_setup.domain.render import Route
+
+    separate = model.pair_kind == "draft_model"
+    return Route(name=name, model=main, draft_model=draft, spec_type=model.spec_type_value,
+                 draft_n_max=model.draft_n_max if model.model_drafted else None,
+                 ctx_size=model.context_size, parallel=1,
+                 n_gpu_layers="all" if gpu else None, host=host, port=port,
+                 ngram=model.ngram.flags() if model.ngram else {},
+                 draft_n_gpu_layers=(model.draft_gpu_layers if gpu else None) if separate else None,
+                 draft_ctx_size=model.draft_ctx_size if separate else None,
+                 draft_cache_type_k=model.draft_cache_type if separate else None,
+                 draft_cache_type_v=model.draft_cache_type if separate else None)
+
+
 class RoutesStep:
     name = "routes"
 
@@ -89,7 +117,13 @@ class RoutesStep:
         model = ctx.route
         if model is None:
             return StepResult.blocked(self.name, ctx.route_error or "no such route")
-        length = f"draft length {model.draft_n_max}: {ctx.draft_length_source or 'catalog default'}"
+        if model.model_drafted:
+            length = (f"draft length {model.draft_n_max}: "
+                      f"{ctx.draft_length_source or 'catalog default'}")
+        else:
+            knobs = model.ngram.flags() if model.ngram else {}
+            length = ("n-gram " + ", ".join(f"{k} {v}" for k, v in knobs.items()) if knobs
+                      else "n-gram knobs: the binary's defaults")
         binary, installed = ctx.llama.path, ctx.llama.installed
         if binary is None:
             return StepResult.blocked(self.name, "no llama-server to launch: let ojai install "
@@ -103,15 +137,15 @@ class RoutesStep:
             return StepResult.blocked(self.name, ctx.llama.error or f"cannot read what {binary} supports")
         main = model.main_path(settings.models_dir)
         draft = model.draft_path(settings.models_dir)
-        mtp_name, plain_name = route_names(model.name)
+        mtp_name, plain_name = route_names(model.name, model.drafted_suffix)
         # each route fitted with its own context and slots, then the two together
         memory = fit_gpu_routes(model, ctx.budget_gib * GIB, footprint=ctx.footprint)
-        routes = [
-            Route(name=mtp_name, model=main, draft_model=draft, spec_type="draft-mtp",
-                  draft_n_max=model.draft_n_max, ctx_size=model.context_size, parallel=1,
-                  n_gpu_layers="all" if facts.gpu and facts.gpu.agents else None,
-                  host=settings.host, port=settings.port),
-        ]
+        gpu = facts.gpu is not None and bool(facts.gpu.agents)
+        try:
+            routes = [drafted_route(model, mtp_name, main, draft, gpu=gpu, host=settings.host,
+                                    port=settings.port)]
+        except ValueError as exc:
+            return StepResult.blocked(self.name, f"route {mtp_name}: {exc}")
         if memory.plain is not None:
             routes.append(Route(
                 name=plain_name, model=main, ctx_size=memory.plain.ctx_size,
@@ -157,10 +191,14 @@ class RoutesStep:
             a = ctx.file_action(path, script, 0o755, f"launch script of route {r.name}{note}")
             if a:
                 actions.append(a)
+            drafted = r.spec_type != "none"
             records[r.name] = {"script": path, "host": r.host, "port": r.port,
                                "spec_type": r.spec_type, "draft_n_max": r.draft_n_max,
                                "slots": r.parallel, "model": model.name,
                                "main": main, "draft": draft, "mtp": model.mtp,
+                               "pairing": model.pair_kind,
+                               "drafting": model.drafting if drafted else "none",
+                               "ngram": dict(r.ngram),
                                "api_key_env": env_file, "ctx_size": r.ctx_size,
                                "conflicts": list(memory.conflicts.get(r.name, ()))}
             if settings.systemd:
@@ -188,6 +226,7 @@ class RoutesStep:
         plain = (f" and {plain_name} ({PLAIN_SLOTS} slots, port {settings.port + 1})"
                  if memory.plain is not None else "")
         return StepResult.change(
-            self.name, f"write launch scripts for {mtp_name} (MTP, 1 slot, port {settings.port}; "
-            f"{length}){plain}{note}; {memory.sentence(units=settings.systemd)}", actions,
+            self.name, f"write launch scripts for {mtp_name} ({model.drafting}, 1 slot, port "
+            f"{settings.port}; {length}){plain}{note}; {memory.sentence(units=settings.systemd)}",
+            actions,
             handlers=handlers, records={"routes": records}, reads=(TUNED_FILE,), warnings=warnings)

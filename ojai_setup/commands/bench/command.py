@@ -109,22 +109,33 @@ def check_route_pair(root: Root, record: dict) -> str:
     main, draft = record.get("main"), record.get("draft")
     return check_files_pair(root.resolve(main) if main else None,
                             root.resolve(draft) if draft else None,
-                            record.get("spec_type"), record.get("mtp"))
+                            record.get("spec_type"), record.get("pairing") or record.get("mtp"))
+
+
+def pair_kind(spec_type: str | None, draft: Path | None, kind: str | None = None) -> str:
+    """What a pairing proof checks for a drafted server: ``sidecar``/``in_file`` (MTP heads),
+    ``draft_model`` (a separate draft model), ``ngram`` (nothing to pair)."""
+    if kind in ("sidecar", "in_file", "draft_model", "ngram"):
+        return kind
+    if kinds.is_ngram(spec_type):
+        return "ngram"
+    if "draft-mtp" in kinds.parts(spec_type):
+        return "sidecar" if draft else "in_file"
+    return "draft_model"
 
 
 def check_files_pair(main: Path | None, draft: Path | None, spec_type: str | None,
-                     mtp_kind: str | None = None) -> str:
-    """The pairing proof for a drafted server's files, by its kind of drafting: MTP heads
-    (architecture, hidden size, token list), a separate draft model (tokenizer and token
-    list), or none needed (n-gram drafting drafts from the text itself)."""
+                     kind: str | None = None) -> str:
+    """The pairing proof for a drafted server's files, by its kind of drafting
+    (:func:`ojai_setup.formats.gguf.check_pair`): MTP heads (architecture, hidden size, token
+    list), a separate draft model (tokenizer and token list), or none needed (n-gram drafting
+    drafts from the text itself)."""
     from ojai_setup.formats.gguf import GGUFError, check_pair, read_model_info
 
-    if kinds.is_ngram(spec_type):
-        return (f"not applicable: {kinds.label(spec_type)} drafts from the text itself "
-                "(no draft model, nothing to pair)")
-    kind = "mtp" if "draft-mtp" in kinds.parts(spec_type) else "model"
-    if kind == "mtp":
-        mtp_kind = mtp_kind if mtp_kind in ("sidecar", "in_file") else ("sidecar" if draft else "in_file")
+    kind = pair_kind(spec_type, draft, kind)
+    if kind == "ngram" and not draft:
+        return (f"not applicable: {kinds.label(spec_type) if kinds.is_ngram(spec_type) else 'n-gram drafting'}"
+                " drafts from the text itself (no draft model, nothing to pair)")
     if not main:
         raise BenchError("the drafted route's record names no main model; run `ojai setup "
                          "--model NAME --apply` again so that its pair can be checked")
@@ -133,36 +144,18 @@ def check_files_pair(main: Path | None, draft: Path | None, spec_type: str | Non
         draft_info = read_model_info(draft) if draft else None
     except GGUFError as exc:
         raise BenchError(f"cannot check the route's pair: {exc}") from None
-    if kind == "mtp":
-        verdict = check_pair(main_info, draft_info, mtp_kind)  # type: ignore[arg-type]
-        reasons = list(verdict.reasons)
-    else:
-        reasons = []
-        if draft_info is None:
-            reasons.append(f"--spec-type {spec_type} needs a draft model (-md) and none was given")
-        else:
-            m, d = Path(main).name, Path(draft).name if draft else ""
-            if main_info.tokenizer_model != draft_info.tokenizer_model:
-                reasons.append(f"tokenizers differ: {m} uses {main_info.tokenizer_model!r}, "
-                               f"{d} {draft_info.tokenizer_model!r}")
-            if main_info.tokens_sha256 is None or draft_info.tokens_sha256 is None:
-                reasons.append(f"{m if main_info.tokens_sha256 is None else d}: has no token "
-                               "list (tokenizer.ggml.tokens) to compare")
-            elif main_info.tokens_sha256 != draft_info.tokens_sha256:
-                reasons.append(f"vocabularies differ: {m} has {main_info.token_count} tokens "
-                               f"(sha256 {main_info.tokens_sha256[:12]}), {d} has "
-                               f"{draft_info.token_count} (sha256 {draft_info.tokens_sha256[:12]}); "
-                               "drafted tokens would mean other words")
-    if reasons:
+    verdict = check_pair(main_info, draft_info, kind)  # type: ignore[arg-type]
+    if not verdict.ok:
         raise BenchError("refusing to benchmark a route whose draft and main model are not a "
-                         "proven pair: " + "; ".join(reasons))
-    if kind == "mtp":
-        what = f"{Path(draft).name} drafts for {Path(main).name}" if draft else \
-            f"{Path(main).name} carries its own MTP heads"
-        return f"proven pair: {what} (architecture, hidden size and token list checked)"
-    same = " (the model drafts for itself)" if draft and Path(draft).resolve() == Path(main).resolve() else ""
-    return (f"proven pair: {Path(draft).name} drafts for {Path(main).name}{same} (tokenizer and "
-            "token list checked)")
+                         "proven pair: " + "; ".join(verdict.reasons))
+    if kind == "draft_model":
+        same = draft is not None and Path(draft).resolve() == Path(main).resolve()
+        what = f"{Path(main).name} drafts for itself" if same else \
+            f"{Path(draft).name} drafts for {Path(main).name}"
+        return f"proven pair: {what} (tokenizer and token list checked)"
+    what = f"{Path(draft).name} drafts for {Path(main).name}" if draft else \
+        f"{Path(main).name} carries its own MTP heads"
+    return f"proven pair: {what} (architecture, hidden size and token list checked)"
 
 
 def url_pairing(info: ServerInfo) -> str:
