@@ -1,22 +1,27 @@
-"""``ojai tune ROUTE``: choose the draft length from measurement, and write it through the plan.
+"""``ojai tune ROUTE``: choose the kind of drafting and its length from measurement (or no
+drafting), and write it through the plan.
 
 For each llama-server build (backend) asked for, the tuner
 
-1. sweeps ``--spec-draft-n-max`` over the lengths (1..8 by default): for each, it starts the
-   route's MTP server from its launch script with that length (on a free port of 127.0.0.1)
-   and runs short paired runs against the plain route with ``ojai bench``'s machinery;
-2. estimates the per-token acceptance ``a`` (pooled over every step of every length) and the
-   draft cost ``c`` (least squares over every pair), and predicts the speedup of each length
-   with ``S = (1 - a**(g+1)) / ((1 - a)(g*c + 1))``; it stops early once two lengths past the
-   best measured one are clearly worse and the model agrees that longer drafts only lose;
-3. runs the long generation at the best length: a backend whose MTP arm collapses is marked
-   unsafe for MTP and never chosen; then confirms the best length with a longer paired run.
+1. sweeps the kinds that apply (the route's draft head or draft model at ``--spec-draft-n-max``
+   over the lengths, 1..8 by default; each n-gram type the build lists at the knob it reads;
+   the head chained with the best n-gram type when the build takes a list): for each cell it
+   starts the route's drafted server from its launch script with that setting (on a free port
+   of 127.0.0.1, with ``--metrics``) and runs short paired runs against the plain route with
+   ``ojai bench``'s machinery, at least ``min_pairs`` of them; a cell's figure is its median;
+2. for draft heads, estimates the per-token acceptance ``a`` (pooled over every step of every
+   length) and the cost of a pass, ``base + g*c`` (least squares over every pair), and predicts
+   the speedup of each length with ``S = (1 - a**(g+1)) / ((1 - a)(g*c + base))``; it stops
+   early once two lengths past the best measured one are clearly worse and the model agrees
+   that longer drafts only lose. n-gram drafting gets no prediction: it is not predictive;
+3. runs the long generation at the best cell: a backend that collapses is marked unsafe and
+   never chosen; then confirms the best cell with a longer paired run.
 
-The choice (the safe backend with the best confirmed speedup) is written to
-``/etc/ojai/tuned.toml`` (:mod:`ojai_setup.tuning`), which ``ojai setup`` lays over the
-catalog. Progress is saved after every length (``/var/lib/ojai/tune/<route>.json``): a run cut
-short by Ctrl-C or the time cap resumes where it stopped when started again with the same
-settings.
+The choice (the safe backend's best cell, when its confirmed interval lies above the
+threshold; else no drafting) is written to ``/etc/ojai/tuned.toml`` (:mod:`ojai_setup.formats.tuning`),
+which ``ojai setup`` lays over the catalog. Progress is saved after every cell
+(``/var/lib/ojai/tune/<route>.json``): a run cut short by Ctrl-C or the time cap resumes where
+it stopped when started again with the same settings.
 """
 
 from __future__ import annotations

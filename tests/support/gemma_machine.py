@@ -5,7 +5,7 @@ The routes are rendered by ojai itself (``render_args`` in the real binary's dia
 route records the routes step keeps; the model file is linked into the machine's models
 folder from the test cache (253 MB, never copied). Routes of one model, ``gemma``:
 
-- ``gemma``: plain, one slot;
+- ``gemma``: plain, one slot (drafting turned off explicitly, ``--spec-type none``);
 - ``gemma-self``: the model as its own draft model (``--spec-draft-model`` the same file,
   ``--spec-type draft-simple``): a real draft model whose drafts are accepted at temperature 0;
 - ``gemma-ngram``: n-gram drafting (``--spec-type ngram-simple``, lookup 3, draft 8), no
@@ -73,20 +73,20 @@ def write_gemma_machine(root: Path, binary: Path, model: Path, *, draft_n_max: i
     spec = {
         MODEL: dict(),
         "gemma-self": dict(draft_model=str(link), spec_type="draft-simple", draft_n_max=draft_n_max),
-        "gemma-ngram": dict(spec_type="ngram-simple"),
+        "gemma-ngram": dict(spec_type="ngram-simple", ngram={"size-n": 3, "size-m": 8}),
     }
-    knobs = {"gemma-ngram": ["--spec-ngram-simple-size-n", "3", "--spec-ngram-simple-size-m", "8"]}
+    pairing = {MODEL: "draft_model", "gemma-self": "draft_model", "gemma-ngram": "ngram"}
     records = {}
     for name in (MODEL, *routes):
         r = Route(name=name, model=str(link), ctx_size=ctx, parallel=1, port=ports[name], **spec[name])
-        args = render_args(r, dialect) + knobs.get(name, []) + ["--threads", "2"]
+        args = render_args(r, dialect) + ["--threads", "2"]
         path = root / f"opt/ojai/routes/{name}.sh"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(render_llama_script(str(binary), args, {}, name))
         path.chmod(0o755)
         records[name] = {"script": f"/opt/ojai/routes/{name}.sh", "host": r.host, "port": r.port,
                          "spec_type": r.spec_type, "draft_n_max": r.draft_n_max, "slots": r.parallel,
-                         "model": MODEL, "main": main,
-                         "draft": main if r.draft_model else None}
+                         "model": MODEL, "main": main, "pairing": pairing[name],
+                         "ngram": dict(r.ngram), "draft": main if r.draft_model else None}
     record_state(Root(root), "routes", records)
     return GemmaMachine(root=root, ports=ports, model=model)

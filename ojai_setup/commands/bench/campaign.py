@@ -1,9 +1,10 @@
-"""Run a benchmark campaign against two servers: the MTP arm and the plain arm.
+"""Run a benchmark campaign against two servers: the drafted arm (MTP heads, a draft model,
+n-gram drafting; called ``mtp`` in the data, for the saved results' schema) and the plain arm.
 
 1. paired runs: every prompt x seed on both arms, the order alternating (ABBA) to cancel
    drift, both arms given the same prompt, seed, sampling settings and token budget;
 2. a long generation per arm, with tokens/s over position windows and collapse detection;
-3. k parallel streams on each arm (the MTP route has one slot, the plain route several).
+3. k parallel streams on each arm (the drafted route has one slot, the plain route several).
 
 The runner talks to servers that already answer; starting and stopping them is the caller's
 business (:mod:`ojai_setup.bench.command`). Caps on time and tokens end a run early, and so

@@ -157,7 +157,7 @@ def tune(
     confirm_seeds: Annotated[int, typer.Option("--confirm-seeds", min=1, help="Seeds per prompt in the confirming run.")] = 4,
     confirm_tokens: Annotated[int, typer.Option("--confirm-tokens", min=8, help="Tokens per run in the confirming run.")] = 256,
     long_tokens: Annotated[int, typer.Option("--long-tokens", min=0, help="Tokens of the long-generation safety check (0: skip).")] = 2000,
-    collapse_ratio: Annotated[float, typer.Option("--collapse-ratio", min=0.01, max=0.99, help="The long-generation check fails when the MTP arm stays under this share of its early windows or of the plain arm.")] = 0.5,
+    collapse_ratio: Annotated[float, typer.Option("--collapse-ratio", min=0.01, max=0.99, help="The long-generation check fails when the drafted arm stays under this share of its early windows or of the plain arm.")] = 0.5,
     raw: Annotated[bool, typer.Option("--raw", help="Send prompts without the chat template.")] = False,
     no_early_stop: Annotated[bool, typer.Option("--no-early-stop", help="Measure every length.")] = False,
     max_minutes: Annotated[float, typer.Option("--max-minutes", min=0.1, help="Stop starting new work after this long (rerun to resume).")] = 60.0,
