@@ -61,7 +61,8 @@ class BenchConfig:
     prompts: tuple[Prompt, ...] = BUILTIN
     seeds: tuple[int, ...] = (1, 2, 3)
     n_predict: int = 512
-    temperature: float = 0.0
+    #: None leaves the server's own (the route's sampling)
+    temperature: float | None = 0.0
     #: top-p / top-k sent with every request; None leaves the server's own (the route's)
     top_p: float | None = None
     top_k: int | None = None

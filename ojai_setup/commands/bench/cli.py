@@ -145,7 +145,7 @@ def tune(
     lengths: Annotated[str, typer.Option("--lengths", help="Draft lengths (--spec-draft-n-max) of draft heads and draft models to sweep: 1-8 or 1,2,4.")] = "1-8",
     kind: Annotated[Optional[list[str]], typer.Option("--kind", help="A kind of drafting to sweep (a --spec-type value: draft-mtp, draft-simple, ngram-simple, ngram-mod, a chain like draft-simple,ngram-mod; repeat); default: every kind that applies to the route and the binary.")] = None,
     ngram_lengths: Annotated[str, typer.Option("--ngram-lengths", help="Drafted lengths of n-gram drafting to sweep (--spec-ngram-*-size-m, --spec-ngram-mod-n-max).")] = "4,8,16",
-    temperature: Annotated[float, typer.Option("--temperature", min=0.0, help="Sampling temperature of the runs (default 0, greedy; use your own).")] = 0.0,
+    temperature: Annotated[Optional[float], typer.Option("--temperature", min=0.0, help="Sampling temperature of the runs (default: the route's own; 0 is greedy).")] = None,
     top_p: Annotated[Optional[float], typer.Option("--top-p", min=0.0, max=1.0, help="top-p of the runs (default: the route's own).")] = None,
     top_k: Annotated[Optional[int], typer.Option("--top-k", min=0, help="top-k of the runs (default: the route's own).")] = None,
     min_pairs: Annotated[int, typer.Option("--min-pairs", min=2, help="At least this many pairs per setting (more seeds when prompts x seeds is fewer).")] = 3,

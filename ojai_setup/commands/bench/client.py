@@ -234,11 +234,12 @@ class Endpoint:
             return body["prompt"]
         return None
 
-    def complete(self, prompt: str, *, n_predict: int, seed: int, temperature: float,
+    def complete(self, prompt: str, *, n_predict: int, seed: int, temperature: float | None,
                  ignore_eos: bool, extra: dict | None = None, on_token=None) -> Generation:
         """Stream one completion; ``on_token(generation)`` is called after every event."""
         payload = {"prompt": prompt, "n_predict": n_predict, "seed": seed,
-                   "temperature": temperature, "ignore_eos": ignore_eos, "stream": True,
+                   **({} if temperature is None else {"temperature": temperature}),
+                   "ignore_eos": ignore_eos, "stream": True,
                    "timings_per_token": True, "return_tokens": True, "cache_prompt": False,
                    **(extra or {})}
         gen = Generation()
