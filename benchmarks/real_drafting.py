@@ -73,7 +73,9 @@ def main() -> None:
             result = run_tune(Root(m.root), "gemma-self", config)
             elapsed = time.monotonic() - t0
     (b,) = result.backends
-    print(f"sweep: {len(b.lengths)} cells in {elapsed:.0f} s")
+    print(f"sweep: {len(b.lengths)} cells in {elapsed:.0f} s" + (f" ({result.stopped})" if result.stopped else ""))
+    if not b.lengths:
+        return
     print(f"{'kind':24} {'len':>3} {'pairs':>5} {'plain t/s':>9} {'drafted t/s':>11} {'accepted':>8} "
           f"{'tok/step':>8} {'measured':>8} {'predicted':>9} {'error':>7}")
     head_errors = []
