@@ -76,6 +76,24 @@ def test_the_layout_read_from_a_gguf_file(tiny):
     assert qwen.state_bytes == ((4 - 1) * (128 + 2 * 2 * 32) + 32 * 128) * 4
 
 
+def test_gemma3_slides_all_but_every_sixth_layer_without_a_pattern_key():
+    """gemma-3-270m-q4_k_m.gguf carries no sliding_window_pattern (its metadata as read from
+    the file below); llama.cpp's gemma3 makes layers 5, 11 and 17 global. The layout matches
+    the catalog's gemma-3-270m route."""
+    from ojai_setup.domain.catalog import load_catalog
+    from ojai_setup.formats.gguf import ModelInfo
+
+    info = ModelInfo(path="/m/gemma-3-270m-q4_k_m.gguf", file_size=253_113_024,
+                     architecture="gemma3", embedding_length=640, block_count=18,
+                     head_count_kv=(1,), head_count=4, key_length=256, value_length=256,
+                     sliding_window=512, tokenizer_model="llama", token_count=262144)
+    layout = kv_layout(info)
+    assert (layout.full_layers, layout.swa_layers, layout.swa_window) == (3, 15, 512)
+    assert layout == load_catalog(None).get("gemma-3-270m").kv
+    other = kv_layout(info.model_copy(update={"architecture": "llama"}))
+    assert (other.full_layers, other.swa_layers) == (18, 0)
+
+
 CASES = {
     # name: (model, llama-server arguments, ctx, slots, drafting with --spec-draft-n-max)
     "sliding-window-one-slot": ("gemma4", ["--ctx-size", "5000", "--parallel", "1"], 5000, 1, None),

@@ -127,6 +127,15 @@ def test_new_file():
     assert merge_user_models("", "Gemma-4-26B-ojai", MAIN, DRAFT, 18.5, ["chat", "vision"]) == text
 
 
+def test_a_route_without_mtp_heads_loses_the_mtp_label():
+    """The label mtp makes Lemonade add --spec-type draft-mtp: an n-gram or draft-model route
+    must not carry it, even when an earlier registration gave it."""
+    once = merge_user_models(None, "gemma-3-270m", MAIN, None, 0.25, [])
+    assert json.loads(once)["gemma-3-270m"]["labels"] == ["custom", "mtp"]
+    again = json.loads(merge_user_models(once, "gemma-3-270m", MAIN, None, 0.25, [], mtp=False))
+    assert again["gemma-3-270m"]["labels"] == ["custom"]
+
+
 def test_hand_edited_file_keeps_every_entry_and_field():
     before = _read("user_models.hand-edited.json")
     text = merge_user_models(before, "user.Gemma-4-26B-ojai", MAIN, DRAFT, 18.5, [])

@@ -124,6 +124,9 @@ def test_upstream_summary(upstream: Dialect) -> None:
     assert "MTP: yes (--spec-type draft-mtp)" in lines
     assert "model loading: --load-mode auto|none|mmap|mlock|mmap+mlock|dio" in lines
     assert "draft flags: --spec-draft-model --spec-draft-n-max --spec-draft-n-min" in lines
+    assert "chained types: yes (--spec-type takes a comma list)" in lines
+    assert "drafting off: --spec-type none" in lines
+    assert "lazy tensors: --lazy-mode on|auto|off" in lines
     assert any(line.startswith("removed flags: --draft --draft-n --draft-max") for line in lines)
 
 

@@ -157,3 +157,21 @@ def test_ngram_drafting_has_no_pair_to_prove(tmp_path):
     assert verdict.reasons[0].startswith("not applicable: n-gram drafting")
     draft = read_model_info(gemma4_main(tmp_path / "d.gguf"))
     assert not check_pair(main, draft, "ngram").ok
+
+
+def test_bench_checks_the_pair_a_route_record_names(tmp_path):
+    """bench runs on routes of every kind: it proves a draft model's pair and says that n-gram
+    drafting has none."""
+    from ojai_setup.commands.bench.command import BenchError, check_route_pair
+    from ojai_setup.core.root import Root
+
+    gemma4_main(tmp_path / "models/main.gguf")
+    other = gemma4_main(tmp_path / "models/other.gguf", tokens=OTHER_TOKENS)
+    root = Root(tmp_path)
+    assert check_route_pair(root, {"main": "/models/main.gguf", "pairing": "ngram"}) == (
+        "pairing: not applicable (n-gram drafting reads no draft model)")
+    assert "main.gguf drafts for itself (tokenizer and token list checked)" in check_route_pair(
+        root, {"main": "/models/main.gguf", "draft": "/models/main.gguf", "pairing": "draft_model"})
+    with pytest.raises(BenchError, match="vocabularies differ"):
+        check_route_pair(root, {"main": "/models/main.gguf", "draft": f"/models/{other.name}",
+                                "pairing": "draft_model"})

@@ -89,3 +89,69 @@ def test_systemd_units_for_both_routes(machine, tmp_path):
                           "/etc/systemd/system/ojai-tiny.service"}
     assert "ExecStart=/opt/ojai/routes/tiny-mtp.sh" in units["/etc/systemd/system/ojai-tiny-mtp.service"]
     assert plan["handlers"]["systemd"]["argv"] == ["systemctl", "daemon-reload"]
+
+
+def _routes_step(root: Path, model: str, *extra: str) -> dict:
+    result = CliRunner().invoke(app, ["setup", "--root", str(root), "--llamacpp", "none", "--json",
+                                      "--model", model, *extra])
+    plan = json.loads(result.stdout)
+    return next(s for s in plan["steps"] if s["step"] == "routes")
+
+
+def _args(script: str) -> str:
+    return " ".join(script.replace("\\\n", " ").split())
+
+
+@pytest.mark.parametrize("model, drafted, words, args", [
+    ("gemma-3-270m", "gemma-3-270m-ngram", "n-gram (ngram-simple), 1 slot",
+     "--spec-type ngram-simple --spec-ngram-simple-size-n 3 --spec-ngram-simple-size-m 8"),
+    ("gemma-3-270m-self", "gemma-3-270m-self-draft", "self-draft, 1 slot",
+     "--spec-type draft-simple --spec-draft-n-max 4 --spec-draft-ngl all"),
+])
+def test_gemma3_270m_routes_are_named_and_worded_by_their_kind(machine, model, drafted, words, args):
+    root = machine("ojai-fresh")
+    give_llama_server(root, "gfx1150")
+    step = _routes_step(root, model)
+    assert step["status"] == "change", step
+    assert f"write launch scripts for {drafted} ({words}" in step["sentence"]
+    assert "MTP" not in step["sentence"]
+    scripts = {a["path"]: a["after"] for a in step["actions"]}
+    assert set(scripts) == {f"/opt/ojai/routes/{drafted}.sh", f"/opt/ojai/routes/{model}.sh"}
+    assert args in _args(scripts[f"/opt/ojai/routes/{drafted}.sh"])
+    plain = _args(scripts[f"/opt/ojai/routes/{model}.sh"])
+    assert plain.endswith("--spec-type none") and "ngram" not in plain and "draft" not in plain
+    record = step["records"]["routes"][drafted]
+    assert record["pairing"] == ("ngram" if model == "gemma-3-270m" else "draft_model")
+    assert record["spec_type"] in args
+    if model == "gemma-3-270m":
+        assert record["draft_n_max"] is None and record["ngram"] == {"size-n": 3, "size-m": 8}
+
+
+def test_a_chained_route_from_the_user_catalog(machine, tmp_path):
+    root = machine("ojai-fresh")
+    give_llama_server(root, "gfx1150")
+    catalog = tmp_path / "catalog.toml"
+    catalog.write_text('[routes."qwen3.6-27b"]\nspec_type = "draft-mtp,ngram-mod"\n'
+                       '[routes."qwen3.6-27b".ngram]\nn_max = 64\n')
+    step = _routes_step(root, "qwen3.6-27b", "--catalog", str(catalog))
+    assert step["status"] == "change", step
+    assert "qwen3.6-27b-mtp (MTP in-file + n-gram (ngram-mod), 1 slot" in step["sentence"]
+    script = next(a["after"] for a in step["actions"] if a["path"].endswith("qwen3.6-27b-mtp.sh"))
+    assert ("--spec-type draft-mtp,ngram-mod --spec-draft-n-max 2 --spec-ngram-mod-n-max 64"
+            in _args(script))
+
+
+def test_doctor_says_the_pairing_of_a_self_draft_and_of_ngram_drafting(machine):
+    root = machine("ojai-fresh")
+    folder = "/var/lib/ojai/models/ojai-test/tiny-GGUF/"
+    main = gemma4_main(root / folder.lstrip("/") / "main.gguf")
+    record_state(Root(root), "routes", {
+        "tiny-ngram": {"port": 8080, "model": "tiny", "main": folder + main.name,
+                       "draft": None, "mtp": None, "pairing": "ngram"},
+        "self-draft": {"port": 8082, "model": "self", "main": folder + main.name,
+                       "draft": folder + main.name, "mtp": None, "pairing": "draft_model"}})
+    report = json.loads(CliRunner().invoke(app, ["doctor", "--json", "--root", str(root)]).stdout)
+    finding = next(f for f in report["findings"] if f["id"] == "models.pairs")
+    assert finding["severity"] == "pass", finding
+    assert "tiny (n-gram drafting): pairing not applicable" in finding["evidence"]
+    assert "self (drafts for itself) matched" in finding["evidence"]

@@ -795,9 +795,15 @@ def _model_pairs(facts: Facts, profile: Profile, params: dict) -> Outcome:
     bad = [m for m in facts.models if not m.ok]
     if bad:
         return Outcome(ok=False, evidence="; ".join(f"{m.route}: " + "; ".join(m.reasons) for m in bad))
-    return Outcome(ok=True, evidence=", ".join(
-        f"{m.route} ({'main + MTP draft' if m.draft else 'MTP heads in the main file'}) matched"
-        for m in facts.models))
+    def said(m) -> str:
+        if m.kind == "ngram":
+            return f"{m.route} (n-gram drafting): pairing not applicable"
+        if m.kind == "draft_model":
+            what = "drafts for itself" if m.draft == m.main else "main + draft model"
+            return f"{m.route} ({what}) matched"
+        return f"{m.route} ({'main + MTP draft' if m.draft else 'MTP heads in the main file'}) matched"
+
+    return Outcome(ok=True, evidence=", ".join(said(m) for m in facts.models))
 
 
 @kind("apply_state")

@@ -30,6 +30,11 @@ PLAIN_SLOTS = 4
 _STATE_ELEMENT = 4
 
 
+#: architectures whose files carry no sliding-window pattern: llama.cpp makes all but every
+#: n-th layer slide (``src/models/gemma3.cpp``: ``load_swa_pattern(ml, 6)``)
+_SWA_EVERY = {"gemma3": 6}
+
+
 def kv_layout(info: ModelInfo) -> KvLayout | None:
     """The KV cache layout of a main model from its GGUF metadata, or None when the metadata
     does not say enough (then the catalog's layout is used).
@@ -62,6 +67,9 @@ def kv_layout(info: ModelInfo) -> KvLayout | None:
     v_swa = info.value_length_swa or v_full
     pattern = info.sliding_window_pattern
     sliding = [bool(pattern[i]) if i < len(pattern) else False for i in range(n)]
+    every = _SWA_EVERY.get(info.architecture)
+    if not pattern and every and info.sliding_window:
+        sliding = [i % every < every - 1 for i in range(n)]
     if any(sliding) and not info.sliding_window:
         return None
     hybrid = info.full_attention_interval is not None or info.ssm_state_size is not None

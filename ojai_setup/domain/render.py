@@ -346,9 +346,9 @@ class _Renderer:
         allowed = d.draft_cache_types or d.cache_types
         self._cache_type(DRAFT_CACHE_K_FLAGS, r.draft_cache_type_k, allowed)
         self._cache_type(DRAFT_CACHE_V_FLAGS, r.draft_cache_type_v, allowed)
-        self._ngram_knobs(types)
+        self._ngram_knobs()
 
-    def _ngram_knobs(self, types: tuple[str, ...]) -> None:
+    def _ngram_knobs(self) -> None:
         """Each knob, for every n-gram type of the route that reads it (in the route's order)."""
         ngram_types = [t for t in self.route.spec_types if t.startswith("ngram-")]
         for knob in NGRAM_KNOBS:

@@ -370,7 +370,8 @@ def read_models(root: Root) -> list[ModelPair]:
         if not isinstance(record, dict) or not record.get("main") or record.get("model") in pairs:
             continue
         main, draft = record["main"], record.get("draft")
-        pair = ModelPair(route=record["model"], main=main, draft=draft)
+        kind = record.get("pairing") or record.get("mtp") or ("sidecar" if draft else "in_file")
+        pair = ModelPair(route=record["model"], main=main, draft=draft, kind=kind)
         missing = [p for p in (main, draft) if p and not root.exists(p)]
         if missing:
             pair.ok, pair.reasons = False, [f"{p}: missing" for p in missing]
@@ -380,8 +381,7 @@ def read_models(root: Root) -> list[ModelPair]:
             try:
                 verdict = check_pair(read_model_info(root.resolve(main)),
                                      read_model_info(root.resolve(draft)) if draft else None,
-                                     record.get("pairing") or record.get("mtp")
-                                     or ("sidecar" if draft else "in_file"))
+                                     kind)
                 pair.ok, pair.reasons = verdict.ok, list(verdict.reasons)
             except GGUFError as exc:
                 pair.ok, pair.reasons = False, [str(exc)]

@@ -252,6 +252,10 @@ class Dialect(BaseModel):
             lines.append("speculative types: " + ", ".join(self.spec_types))
             mtp = "yes (--spec-type draft-mtp)" if "draft-mtp" in self.spec_types else "no"
             lines.append(f"MTP: {mtp}")
+            lines.append("chained types: " + ("yes (--spec-type takes a comma list)"
+                                              if self.spec_type_list else "no (one type at a time)"))
+            off = self.drafting_off()
+            lines.append("drafting off: " + (" ".join(off) if off else "no way to say it"))
         draft = [f for f in (self.draft_model_flag, self.draft_n_max_flag, self.draft_n_min_flag) if f]
         if draft:
             lines.append("draft flags: " + " ".join(draft))
@@ -262,6 +266,8 @@ class Dialect(BaseModel):
             lines.append("KV cache types: " + ", ".join(self.cache_types))
         if self.load_modes is not None:
             lines.append("model loading: --load-mode " + "|".join(self.load_modes))
+        if self.lazy_modes is not None:
+            lines.append("lazy tensors: --lazy-mode " + "|".join(self.lazy_modes))
         elif self.has("--no-mmap"):
             lines.append("model loading: --no-mmap / --mlock")
         if self.flash_attn == "value":

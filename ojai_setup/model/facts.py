@@ -251,11 +251,14 @@ class Tool(_Model):
 
 
 class ModelPair(_Model):
-    """A model route ojai set up, and whether its files are a matched MTP pair."""
+    """A model route ojai set up, and whether its files are a matched pair (MTP heads or a
+    draft model; n-gram drafting has none to prove)."""
 
     route: str
     main: str
     draft: str | None = None
+    #: what the pairing proof checked: in_file, sidecar, draft_model or ngram
+    kind: str | None = None
     ok: bool | None = None
     reasons: list[str] = []
 
