@@ -128,7 +128,13 @@ class LengthResult(BaseModel):
         kind = self.kind or own or "draft"
         if not self.knobs:
             return kind
-        return kind + " " + ", ".join(f"{k.removeprefix('--spec-')} {v}" for k, v in self.knobs.items())
+        def short(flag: str) -> str:  # --spec-ngram-simple-size-m -> size-m
+            name = flag.removeprefix("--spec-")
+            for part in kinds.parts(kind):
+                name = name.removeprefix(part + "-")
+            return name
+
+        return kind + " " + ", ".join(f"{short(k)} {v}" for k, v in self.knobs.items())
 
 
 class BackendResult(BaseModel):
