@@ -579,13 +579,13 @@ def _tune_backend(pool: ServerPool, root: Root, arms, binary: str, config: TuneC
     best = backend.best()
     if best is None:
         return backend
-    if best.score is not None and best.score <= 1.0 + config.threshold:
-        backend.safe = True  # nothing to confirm: no drafted setting reached the bar
-        return backend
+    # nothing to confirm when no drafted setting reached the bar (the choice is then no
+    # drafting); the long generation still says whether the build is safe to draft on
+    reached = best.score is not None and best.score > 1.0 + config.threshold
 
     # long generation and confirmation at the best cell
     kind = best.kind or own
-    if not backend.long_checked or backend.confirmed is None:
+    if not backend.long_checked or (backend.confirmed is None and reached):
         budget.check()
         ep, pid, info = server(kind, best.knobs)
         try:
@@ -599,7 +599,7 @@ def _tune_backend(pool: ServerPool, root: Root, arms, binary: str, config: TuneC
                 _save_progress(progress_path, result)
             elif not config.long_tokens:
                 backend.safe = True
-            if backend.safe and backend.confirmed is None:
+            if backend.safe and backend.confirmed is None and reached:
                 confirm = replace(config.bench, parts=("pairs",), seeds=config.confirm_seeds,
                                   n_predict=config.confirm_tokens)
                 res = run(ep, info, confirm, new_result(arms.model, confirm))
