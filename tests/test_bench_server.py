@@ -122,7 +122,10 @@ def test_bench_uses_running_routes_and_leaves_them_running(tmp_path, llama_serve
     assert first["scoring"]["scored_pairs"] == 2
     for p in first["pairs"]:
         assert p["mtp"]["score"] == len(p["mtp"]["text"].encode())
-    assert second["pairing"].startswith("not checked") and second["servers"][0]["build_info"]
+    # given by URL, the servers' command lines are read from their processes on this host: the
+    # pair is checked from the files they run
+    assert second["pairing"].startswith("proven pair") and "running process" in second["pairing"]
+    assert second["servers"][0]["command_from_process"] and second["servers"][0]["build_info"]
 
     compared = CliRunner().invoke(app, ["bench", "compare", first["folder"], second["folder"], "--json"])
     assert compared.exit_code == 0, compared.output

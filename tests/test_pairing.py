@@ -169,7 +169,9 @@ def test_bench_checks_the_pair_a_route_record_names(tmp_path):
     other = gemma4_main(tmp_path / "models/other.gguf", tokens=OTHER_TOKENS)
     root = Root(tmp_path)
     assert check_route_pair(root, {"main": "/models/main.gguf", "pairing": "ngram"}) == (
-        "pairing: not applicable (n-gram drafting reads no draft model)")
+        "not applicable: n-gram drafting drafts from the text itself (no draft model, nothing to pair)")
+    assert check_route_pair(root, {"main": "/models/main.gguf", "pairing": "ngram",
+                                   "spec_type": "ngram-mod"}).startswith("not applicable: ngram-mod")
     assert "main.gguf drafts for itself (tokenizer and token list checked)" in check_route_pair(
         root, {"main": "/models/main.gguf", "draft": "/models/main.gguf", "pairing": "draft_model"})
     with pytest.raises(BenchError, match="vocabularies differ"):

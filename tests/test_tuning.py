@@ -133,3 +133,45 @@ def test_one_length_alone_keeps_the_classic_model():
 
     a, c, base = fit_model([LengthResult(g=3, pairs=[_pair(3, 1.7, 0.55)] * 2)])
     assert base == 1.0 and c == pytest.approx((1.7 + 3 * 0.55 - 1) / 3)
+
+
+def _gemma_plan(root, tmp_path):
+    result = CliRunner().invoke(app, ["setup", "--root", str(root), "--llamacpp", "none", "--json",
+                                      "--model", "gemma-3-270m-self"])
+    plan = json.loads(result.stdout)
+    routes = _step(plan, "routes")
+    scripts = {a["path"].rsplit("/", 1)[-1]: a["after"] for a in routes["actions"]
+               if a.get("path", "").endswith(".sh")}
+    return routes, scripts
+
+
+def test_setup_lays_tunes_kind_and_knobs_over_the_catalog_or_says_why_not(machine, tmp_path):
+    """What ojai tune chose for the self-drafted Gemma: a chain with n-gram knobs, n-gram alone
+    (its draft file dropped), or no drafting (the route stays, the sentence says to serve the
+    plain route)."""
+    root = machine("ojai-fresh")
+    give_llama_server(root, "gfx1150")
+    _, before = _gemma_plan(root, tmp_path)
+    drafted = "gemma-3-270m-self-draft.sh"
+    assert "--spec-type draft-simple" in before[drafted] and "ngram-mod" not in before[drafted]
+
+    save_route_tuning(Root(root), "gemma-3-270m-self", RouteTuning(
+        spec_type="draft-simple,ngram-mod", draft_n_max=3, date="2026-12-02T13:00:00+00:00", speedup=1.3,
+        knobs={"--spec-ngram-mod-n-max": 16, "--spec-ngram-mod-n-min": 1, "--spec-ngram-mod-n-match": 16}))
+    routes, scripts = _gemma_plan(root, tmp_path)
+    assert "tuned 2026-12-02, measured +30%" in routes["sentence"], routes["sentence"]
+    s = scripts[drafted]
+    assert "draft-simple,ngram-mod" in s and "--spec-ngram-mod-n-max 16" in s and "--spec-draft-n-max 3" in s
+
+    save_route_tuning(Root(root), "gemma-3-270m-self", RouteTuning(
+        spec_type="ngram-simple", date="2026-12-02T13:00:00+00:00", speedup=2.1,
+        knobs={"--spec-ngram-simple-size-n": 3, "--spec-ngram-simple-size-m": 16}))
+    routes, scripts = _gemma_plan(root, tmp_path)
+    s = next(v for k, v in scripts.items() if "ngram-simple" in v)
+    assert "--spec-ngram-simple-size-m 16" in s and "--spec-draft-model" not in s, s
+
+    save_route_tuning(Root(root), "gemma-3-270m-self", RouteTuning(
+        drafting=False, reason="no setting beat plain by 5%", date="2026-12-02T13:00:00+00:00", speedup=0.65))
+    routes, scripts = _gemma_plan(root, tmp_path)
+    assert "no drafting beat plain" in routes["sentence"] and "serve the plain route" in routes["sentence"]
+    assert scripts == before

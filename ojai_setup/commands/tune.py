@@ -1,22 +1,27 @@
-"""``ojai tune ROUTE``: choose the draft length from measurement, and write it through the plan.
+"""``ojai tune ROUTE``: choose the kind of drafting and its length from measurement (or no
+drafting), and write it through the plan.
 
 For each llama-server build (backend) asked for, the tuner
 
-1. sweeps ``--spec-draft-n-max`` over the lengths (1..8 by default): for each, it starts the
-   route's MTP server from its launch script with that length (on a free port of 127.0.0.1)
-   and runs short paired runs against the plain route with ``ojai bench``'s machinery;
-2. estimates the per-token acceptance ``a`` (pooled over every step of every length) and the
-   draft cost ``c`` (least squares over every pair), and predicts the speedup of each length
-   with ``S = (1 - a**(g+1)) / ((1 - a)(g*c + 1))``; it stops early once two lengths past the
-   best measured one are clearly worse and the model agrees that longer drafts only lose;
-3. runs the long generation at the best length: a backend whose MTP arm collapses is marked
-   unsafe for MTP and never chosen; then confirms the best length with a longer paired run.
+1. sweeps the kinds that apply (the route's draft head or draft model at ``--spec-draft-n-max``
+   over the lengths, 1..8 by default; each n-gram type the build lists at the knob it reads;
+   the head chained with the best n-gram type when the build takes a list): for each cell it
+   starts the route's drafted server from its launch script with that setting (on a free port
+   of 127.0.0.1, with ``--metrics``) and runs short paired runs against the plain route with
+   ``ojai bench``'s machinery, at least ``min_pairs`` of them; a cell's figure is its median;
+2. for draft heads, estimates the per-token acceptance ``a`` (pooled over every step of every
+   length) and the cost of a pass, ``base + g*c`` (least squares over every pair), and predicts
+   the speedup of each length with ``S = (1 - a**(g+1)) / ((1 - a)(g*c + base))``; it stops
+   early once two lengths past the best measured one are clearly worse and the model agrees
+   that longer drafts only lose. n-gram drafting gets no prediction: it is not predictive;
+3. runs the long generation at the best cell: a backend that collapses is marked unsafe and
+   never chosen; then confirms the best cell with a longer paired run.
 
-The choice (the safe backend with the best confirmed speedup) is written to
-``/etc/ojai/tuned.toml`` (:mod:`ojai_setup.tuning`), which ``ojai setup`` lays over the
-catalog. Progress is saved after every length (``/var/lib/ojai/tune/<route>.json``): a run cut
-short by Ctrl-C or the time cap resumes where it stopped when started again with the same
-settings.
+The choice (the safe backend's best cell, when its confirmed interval lies above the
+threshold; else no drafting) is written to ``/etc/ojai/tuned.toml`` (:mod:`ojai_setup.formats.tuning`),
+which ``ojai setup`` lays over the catalog. Progress is saved after every cell
+(``/var/lib/ojai/tune/<route>.json``): a run cut short by Ctrl-C or the time cap resumes where
+it stopped when started again with the same settings.
 """
 
 from __future__ import annotations
@@ -34,8 +39,16 @@ from ojai_setup.commands.bench.campaign import BenchConfig, Budget, CapReached, 
 from ojai_setup.commands.bench.client import Endpoint
 from ojai_setup.commands.bench.command import RouteArm, _bring_up, check_route_pair, find_routes, new_result
 from ojai_setup.commands.bench.results import BenchResult, Pair
-from ojai_setup.commands.bench.servers import BenchError, LaunchScript, ServerPool, describe_server, free_port
-from ojai_setup.commands.bench.stats import Summary, predicted_speedup
+from ojai_setup.commands.bench import kinds
+from ojai_setup.commands.bench.servers import (
+    DRAFT_FLAGS,
+    BenchError,
+    LaunchScript,
+    ServerPool,
+    describe_server,
+    free_port,
+)
+from ojai_setup.commands.bench.stats import Robust, Summary, predicted_speedup, robust
 from ojai_setup.core.root import Root
 
 TUNE_DIR = "tune"
@@ -43,20 +56,37 @@ TUNE_DIR = "tune"
 
 @dataclass
 class TuneConfig:
-    #: the ``--spec-draft-n-max`` values swept. ``--spec-draft-n-min`` is not: with
-    #: ``--spec-draft-p-min`` 0 (the routes' value) every MTP draft is ``n_max`` long (llama.cpp
-    #: b11434, common/speculative.cpp, draft-mtp: a draft ends early only below ``p_min``, and
-    #: ``n_min`` only drops drafts shorter than itself), so it would change nothing
+    #: the ``--spec-draft-n-max`` values swept for draft heads and draft models.
+    #: ``--spec-draft-n-min`` is not: with ``--spec-draft-p-min`` 0 (the routes' value) every
+    #: MTP draft is ``n_max`` long (llama.cpp b11434, common/speculative.cpp, draft-mtp: a
+    #: draft ends early only below ``p_min``, and ``n_min`` only drops drafts shorter than
+    #: itself), so it would change nothing
     lengths: tuple[int, ...] = tuple(range(1, 9))
+    #: the drafted lengths swept for n-gram drafting (``--spec-ngram-<type>-size-m``,
+    #: ``--spec-ngram-mod-n-max``; ngram-cache has no knob and is measured once)
+    ngram_lengths: tuple[int, ...] = (4, 8, 16)
+    #: the lookup length held for ngram-simple/-map-k/-map-k4v (``-size-n``; b11434's default
+    #: 12 rarely matches in short texts) and ngram-mod's ``n-match`` (16: b11434 warns below)
+    ngram_n: int = 3
+    mod_n_match: int = 16
+    #: the kinds swept (``--spec-type`` values, chains with a comma); empty: every kind that
+    #: applies to the route and the binary (its draft kind, each n-gram type, chains)
+    kinds: tuple[str, ...] = ()
     binaries: tuple[str, ...] = ()  # empty: the route's own binary
     bench: BenchConfig = field(default_factory=lambda: BenchConfig(seeds=(1, 2), n_predict=128))
+    #: at least this many pairs per cell (seeds are added when prompts x seeds is fewer)
+    min_pairs: int = 3
     confirm_seeds: tuple[int, ...] = (11, 12, 13, 14)
     confirm_tokens: int = 256
     long_tokens: int = 2000
     early_stop: bool = True
     stop_margin: float = 0.03
+    #: a setting is chosen only when its confirmed interval lies above 1 + threshold;
+    #: else the choice is no drafting
+    threshold: float = 0.05
     max_seconds: float = 3600.0
     #: benchmark-only: per-token acceptance forced with --spec-synth-rates a, a^2, ..., a^g
+    #: (draft heads only: the sweep keeps to the route's own kind)
     synthetic_acceptance: float | None = None
     write: bool = True
 
@@ -64,36 +94,72 @@ class TuneConfig:
         b = self.bench
         data = {"route": route, "binary": binary, "prompts": [p.text for p in b.prompts],
                 "seeds": b.seeds, "tokens": b.n_predict, "temperature": b.temperature,
-                "template": b.template, "synthetic": self.synthetic_acceptance}
+                "top_p": b.top_p, "top_k": b.top_k, "template": b.template,
+                "synthetic": self.synthetic_acceptance, "min_pairs": self.min_pairs,
+                "ngram": [self.ngram_n, self.mod_n_match]}
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
 
 class LengthResult(BaseModel):
-    g: int
+    """One cell of the sweep: a kind of drafting at one length."""
+
+    g: int  # the length knob's value (draft heads: --spec-draft-n-max)
+    #: the ``--spec-type`` value; "" is the route's own kind (a draft head or draft model)
+    kind: str = ""
+    #: every flag this cell sets besides --spec-type, with its value
+    knobs: dict[str, int] = {}
     pairs: list[Pair]
     measured: Summary | None = None
+    robust: Robust | None = None
+    drafted: int | None = None  # tokens drafted over the cell's pairs
     acceptance: float | None = None
     mean_accepted_length: float | None = None
     draft_cost: float | None = None
-    predicted: float | None = None  # from the fit over every length
+    predicted: float | None = None  # from the fit over every length (draft heads only)
+
+    @property
+    def score(self) -> float | None:
+        """The cell's figure of merit: the median speedup (the mean when no median is kept)."""
+        if self.robust is not None:
+            return self.robust.median
+        return self.measured.mean if self.measured is not None else None
+
+    def label(self, own: str = "") -> str:
+        kind = self.kind or own or "draft"
+        if not self.knobs:
+            return kind
+        def short(flag: str) -> str:  # --spec-ngram-simple-size-m -> size-m
+            name = flag.removeprefix("--spec-")
+            for part in kinds.parts(kind):
+                name = name.removeprefix(part + "-")
+            return name
+
+        return kind + " " + ", ".join(f"{short(k)} {v}" for k, v in self.knobs.items())
 
 
 class BackendResult(BaseModel):
     binary: str
     version: str | None = None
     fingerprint: str
+    own_kind: str = ""  # the route's own ``--spec-type``
     lengths: list[LengthResult] = []
     acceptance: float | None = None
     draft_cost: float | None = None
     #: what a drafting pass costs besides ``g * draft_cost``, in plain tokens (see fit_model)
     pass_base: float = 1.0
     best_g: int | None = None
+    best_kind: str | None = None
+    notes: list[str] = []
     stopped_early: str | None = None
     long_collapse: str | None = None
     long_checked: bool = False
     safe: bool | None = None
     confirmed: Summary | None = None
+    confirmed_robust: Robust | None = None
     max_prediction_error: float | None = None  # max |predicted - measured| / measured
+
+    def best(self) -> LengthResult | None:
+        return next((lr for lr in self.lengths if lr.g == self.best_g and lr.kind == self.best_kind), None)
 
 
 class TuneResult(BaseModel):
@@ -103,8 +169,11 @@ class TuneResult(BaseModel):
     finished: str | None = None
     backends: list[BackendResult] = []
     chosen_binary: str | None = None
+    chosen_kind: str | None = None  # "none": no drafting beat plain
     chosen_g: int | None = None
+    chosen_knobs: dict[str, int] = {}
     chosen_speedup: float | None = None
+    choice: str | None = None  # the sentence
     written: str | None = None
     stopped: str | None = None
     interrupted: bool = False
@@ -113,6 +182,10 @@ class TuneResult(BaseModel):
         d = self.model_dump(mode="json")
         d["schema"] = d.pop("schema_")
         return d
+
+
+def is_head(lr: LengthResult) -> bool:
+    return not lr.kind or (kinds.has_head(lr.kind) and "," not in lr.kind)
 
 
 # -- the fit ---------------------------------------------------------------------------------
@@ -134,6 +207,8 @@ def fit_model(lengths: list[LengthResult]) -> tuple[float | None, float | None, 
     xs: list[float] = []
     ys: list[float] = []
     for lr in lengths:
+        if not is_head(lr):
+            continue
         for p in lr.pairs:
             m = p.mtp
             if not m.draft_n:
@@ -164,30 +239,37 @@ def fit_model(lengths: list[LengthResult]) -> tuple[float | None, float | None, 
 
 
 def refresh_predictions(backend: BackendResult) -> None:
-    a, c, base = fit_model(backend.lengths)
+    """The fit over the draft-head cells, each head cell's prediction, and the best cell (by
+    its median speedup) over every kind. n-gram cells get no prediction: their drafts come
+    where the text repeats, so no per-token acceptance model predicts them."""
+    heads = [lr for lr in backend.lengths if is_head(lr)]
+    a, c, base = fit_model(heads)
     backend.acceptance, backend.draft_cost, backend.pass_base = a, c, base
     errors = []
     for lr in backend.lengths:
         lr.predicted = (predicted_speedup(a, lr.g, c, base)
-                        if a is not None and c is not None else None)
-        if lr.predicted is not None and lr.measured is not None:
-            errors.append(abs(lr.predicted - lr.measured.mean) / lr.measured.mean)
+                        if is_head(lr) and a is not None and c is not None else None)
+        if lr.predicted is not None and lr.score is not None:
+            errors.append(abs(lr.predicted - lr.score) / lr.score)
     backend.max_prediction_error = max(errors) if errors else None
-    measured = [lr for lr in backend.lengths if lr.measured is not None]
-    backend.best_g = max(measured, key=lambda lr: lr.measured.mean).g if measured else None
+    measured = [lr for lr in backend.lengths if lr.score is not None]
+    best = max(measured, key=lambda lr: lr.score) if measured else None
+    backend.best_g = best.g if best else None
+    backend.best_kind = best.kind if best else None
 
 
 def trend_is_clear(backend: BackendResult, margin: float) -> str | None:
     """Why the sweep can stop: the two lengths after the best measured one are both worse by
     more than ``margin``, and the model predicts that no longer draft gains."""
-    done = sorted((lr for lr in backend.lengths if lr.measured), key=lambda lr: lr.g)
-    if len(done) < 3 or backend.best_g is None:
+    done = sorted((lr for lr in backend.lengths if lr.score is not None and is_head(lr)),
+                  key=lambda lr: lr.g)
+    if len(done) < 3:
         return None
-    best = next(lr for lr in done if lr.g == backend.best_g)
+    best = max(done, key=lambda lr: lr.score)
     after = [lr for lr in done if lr.g > best.g]
     if len(after) < 2:
         return None
-    if not all(lr.measured.mean < best.measured.mean * (1 - margin) for lr in after[:2]):
+    if not all(lr.score < best.score * (1 - margin) for lr in after[:2]):
         return None
     a, c, base = backend.acceptance, backend.draft_cost, backend.pass_base
     if a is None or c is None:
@@ -256,6 +338,105 @@ def _on_free_port(script: LaunchScript) -> tuple[LaunchScript, str]:
     return s, f"http://127.0.0.1:{port}"
 
 
+#: flags that belong to a draft model or head; dropped for n-gram drafting alone
+_DRAFT_ONLY = (DRAFT_FLAGS, ("--spec-draft-n-max",), ("--spec-draft-n-min",),
+               ("-ngld", "--spec-draft-ngl", "--gpu-layers-draft", "--n-gpu-layers-draft"),
+               ("-ctkd", "--spec-draft-type-k", "--cache-type-k-draft"),
+               ("-ctvd", "--spec-draft-type-v", "--cache-type-v-draft"),
+               ("--spec-draft-p-min", "--draft-p-min"), ("--spec-synth-rates",))
+
+
+def probe_kinds(binary: str) -> tuple[tuple[str, ...], bool]:
+    """The ``--spec-type`` values ``binary`` accepts and whether it takes a comma list (its
+    ``--help``); nothing when it cannot be read."""
+    import subprocess
+
+    from ojai_setup.formats.llama_help import DialectParseError, parse_help
+
+    try:
+        done = subprocess.run([binary, "--help"], capture_output=True, text=True, timeout=60,
+                              stdin=subprocess.DEVNULL)
+        dialect = parse_help(done.stdout + done.stderr)
+    except (OSError, subprocess.TimeoutExpired, DialectParseError):
+        return (), False
+    option = next((o for o in dialect.options if "--spec-type" in o.names), None)
+    listed = option is not None and "comma-separated list" in option.help
+    return tuple(dialect.spec_types or ()), listed
+
+
+def cell_knobs(kind: str, g: int, config: TuneConfig, *, head_g: int | None = None,
+               ngram_g: int | None = None) -> dict[str, int]:
+    """The flags one cell sets for ``kind`` (a chain sets each part's) at length ``g``."""
+    out: dict[str, int] = {}
+    for part in kinds.parts(kind):
+        value = g
+        if "," in kind:
+            value = (head_g if part.startswith("draft-") else ngram_g) or g
+        if part.startswith("draft-"):
+            out["--spec-draft-n-max"] = value
+        elif part in ("ngram-simple", "ngram-map-k", "ngram-map-k4v"):
+            out[f"--spec-{part}-size-n"] = config.ngram_n
+            out[f"--spec-{part}-size-m"] = value
+        elif part == "ngram-mod":
+            out["--spec-ngram-mod-n-match"] = config.mod_n_match
+            out["--spec-ngram-mod-n-max"] = value
+            out["--spec-ngram-mod-n-min"] = 1
+    return out
+
+
+def cell_script(base: LaunchScript, kind: str, knobs: dict[str, int],
+                synthetic: float | None = None) -> LaunchScript:
+    """The drafted route's launch script set to one cell: its kind, its knobs, ``--metrics``."""
+    from ojai_setup.commands.bench.command import with_metrics
+
+    script = base.with_flag(kinds.SPEC_TYPE_FLAGS, kind)
+    if not kinds.has_head(kind):
+        for flags in _DRAFT_ONLY:
+            script = script.with_flag(flags, None)
+    for flag, value in knobs.items():
+        script = script.with_flag((flag,), str(value))
+    if synthetic is not None and kinds.has_head(kind) and "--spec-draft-n-max" in knobs:
+        script = script.with_flag(("--spec-synth-rates",), synthetic_rates(synthetic, knobs["--spec-draft-n-max"]))
+    return with_metrics(script)
+
+
+def plan_cells(own: str, available: tuple[str, ...], listed: bool, config: TuneConfig) -> list[tuple[str, list[int]]]:
+    """The kinds to sweep, each with its lengths: the route's own head kind at ``lengths``,
+    each n-gram type the binary has at ``ngram_lengths`` (ngram-cache once); chains come after
+    (they need the best of each part)."""
+    heads = [p for p in kinds.parts(own) if p.startswith("draft-")]
+    wanted = list(config.kinds)
+    if config.synthetic_acceptance is not None or not available:
+        wanted = wanted or heads
+    if not wanted:
+        wanted = heads + [t for t in kinds.NGRAM_TYPES if t in available]
+    out = []
+    for kind in wanted:
+        if "," in kind:
+            continue
+        if kind.startswith("draft-"):
+            if kind not in heads:
+                continue  # a head kind needs the route's own draft file or heads
+            out.append((kind, list(config.lengths)))
+        elif kind == "ngram-cache":
+            out.append((kind, [8]))
+        elif kind.startswith("ngram-"):
+            out.append((kind, list(config.ngram_lengths)))
+    return out
+
+
+def chain_kinds(own: str, available: tuple[str, ...], listed: bool, config: TuneConfig,
+                ngram_best: str | None) -> list[str]:
+    heads = [p for p in kinds.parts(own) if p.startswith("draft-")]
+    asked = [k for k in config.kinds if "," in k]
+    if asked:
+        return asked
+    if not listed or not heads or ngram_best is None or config.synthetic_acceptance is not None \
+            or config.kinds:
+        return []
+    return [f"{heads[0]},{ngram_best}"]
+
+
 def run_tune(root: Root, route: str, config: TuneConfig, *, observer: TuneObserver | None = None,
              ready_timeout: float = 600.0) -> TuneResult:
     obs = observer or TuneObserver()
@@ -286,6 +467,17 @@ def run_tune(root: Root, route: str, config: TuneConfig, *, observer: TuneObserv
     return result
 
 
+def _cell_seeds(bench: BenchConfig, minimum: int) -> tuple[int, ...]:
+    """The seeds of a cell: the configured ones, and more when prompts x seeds is below the
+    minimum number of pairs per cell."""
+    seeds = list(bench.seeds)
+    nxt = max(seeds, default=0) + 1
+    while len(seeds) * len(bench.prompts) < minimum:
+        seeds.append(nxt)
+        nxt += 1
+    return tuple(seeds)
+
+
 def _tune_backend(pool: ServerPool, root: Root, arms, binary: str, config: TuneConfig, budget: Budget,
                   obs: TuneObserver, previous: dict[str, BackendResult], result: TuneResult,
                   progress_path: Path) -> BackendResult:
@@ -294,8 +486,11 @@ def _tune_backend(pool: ServerPool, root: Root, arms, binary: str, config: TuneC
     fp = config.fingerprint(arms.model or "", binary)
     backend = previous.get(fp) or BackendResult(binary=binary, fingerprint=fp)
     backend.version = backend.version or binary_version(binary)
+    own = arms.mtp.record.get("spec_type") or (arms.mtp.script.value("--spec-type") if arms.mtp.script else "") or ""
+    backend.own_kind = own
     result.backends.append(backend)
     own_binary = arms.mtp.script is not None and arms.mtp.script.argv[0] == binary
+    available, listed = probe_kinds(binary)
 
     # the plain arm: the running route when it is this binary's, else started here
     if own_binary:
@@ -305,56 +500,94 @@ def _tune_backend(pool: ServerPool, root: Root, arms, binary: str, config: TuneC
         plain_ep, pid = pool.start(script, url, f"{arms.plain.name}-plain")
         plain_info = describe_server("plain", plain_ep, argv=script.argv, started_by_bench=True, pid=pid)
 
-    def mtp_server(g: int):
-        script = _script_for(arms.mtp, binary).with_flag(("--spec-draft-n-max",), str(g))
-        if config.synthetic_acceptance is not None:
-            script = script.with_flag(("--spec-synth-rates",), synthetic_rates(config.synthetic_acceptance, g))
+    def server(kind: str, knobs: dict[str, int]):
+        script = cell_script(_script_for(arms.mtp, binary), kind, knobs, config.synthetic_acceptance)
         script, url = _on_free_port(script)
-        ep, pid = pool.start(script, url, f"{arms.mtp.name}-g{g}")
-        info = describe_server("mtp", ep, argv=script.argv, started_by_bench=True, pid=pid, draft_n_max=g)
+        tag = kind.replace(",", "+") + "-" + "-".join(str(v) for v in knobs.values())
+        ep, pid = pool.start(script, url, f"{arms.mtp.name}-{tag}")
+        info = describe_server("mtp", ep, argv=script.argv, started_by_bench=True, pid=pid,
+                               draft_n_max=knobs.get("--spec-draft-n-max"))
         return ep, pid, info
 
     def run(ep: Endpoint, info, bench: BenchConfig, res: BenchResult) -> BenchResult:
         runner = Runner(ep, plain_ep, bench, observer=obs, mtp_info=info, plain_info=plain_info)
         runner.budget = budget
+        if "pairs" in bench.parts:
+            runner.check_plain()
         for part in bench.parts:
             {"pairs": runner.run_pairs, "long": runner.run_long}[part](res)
         finalize(res, bench, info)
         return res
 
-    done = {lr.g for lr in backend.lengths if lr.measured}
-    for g in config.lengths:
-        if g in done:
-            continue
+    def stop(pid: int) -> None:
+        pool.stop(next(s.process for s in pool.started if s.process.pid == pid))
+
+    def measure(kind: str, g: int, knobs: dict[str, int]) -> LengthResult:
         budget.check()
-        ep, pid, info = mtp_server(g)
+        ep, pid, info = server(kind, knobs)
+        bench = replace(config.bench, parts=("pairs",), seeds=_cell_seeds(config.bench, config.min_pairs))
         try:
-            res = run(ep, info, replace(config.bench, parts=("pairs",)), new_result(arms.model, config.bench))
+            res = run(ep, info, bench, new_result(arms.model, bench))
         finally:
-            pool.stop(next(s.process for s in pool.started if s.process.pid == pid))
-        lr = LengthResult(g=g, pairs=res.pairs, measured=res.summary,
+            stop(pid)
+        speedups = [p.speedup for p in res.pairs if p.speedup is not None]
+        lr = LengthResult(g=g, kind="" if kind == own else kind, knobs=knobs, pairs=res.pairs,
+                          measured=res.summary, robust=robust(speedups) if speedups else None,
+                          drafted=sum(p.mtp.draft_n or 0 for p in res.pairs),
                           acceptance=res.model.acceptance if res.model else None,
                           mean_accepted_length=res.model.mean_accepted_length if res.model else None,
                           draft_cost=res.model.draft_cost if res.model else None)
-        backend.lengths = [x for x in backend.lengths if x.g != g] + [lr]
-        backend.lengths.sort(key=lambda x: x.g)
+        backend.lengths = [x for x in backend.lengths if (x.kind, x.g) != (lr.kind, g)] + [lr]
         refresh_predictions(backend)
         _save_progress(progress_path, result)
         obs.length(binary, lr)
-        if config.early_stop:
-            why = trend_is_clear(backend, config.stop_margin)
-            if why:
-                backend.stopped_early = why
-                break
-    refresh_predictions(backend)
-    if backend.best_g is None:
-        return backend
+        return lr
 
-    # long generation and confirmation at the best length
-    g = backend.best_g
-    if not backend.long_checked or backend.confirmed is None:
+    def done(kind: str, g: int) -> LengthResult | None:
+        key = "" if kind == own else kind
+        return next((x for x in backend.lengths if (x.kind, x.g) == (key, g) and x.score is not None), None)
+
+    best_of: dict[str, LengthResult] = {}
+    for kind, lengths in plan_cells(own, available, listed, config):
+        for g in lengths:
+            lr = done(kind, g) or measure(kind, g, cell_knobs(kind, g, config))
+            if kind.startswith("ngram-") and not lr.drafted and g == lengths[0]:
+                backend.notes.append(f"{kind} drafted nothing on these prompts at {g}; its longer "
+                                     "lengths were not measured")
+                break
+            if config.early_stop and kind.startswith("draft-"):
+                why = trend_is_clear(backend, config.stop_margin)
+                if why:
+                    backend.stopped_early = why
+                    break
+        cells = [x for x in backend.lengths if (x.kind or own) == kind and x.score is not None]
+        if cells:
+            best_of[kind] = max(cells, key=lambda x: x.score)
+    ngram_best = max((k for k in best_of if k.startswith("ngram-")), key=lambda k: best_of[k].score, default=None)
+    for chain in chain_kinds(own, available, listed, config, ngram_best):
+        head = next((p for p in kinds.parts(chain) if p.startswith("draft-")), None)
+        ngram = next((p for p in kinds.parts(chain) if p.startswith("ngram-")), None)
+        hg = best_of[head].g if head in best_of else (config.lengths[0] if config.lengths else 3)
+        ng = best_of[ngram].g if ngram in best_of else (config.ngram_lengths[0] if config.ngram_lengths else 8)
+        g = hg
+        if not done(chain, g):
+            measure(chain, g, cell_knobs(chain, g, config, head_g=hg, ngram_g=ng))
+    if not any(kinds.has_head(lr.kind or own) for lr in backend.lengths) and backend.lengths:
+        backend.notes.append("n-gram drafting only: no acceptance model is fitted (its drafts "
+                             "come where the text repeats; measured, not predicted)")
+    refresh_predictions(backend)
+    best = backend.best()
+    if best is None:
+        return backend
+    # nothing to confirm when no drafted setting reached the bar (the choice is then no
+    # drafting); the long generation still says whether the build is safe to draft on
+    reached = best.score is not None and best.score > 1.0 + config.threshold
+
+    # long generation and confirmation at the best cell
+    kind = best.kind or own
+    if not backend.long_checked or (backend.confirmed is None and reached):
         budget.check()
-        ep, pid, info = mtp_server(g)
+        ep, pid, info = server(kind, best.knobs)
         try:
             if config.long_tokens and not backend.long_checked:
                 res = run(ep, info, replace(config.bench, parts=("long",), long_tokens=config.long_tokens),
@@ -366,34 +599,72 @@ def _tune_backend(pool: ServerPool, root: Root, arms, binary: str, config: TuneC
                 _save_progress(progress_path, result)
             elif not config.long_tokens:
                 backend.safe = True
-            if backend.safe and backend.confirmed is None:
+            if backend.safe and backend.confirmed is None and reached:
                 confirm = replace(config.bench, parts=("pairs",), seeds=config.confirm_seeds,
                                   n_predict=config.confirm_tokens)
                 res = run(ep, info, confirm, new_result(arms.model, confirm))
                 backend.confirmed = res.summary
+                speedups = [p.speedup for p in res.pairs if p.speedup is not None]
+                backend.confirmed_robust = robust(speedups) if speedups else None
         finally:
-            pool.stop(next(s.process for s in pool.started if s.process.pid == pid))
+            stop(pid)
     return backend
 
 
 def _choose_and_write(root: Root, arms, config: TuneConfig, result: TuneResult, progress_path: Path) -> None:
+    """The choice: the safe backend's best setting when its confirmed median's interval lies
+    above ``1 + threshold``; else, once the sweep finished, no drafting (a loss, or a gain
+    within noise, is never written as a drafted setting)."""
     from ojai_setup.apply.tuning import save_route_tuning
     from ojai_setup.formats.tuning import BackendTuning, RouteTuning
 
-    safe = [b for b in result.backends if b.safe and b.confirmed is not None and b.best_g is not None]
-    if not safe:
-        return
-    best = max(safe, key=lambda b: b.confirmed.mean)
-    result.chosen_binary, result.chosen_g, result.chosen_speedup = best.binary, best.best_g, best.confirmed.mean
+    bar = 1.0 + config.threshold
+    finished = [b for b in result.backends if b.best() is not None and b.safe]
+    if not finished or result.interrupted:
+        return  # nothing measured to the end on a safe backend: no choice
+    winners = [b for b in finished if b.safe and b.confirmed_robust is not None
+               and b.confirmed_robust.ci_low is not None and b.confirmed_robust.ci_low > bar]
+    date = result.finished or result.started
+    results = root.machine_path(progress_path) if root.path != Path("/") else str(progress_path)
+    backends = {b.binary: BackendTuning(safe=bool(b.safe), reason=b.long_collapse or "",
+                                        draft_n_max=b.best_g if kinds.has_head(b.best_kind or b.own_kind) else None,
+                                        speedup=b.confirmed_robust.median if b.confirmed_robust else None)
+                for b in result.backends if b.safe is not None}
+    if winners:
+        best = max(winners, key=lambda b: b.confirmed_robust.median)
+        cell = best.best()
+        kind = cell.kind or best.own_kind
+        result.chosen_binary, result.chosen_kind = best.binary, kind
+        result.chosen_g, result.chosen_knobs = cell.g, dict(cell.knobs)
+        result.chosen_speedup = best.confirmed_robust.median
+        r = best.confirmed_robust
+        result.choice = (f"{cell.label(best.own_kind)} with {best.binary}: confirmed median "
+                         f"{(r.median - 1) * 100:+.1f}% over {r.n} pairs ({r.ci_level:.0%} interval "
+                         f"{(r.ci_low - 1) * 100:+.1f}% to {(r.ci_high - 1) * 100:+.1f}%, above the "
+                         f"threshold {config.threshold:+.0%})")
+        head_n = cell.knobs.get("--spec-draft-n-max")
+        tuning = RouteTuning(spec_type=kind, draft_n_max=head_n,
+                             knobs={k: v for k, v in cell.knobs.items() if k != "--spec-draft-n-max"},
+                             date=date, speedup=result.chosen_speedup, binary=best.binary,
+                             results=results, backends=backends)
+    else:
+        cands = [(b, b.best()) for b in finished]
+        b, cell = max(cands, key=lambda bc: (bc[0].confirmed_robust.median if bc[0].confirmed_robust
+                                             else bc[1].score or 0.0))
+        r = b.confirmed_robust
+        figure = (f"confirmed median {(r.median - 1) * 100:+.1f}% over {r.n} pairs"
+                  + (f" ({r.ci_level:.0%} interval {(r.ci_low - 1) * 100:+.1f}% to "
+                     f"{(r.ci_high - 1) * 100:+.1f}%)" if r.ci_low is not None else "")) if r else \
+            f"median {((cell.score or 0) - 1) * 100:+.1f}% in the sweep"
+        result.chosen_kind, result.chosen_binary = "none", None
+        result.chosen_speedup = r.median if r else cell.score
+        reason = (f"no setting beat plain by {config.threshold:.0%} with its interval: best "
+                  f"{cell.label(b.own_kind)}, {figure}")
+        result.choice = f"no drafting (the plain route): {reason}"
+        tuning = RouteTuning(drafting=False, reason=reason, date=date, speedup=result.chosen_speedup,
+                             binary=b.binary, results=results, backends=backends)
     if not config.write:
         return
-    backends = {b.binary: BackendTuning(safe=bool(b.safe), reason=b.long_collapse or "",
-                                        draft_n_max=b.best_g, speedup=b.confirmed.mean if b.confirmed else None)
-                for b in result.backends if b.safe is not None}
-    tuning = RouteTuning(draft_n_max=best.best_g, date=result.finished or result.started,
-                         speedup=best.confirmed.mean, binary=best.binary,
-                         results=root.machine_path(progress_path) if root.path != Path("/") else str(progress_path),
-                         backends=backends)
     try:
         path = save_route_tuning(root, result.route, tuning)
     except PermissionError as exc:
@@ -423,36 +694,44 @@ class TuneReport:
             term.print(f"[yellow]stopped:[/] {result.stopped}")
         for b in result.backends:
             table = Table(title=f"{b.binary} ({b.version or 'version unknown'})")
-            for col in ("g", "pairs", "measured", "interval", "predicted", "tokens/step", "a"):
-                table.add_column(col, justify="right")
+            for col in ("kind", "length", "pairs", "median", "interval", "outliers", "predicted",
+                        "tokens/step", "a"):
+                table.add_column(col, justify="left" if col == "kind" else "right")
             for lr in b.lengths:
-                m = lr.measured
-                table.add_row(str(lr.g) + (" *" if lr.g == b.best_g else ""), str(len(lr.pairs)),
-                              f"{m.mean:.3f}x" if m else "-",
-                              f"{m.ci_low:.2f}-{m.ci_high:.2f}" if m and m.ci_low is not None else "-",
-                              f"{lr.predicted:.3f}x" if lr.predicted is not None else "-",
+                r = lr.robust
+                best = lr.g == b.best_g and lr.kind == b.best_kind
+                table.add_row((lr.kind or b.own_kind or "draft") + (" *" if best else ""), str(lr.g),
+                              str(len(lr.pairs)),
+                              f"{lr.score:.3f}x" if lr.score is not None else "-",
+                              f"{r.ci_low:.2f}-{r.ci_high:.2f}" if r and r.ci_low is not None else "-",
+                              ", ".join(f"{x:.2f}x" for x in r.outliers) if r and r.outliers else "-",
+                              f"{lr.predicted:.3f}x" if lr.predicted is not None else
+                              ("not predictive" if not is_head(lr) else "-"),
                               f"{lr.mean_accepted_length:.2f}" if lr.mean_accepted_length else "-",
-                              f"{lr.acceptance:.2f}" if lr.acceptance is not None else "-")
+                              f"{lr.acceptance:.2f}" if lr.acceptance is not None and is_head(lr) else "-")
             term.print(table)
             if b.acceptance is not None and b.draft_cost is not None:
                 err = f"; predictions within {b.max_prediction_error:.0%} of measured" if b.max_prediction_error is not None else ""
-                term.print(f"fit: a = {b.acceptance:.3f}, c = {b.draft_cost:.3f}, a pass's base cost "
-                           f"{b.pass_base:.2f} plain tokens{err}")
+                term.print(f"fit (draft heads, geometric acceptance): a = {b.acceptance:.3f}, c = "
+                           f"{b.draft_cost:.3f}, a pass's fitted base cost {b.pass_base:.2f} plain tokens{err}")
+            for note in b.notes:
+                term.print(note)
             if b.stopped_early:
                 term.print(f"stopped early: {b.stopped_early}")
             if b.long_checked:
-                term.print("long generation: " + (f"[bold red]unsafe for MTP[/]: {b.long_collapse}" if b.long_collapse
-                                                  else "no collapse"))
-            if b.confirmed:
-                term.print(f"confirmed at g = {b.best_g}: {(b.confirmed.mean - 1) * 100:+.1f}% over {b.confirmed.n} pairs"
-                           + (f" ({b.confirmed.ci_level:.0%} interval {(b.confirmed.ci_low - 1) * 100:+.1f}% to "
-                              f"{(b.confirmed.ci_high - 1) * 100:+.1f}%)" if b.confirmed.ci_low is not None else ""))
-        if result.chosen_g is not None:
-            term.print(f"choice: --spec-draft-n-max {result.chosen_g} with {result.chosen_binary} "
-                       f"(measured {(result.chosen_speedup - 1) * 100:+.1f}%)")
+                term.print("long generation: " + (f"[bold red]unsafe for drafting[/]: {b.long_collapse}"
+                                                  if b.long_collapse else "no collapse"))
+            r = b.confirmed_robust
+            if r:
+                term.print(f"confirmed {b.best().label(b.own_kind) if b.best() else ''}: median "
+                           f"{(r.median - 1) * 100:+.1f}% over {r.n} pairs"
+                           + (f" ({r.ci_level:.0%} interval {(r.ci_low - 1) * 100:+.1f}% to "
+                              f"{(r.ci_high - 1) * 100:+.1f}%)" if r.ci_low is not None else "")
+                           + (f"; outliers {', '.join(f'{x:.2f}x' for x in r.outliers)}" if r.outliers else ""))
+        if result.choice:
+            term.print(f"choice: {result.choice}")
             if result.written:
                 term.print(f"written to {result.written}; `ojai setup` shows the change to the launch scripts "
                            "and Lemonade's options, `ojai setup --apply` makes it")
         else:
             term.print("no choice made: no backend finished its sweep, long-generation check and confirmation")
-

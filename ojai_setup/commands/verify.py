@@ -44,6 +44,13 @@ class RouteCheck(BaseModel):
     acceptance_estimate: float | None = None  # a, solved from E and g
     draft_n_max: int | None = None
     predicted_speedup: float | None = None  # S = E / (g*c + 1), a prediction
+    #: the route's kind of drafting (its ``--spec-type``), when its record says
+    spec_type: str | None = None
+    #: where drafted/accepted come from: "metrics" (``/metrics``) or "timings"
+    counters: str | None = None
+    steps: int | None = None  # verification steps (``/metrics``' num_drafts)
+    #: why no speedup is predicted for a drafted route
+    no_prediction: str | None = None
 
 
 def expected_tokens(a: float, g: int) -> float:
@@ -114,8 +121,35 @@ def api_key_of(root: Root, record: dict) -> tuple[str | None, str | None]:
     return None, f"{path} holds no {API_KEY_VARIABLE}"
 
 
+def _spec_counters(base: str, headers: dict) -> tuple[int, int, int] | None:
+    """(verification steps, drafted, accepted) from ``/metrics`` when the server serves it."""
+    from ojai_setup.commands.bench.client import parse_spec_metrics
+
+    try:
+        req = urllib.request.Request(base + "/metrics", headers=headers)
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            c = parse_spec_metrics(resp.read().decode("utf-8", "replace"))
+    except (OSError, ValueError):
+        return None
+    return (c.drafts, c.draft_tokens, c.accepted) if c else None
+
+
+def _kind_note(spec_type: str | None) -> str | None:
+    """Why verify predicts nothing for a kind: only MTP heads have a known small draft cost."""
+    from ojai_setup.commands.bench import kinds
+
+    if spec_type is None or not kinds.drafts(spec_type) or kinds.parts(spec_type) == ("draft-mtp",):
+        return None
+    if kinds.is_ngram(spec_type):
+        return (f"{spec_type}: n-gram drafting; the acceptance model is not predictive for it "
+                "(`ojai bench` measures it)")
+    return (f"{spec_type}: a draft model's cost is not known without a paired run (`ojai bench` "
+            "measures it)")
+
+
 def check_route(name: str, host: str, port: int, draft_n_max: int | None, *, timeout: float,
-                n_predict: int, api_key: str | None = None) -> RouteCheck:
+                n_predict: int, api_key: str | None = None,
+                spec_type: str | None = None) -> RouteCheck:
     base = f"http://{host}:{port}"
     deadline = time.monotonic() + timeout
     status, body = 0, ""
@@ -136,13 +170,31 @@ def check_route(name: str, host: str, port: int, draft_n_max: int | None, *, tim
     if api_key:
         headers["Authorization"] = f"Bearer {api_key}"
     req = urllib.request.Request(base + "/completion", data=payload, headers=headers)
+    before = _spec_counters(base, headers)
     try:
         with urllib.request.urlopen(req, timeout=max(timeout, 120)) as resp:
             data = json.loads(resp.read())
     except (OSError, ValueError) as exc:
         return RouteCheck(route=name, url=base, healthy=True, error=f"completion failed: {exc}")
-    return RouteCheck(route=name, url=base, healthy=True,
-                      **predict(data.get("timings", {}), draft_n_max))
+    after = _spec_counters(base, headers) if before is not None else None
+    timings = dict(data.get("timings", {}))
+    note = _kind_note(spec_type)
+    extra: dict = {"spec_type": spec_type, "no_prediction": note}
+    if timings.get("draft_n") is not None:
+        extra["counters"] = "timings"
+    if before is not None and after is not None:
+        steps, drafted, accepted = (a - b for a, b in zip(after, before))
+        # the counters are this completion's when they agree with its timings
+        if steps > 0 and drafted == timings.get("draft_n") and accepted == timings.get("draft_n_accepted"):
+            extra.update(counters="metrics", steps=steps)
+    out = predict(timings, draft_n_max if note is None else None)
+    if note is not None and timings.get("draft_n") is not None:
+        drafted, accepted = timings["draft_n"], timings.get("draft_n_accepted") or 0
+        out.update(draft_n=drafted, draft_n_accepted=accepted,
+                   accepted_fraction=accepted / drafted if drafted else None)
+    if extra.get("steps"):
+        out["tokens_per_step"] = 1 + (out.get("draft_n_accepted") or 0) / extra["steps"]
+    return RouteCheck(route=name, url=base, healthy=True, **out, **extra)
 
 
 def check_sglang_route(name: str, host: str, port: int, draft_n_max: int | None, *,
@@ -321,13 +373,19 @@ class VerifyReport:
             line = f"{term.styled('pass')} {r.route} ({r.url}): {r.predicted_n} tokens at " \
                    f"{r.tokens_per_second or 0:.1f} tokens/s"
             if r.draft_n is not None:
-                line += (f"; drafted {r.draft_n}, accepted {r.draft_n_accepted} "
-                         f"({(r.accepted_fraction or 0) * 100:.0f}% of drafted tokens)")
+                source = " (the server's /metrics)" if r.counters == "metrics" else ""
+                line += (f"; {r.spec_type + ' ' if r.spec_type else ''}drafted {r.draft_n}, "
+                         f"accepted {r.draft_n_accepted} "
+                         f"({(r.accepted_fraction or 0) * 100:.0f}% of drafted tokens){source}")
+                if r.steps:
+                    line += f" in {r.steps} verification steps"
             if r.predicted_speedup is not None:
                 line += (f"; {r.tokens_per_step:.2f} tokens per verification step -> per-token "
                          f"acceptance a = {r.acceptance_estimate:.2f} at g = {r.draft_n_max}; "
                          f"predicted speedup {r.predicted_speedup:.2f}x (model, assuming draft cost "
                          f"{DRAFT_COST}; not measured)")
+            if r.no_prediction and r.draft_n is not None:
+                line += f"; no speedup predicted: {r.no_prediction}"
             term.print(line)
             if r.acceptance_estimate is not None and r.acceptance_estimate < LOW_ACCEPTANCE:
                 term.print(f"{'':>5}{term.styled('warn')} per-token acceptance "
@@ -359,9 +417,13 @@ def run_verify(term: Terminal, root_dir: Path, *, only: str | None, timeout: flo
             results.append(RouteCheck(route=name, url=f"http://{r.get('host', '127.0.0.1')}:"
                                       f"{r['port']}", healthy=False, error=problem))
             continue
-        check = check_sglang_route if r.get("server") == "sglang" else check_route
-        results.append(check(name, r.get("host", "127.0.0.1"), r["port"],
-                             r.get("draft_n_max"), timeout=timeout, n_predict=n_predict,
-                             api_key=key))
+        if r.get("server") == "sglang":
+            results.append(check_sglang_route(name, r.get("host", "127.0.0.1"), r["port"],
+                                              r.get("draft_n_max"), timeout=timeout,
+                                              n_predict=n_predict, api_key=key))
+        else:
+            results.append(check_route(name, r.get("host", "127.0.0.1"), r["port"],
+                                       r.get("draft_n_max"), timeout=timeout, n_predict=n_predict,
+                                       api_key=key, spec_type=r.get("spec_type")))
     term.show(VerifyReport(results, root, routes))
     return 0 if all(r.healthy and not r.error for r in results) else 1

@@ -15,12 +15,26 @@ value came from. One table per route (the catalog's model name)::
     safe = false
     reason = "the MTP arm collapsed in the long generation: ..."
 
+``ojai tune`` also chooses the kind of drafting; a route tuned to n-gram drafting says so::
+
+    [routes.gemma-3-270m]
+    spec_type = "ngram-simple"
+    knobs = { "--spec-ngram-simple-size-n" = 3, "--spec-ngram-simple-size-m" = 8 }
+    speedup = 2.71
+
+and a route where nothing beat plain by the threshold is tuned to no drafting (the plain
+route; ``speedup`` is then the best drafted setting's, a loss or too small a gain)::
+
+    [routes.gemma-3-270m]
+    drafting = false
+    reason = "no setting beat plain by 5 %: best ngram-mod (n-max 16) +1.2 % (interval ...)"
+
 A damaged file is an error naming the file and the field, never silently ignored.
 """
 
 import tomllib
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ojai_setup.core.errors import InputError
 
@@ -42,15 +56,33 @@ class BackendTuning(BaseModel):
 class RouteTuning(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
-    draft_n_max: int = Field(ge=1)
+    #: False: measured, and no drafting beat plain; the route is served plain
+    drafting: bool = True
+    #: the chosen kind (``--spec-type`` value); None: the catalog's own
+    spec_type: str | None = None
+    draft_n_max: int | None = Field(default=None, ge=1)
+    #: the n-gram knobs of the chosen kind, by flag (``--spec-ngram-simple-size-m`` = 8)
+    knobs: dict[str, int] = {}
+    reason: str = ""
     date: str
     speedup: float | None = None
     binary: str | None = None
     results: str | None = None
     backends: dict[str, BackendTuning] = {}
 
+    @model_validator(mode="after")
+    def _consistent(self) -> "RouteTuning":
+        if self.drafting and self.draft_n_max is None and self.spec_type is None:
+            raise ValueError("a drafted route's tuning needs draft_n_max or spec_type "
+                             "(or drafting = false)")
+        if not self.drafting and (self.draft_n_max is not None or self.spec_type or self.knobs):
+            raise ValueError("drafting = false takes no draft_n_max, spec_type or knobs")
+        return self
+
     def source(self) -> str:
         measured = f", measured {(self.speedup - 1) * 100:+.0f}%" if self.speedup is not None else ""
+        if not self.drafting:
+            return f"tuned {self.date[:10]}: no drafting beat plain{measured}"
         return f"tuned {self.date[:10]}{measured}"
 
 
@@ -85,7 +117,17 @@ def render_tuning(tuning: Tuning) -> str:
     for name in sorted(tuning.routes):
         t = tuning.routes[name]
         lines.append(f"[routes.{_q(name)}]")
-        lines.append(f"draft_n_max = {t.draft_n_max}")
+        if not t.drafting:
+            lines.append("drafting = false")
+        if t.spec_type is not None:
+            lines.append(f"spec_type = {_q(t.spec_type)}")
+        if t.draft_n_max is not None:
+            lines.append(f"draft_n_max = {t.draft_n_max}")
+        if t.knobs:
+            lines.append("knobs = { " + ", ".join(f"{_q(k)} = {v}" for k, v in sorted(t.knobs.items()))
+                         + " }")
+        if t.reason:
+            lines.append(f"reason = {_q(t.reason)}")
         lines.append(f"date = {_q(t.date)}")
         if t.speedup is not None:
             lines.append(f"speedup = {t.speedup!r}")

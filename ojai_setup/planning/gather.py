@@ -292,8 +292,9 @@ def gather(root: Root, settings: Settings, *, facts: Facts | None = None,
             route, route_error = None, str(exc)
         else:
             if tuned is not None:
-                route = route.model_copy(update={"draft_n_max": tuned.draft_n_max})
-            draft_source = tuned.source() if tuned is not None else "catalog default"
+                route, draft_source = tuned_route(route, tuned)
+            else:
+                draft_source = "catalog default"
 
     release = release_error = None
     if settings.llamacpp == "nightly" and sglang is None:  # the SGLang route runs no llama.cpp
@@ -443,3 +444,43 @@ def api_key_digest(path: str) -> tuple[str | None, str | None]:
         return text_digest(secret_env(API_KEY_VARIABLE, read_secret(path))), None
     except LaunchError as exc:
         return None, str(exc)
+
+
+def tuned_route(route, tuned):
+    """The catalog route with ``ojai tune``'s choice laid over it (its kind, length and n-gram
+    knobs), and the sentence that says where the drafting settings came from. A choice the
+    catalog route cannot carry (no drafting: the plain route is the one to serve; n-gram alone
+    on a route with MTP heads) leaves the route as it is, and the sentence says so."""
+    from pydantic import ValidationError
+
+    if not tuned.drafting:
+        return route, (f"catalog default; {tuned.source()}: serve the plain route {route.name} "
+                       f"instead ({tuned.reason})")
+    update: dict = {}
+    if tuned.draft_n_max is not None:
+        update["draft_n_max"] = tuned.draft_n_max
+    if tuned.spec_type is not None and tuned.spec_type != route.spec_type_value:
+        update["spec_type"] = tuned.spec_type
+        types = [t.strip() for t in tuned.spec_type.split(",") if t.strip()]
+        if all(t.startswith("ngram-") for t in types) and route.mtp is None:
+            # n-gram drafting alone reads no draft model
+            update.update(draft=None, draft_repo=None, lemonade_draft_checkpoint=None,
+                          draft_gpu_layers=None, draft_ctx_size=None, draft_cache_type=None,
+                          draft_kv=None)
+    if tuned.knobs or "spec_type" in update:
+        knobs: dict = {}
+        for flag, value in tuned.knobs.items():
+            for t in (tuned.spec_type or route.spec_type_value).split(","):
+                prefix = f"--spec-{t.strip()}-"
+                if flag.startswith(prefix):
+                    knobs[flag[len(prefix):].replace("-", "_")] = value
+        update["ngram"] = knobs or None
+    try:
+        data = {**route.model_dump(), **update}
+        new = type(route).model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0].get("msg", "") if exc.errors() else ""
+        return route, (f"catalog default; ojai tune chose --spec-type {tuned.spec_type} "
+                       f"({tuned.source()}), which this catalog route cannot carry: {first}")
+    return new, tuned.source()
+

@@ -3,9 +3,9 @@
 Written out as an executable (:func:`write_collapsing_backend`) that a launch script can run
 in place of the real binary: ``--version`` prints an upstream version line on stderr; with
 any other arguments it serves the streaming completion API on ``--port`` (see
-:mod:`support.stream_stand_in`). When started with ``--spec-type`` naming a drafting type (the MTP route) its
+:mod:`support.stream_stand_in`). When started with ``--spec-type`` other than ``none`` (the MTP route) its
 throughput falls to a fifth after ``SLOW_AFTER`` tokens, the shape seen on one backend in
-long generations; without one (the plain route, ``--spec-type none``) it stays steady.
+long generations; without it (the plain route) it stays steady.
 """
 
 from __future__ import annotations
@@ -36,9 +36,8 @@ def main(argv: list[str]) -> None:
     from support.stream_stand_in import Pace, serve_on
 
     port = int(argv[argv.index("--port") + 1])
-    # the plain route turns drafting off explicitly (``--spec-type none``)
-    speculative = ("--spec-type" in argv and argv[argv.index("--spec-type") + 1] != "none"
-                   and "--no-spec-type" not in argv)
+    # the plain route turns drafting off explicitly (--spec-type none)
+    speculative = "--spec-type" in argv and argv[argv.index("--spec-type") + 1:][:1] != ["none"]
     pace = Pace(delay=0.002, slow_after=SLOW_AFTER if speculative else None, slow_delay=0.010)
     with serve_on(port, pace):
         while True:

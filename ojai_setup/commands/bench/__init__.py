@@ -1,1 +1,1 @@
-"""``ojai bench``: paired MTP-vs-plain campaigns on the routes ojai wrote (or two servers)."""
+"""``ojai bench``: paired drafted-vs-plain campaigns on the routes ojai wrote (or two servers)."""

@@ -1,9 +1,10 @@
-"""Run a benchmark campaign against two servers: the MTP arm and the plain arm.
+"""Run a benchmark campaign against two servers: the drafted arm (MTP heads, a draft model,
+n-gram drafting; called ``mtp`` in the data, for the saved results' schema) and the plain arm.
 
 1. paired runs: every prompt x seed on both arms, the order alternating (ABBA) to cancel
    drift, both arms given the same prompt, seed, sampling settings and token budget;
 2. a long generation per arm, with tokens/s over position windows and collapse detection;
-3. k parallel streams on each arm (the MTP route has one slot, the plain route several).
+3. k parallel streams on each arm (the drafted route has one slot, the plain route several).
 
 The runner talks to servers that already answer; starting and stopping them is the caller's
 business (:mod:`ojai_setup.bench.command`). Caps on time and tokens end a run early, and so
@@ -21,7 +22,8 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
-from ojai_setup.commands.bench.client import Endpoint, Generation
+from ojai_setup.commands.bench import kinds
+from ojai_setup.commands.bench.client import Endpoint, Generation, SpecCounters
 from ojai_setup.commands.bench.prompts import BUILTIN, LONG_PROMPT, Prompt
 from ojai_setup.commands.bench.results import (
     ArmRun,
@@ -35,7 +37,7 @@ from ojai_setup.commands.bench.results import (
     Scoring,
     Temperature0,
 )
-from ojai_setup.commands.bench.servers import ServerInfo
+from ojai_setup.commands.bench.servers import BenchError, ServerInfo
 from ojai_setup.commands.bench.stats import (
     acceptance_mle,
     detect_collapse,
@@ -59,7 +61,11 @@ class BenchConfig:
     prompts: tuple[Prompt, ...] = BUILTIN
     seeds: tuple[int, ...] = (1, 2, 3)
     n_predict: int = 512
-    temperature: float = 0.0
+    #: None leaves the server's own (the route's sampling)
+    temperature: float | None = 0.0
+    #: top-p / top-k sent with every request; None leaves the server's own (the route's)
+    top_p: float | None = None
+    top_k: int | None = None
     ignore_eos: bool = False
     template: bool = True
     threshold: float = 0.10
@@ -81,6 +87,9 @@ class BenchConfig:
 
 class Observer:
     """What a runner reports while it works; the command line draws it (see report.py)."""
+
+    def arms(self, label: str) -> None:
+        """What the drafted arm is called ("MTP", "ngram-simple", ...)."""
 
     def phase(self, name: str, total: int) -> None: ...
     def advance(self, n: int = 1) -> None: ...
@@ -110,18 +119,43 @@ class Budget:
         self.tokens += n
 
 
-def arm_run(arm: str, gen: Generation) -> ArmRun:
+class PlainDrafts(BenchError):
+    """The plain arm drafted: it is no baseline."""
+
+
+def arm_run(arm: str, gen: Generation, counters: SpecCounters | None = None) -> ArmRun:
+    """One arm's run; with ``counters`` (the server's ``/metrics`` over this one completion)
+    the drafted and accepted counts, the steps and the per-position rates are the server's
+    exact ones, else they are inferred from ``timings`` and its streamed counters."""
     dn, acc = gen.draft_n, gen.draft_n_accepted
-    return ArmRun(arm=arm, tokens=gen.n, server_tps=gen.server_tps, harness_tps=gen.harness_tps,
-                  predicted_ms=gen.timings.get("predicted_ms"), draft_n=dn, draft_n_accepted=acc,
-                  steps=len(gen.steps) or gen.timings.get("spec_verify_ct") or None,
-                  rejections=sum(1 for d, k in gen.steps if k < d) if gen.steps else None,
-                  accepted_fraction=(acc / dn) if dn else None,
-                  # SGLang reports totals only: its accept length is tokens per verification step
-                  mean_accepted_length=mean_accepted_length(gen.steps) if gen.steps
-                  else gen.timings.get("spec_accept_length"),
-                  acceptance=acceptance_mle(gen.steps), position_rates=per_position_rates(gen.steps),
-                  stop_type=gen.stop_type, wall_s=gen.wall_s, text=gen.text)
+    run = ArmRun(arm=arm, tokens=gen.n, server_tps=gen.server_tps, harness_tps=gen.harness_tps,
+                 predicted_ms=gen.timings.get("predicted_ms"), draft_n=dn, draft_n_accepted=acc,
+                 steps=len(gen.steps) or gen.timings.get("spec_verify_ct") or None,
+                 rejections=sum(1 for d, k in gen.steps if k < d) if gen.steps else None,
+                 accepted_fraction=(acc / dn) if dn else None,
+                 # SGLang reports totals only: its accept length is tokens per verification step
+                 mean_accepted_length=mean_accepted_length(gen.steps) if gen.steps
+                 else gen.timings.get("spec_accept_length"),
+                 acceptance=acceptance_mle(gen.steps), position_rates=per_position_rates(gen.steps),
+                 counters="timings" if dn else None,
+                 stop_type=gen.stop_type, wall_s=gen.wall_s, text=gen.text)
+    # the counters are this completion's when they agree with its own timings (nothing else
+    # ran on the server meanwhile)
+    if counters is not None and counters.drafts > 0 and counters.draft_tokens == (dn or 0) \
+            and counters.accepted == (acc or 0):
+        steps = counters.drafts
+        run.steps = steps
+        run.mean_accepted_length = 1.0 + counters.accepted / steps
+        run.position_rates = [n / steps for n in counters.per_position]
+        width = len(counters.per_position)
+        if width and counters.draft_tokens == steps * width:
+            # every step drafted the same length: the steps that accepted it all are the last
+            # position's count, every other step ended at a rejection
+            run.rejections = steps - counters.per_position[-1]
+        if run.rejections is not None and counters.accepted + run.rejections:
+            run.acceptance = counters.accepted / (counters.accepted + run.rejections)
+        run.counters = "metrics"
+    return run
 
 
 def _score(command: str, text: str, prompt_id: str, arm: str) -> tuple[float | None, str | None]:
@@ -163,6 +197,9 @@ class Runner:
         self.mtp_info, self.plain_info = mtp_info, plain_info
         self.budget = Budget(config.max_seconds, config.max_tokens)
         self._templated: dict[str, str] = {}
+        self.label = kinds.label(mtp_info.spec_type if mtp_info else None)
+        self._metrics = bool(mtp_info and mtp_info.metrics)
+        self.obs.arms(self.label)
 
     def _prompt_text(self, prompt: Prompt) -> str:
         if not self.config.template:
@@ -171,14 +208,31 @@ class Runner:
             self._templated[prompt.id] = self.mtp.apply_template(prompt.text) or prompt.text
         return self._templated[prompt.id]
 
+    def sampling(self) -> dict:
+        """top-p/top-k for every request, when set (else the server's own)."""
+        out: dict = {}
+        if self.config.top_p is not None:
+            out["top_p"] = self.config.top_p
+        if self.config.top_k is not None:
+            out["top_k"] = self.config.top_k
+        return out
+
     def _complete(self, endpoint: Endpoint, prompt: Prompt, seed: int, n_predict: int,
                   ignore_eos: bool, on_token=None) -> Generation:
         self.budget.check(n_predict)
         gen = endpoint.complete(self._prompt_text(prompt), n_predict=n_predict, seed=seed,
                                 temperature=self.config.temperature, ignore_eos=ignore_eos,
-                                on_token=on_token)
+                                extra=self.sampling(), on_token=on_token)
         self.budget.spend(gen.n)
+        if endpoint is self.plain and gen.draft_n:
+            self.refuse_plain(f"its completion drafted {gen.draft_n} tokens "
+                              f"({gen.draft_n_accepted or 0} accepted)")
         return gen
+
+    def refuse_plain(self, why: str) -> None:
+        raise PlainDrafts(f"the plain arm ({self.plain.url}) is not plain: {why}. A baseline "
+                          "must not draft: start it with --spec-type none (or without a draft "
+                          "model and n-gram drafting), or give another server with --plain-url")
 
     # -- 1. paired runs ------------------------------------------------------------------------
     def run_pair(self, index: int, prompt: Prompt, seed: int) -> Pair:
@@ -187,8 +241,10 @@ class Runner:
         runs: dict[str, ArmRun] = {}
         for arm in order:
             endpoint = self.mtp if arm == "mtp" else self.plain
+            before = endpoint.metrics() if arm == "mtp" and self._metrics else None
             gen = self._complete(endpoint, prompt, seed, cfg.n_predict, cfg.ignore_eos)
-            runs[arm] = arm_run(arm, gen)
+            after = endpoint.metrics() if before is not None else None
+            runs[arm] = arm_run(arm, gen, after.minus(before) if after is not None else None)
         mtp, plain = runs["mtp"], runs["plain"]
         if cfg.score_command:
             for run in (mtp, plain):
@@ -256,7 +312,8 @@ class Runner:
         def work(i: int) -> None:
             try:
                 out[i] = endpoint.complete(texts[i], n_predict=cfg.concurrency_tokens, seed=i + 1,
-                                           temperature=cfg.temperature, ignore_eos=True)
+                                           temperature=cfg.temperature, ignore_eos=True,
+                                           extra=self.sampling())
             except BaseException as exc:  # reported below, in the calling thread
                 out[i] = exc
 
@@ -299,14 +356,21 @@ class Runner:
             if m and p and p.aggregate_tps >= m.aggregate_tps:
                 conc.inversion_k = k
                 conc.note = (f"at k = {k} parallel streams the plain route ({p.aggregate_tps:.1f} tokens/s "
-                             f"in all) matches or beats the MTP route ({m.aggregate_tps:.1f})")
+                             f"in all) matches or beats the {self.label} route ({m.aggregate_tps:.1f})")
                 break
         else:
-            conc.note = "MTP stayed ahead at every tested concurrency"
+            conc.note = f"{self.label} stayed ahead at every tested concurrency"
 
     # -- the whole campaign --------------------------------------------------------------------
+    def check_plain(self) -> None:
+        """Refuse a plain arm whose slots draft (``/slots`` says so) before anything runs."""
+        if self.plain.speculative_slots():
+            self.refuse_plain("its /slots say its slots draft (\"speculative\": true)")
+
     def run(self, result: BenchResult) -> BenchResult:
         steps = {"pairs": self.run_pairs, "long": self.run_long, "concurrency": self.run_concurrency}
+        self.check_plain()
+        result.kind = self.mtp_info.spec_type if self.mtp_info else None
         try:
             for part in PARTS:
                 if part in self.config.parts:
@@ -330,7 +394,8 @@ def finalize(result: BenchResult, config: BenchConfig, mtp_info: ServerInfo | No
     collapse = None
     if result.long and result.long.mtp and result.long.mtp.collapse.detected:
         collapse = result.long.mtp.collapse.reason
-    result.verdict = verdict(result.summary, config.threshold, collapse=collapse)
+    result.verdict = verdict(result.summary, config.threshold, collapse=collapse,
+                             arm=kinds.label(mtp_info.spec_type if mtp_info else None))
 
     steps_mtp = [p.mtp for p in result.pairs if p.mtp.draft_n]
     g = mtp_info.draft_n_max if mtp_info and mtp_info.draft_n_max else None
@@ -362,11 +427,22 @@ def finalize(result: BenchResult, config: BenchConfig, mtp_info: ServerInfo | No
                 if a_pair is not None:
                     p.predicted_speedup = predicted_speedup(a_pair, g, c)
         synth = mtp_info.synthetic_rates if mtp_info else None
+        sources = sorted({r.counters for r in steps_mtp if r.counters})
+        spec_type = mtp_info.spec_type if mtp_info else None
+        ngram = kinds.is_ngram(spec_type)
+        if ngram:  # no geometric model: drafts come from matches in the text, not a head
+            for p in result.pairs:
+                p.predicted_speedup = None
         result.model = ModelCheck(
+            kind="none" if ngram else "geometric", counters=" and ".join(sources) or None,
+            note=("n-gram drafting: the acceptance model is not predictive (drafts come only where "
+                  "the text repeats, at lengths the matches set), so no speedup is predicted")
+            if ngram else "",
             draft_n_max=g, acceptance=a, accepted_fraction=succ / drafted if drafted else None,
             mean_accepted_length=mean_len, position_rates=rates,
             implied_mean_length=implied_mean_length(synth) if synth else None, draft_cost=c,
-            predicted_speedup=predicted_speedup(a, g, c) if a is not None and c is not None and g else None,
+            predicted_speedup=predicted_speedup(a, g, c)
+            if a is not None and c is not None and g and not ngram else None,
             measured_speedup=result.summary.mean if result.summary else None)
 
     if config.temperature == 0 and result.pairs:

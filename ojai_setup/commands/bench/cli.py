@@ -10,8 +10,8 @@ import typer
 
 bench_app = typer.Typer(
     name="bench", add_completion=False, rich_markup_mode=None, pretty_exceptions_enable=False,
-    help="Measure what MTP really buys: paired runs MTP vs plain, a long generation, parallel "
-         "streams. `ojai bench compare A B` shows what changed between two saved runs.")
+    help="Measure what drafting really buys: paired runs drafted (MTP, a draft model, n-gram) vs "
+         "plain, a long generation, parallel streams. `ojai bench compare A B` shows what changed between two saved runs.")
 
 #: exit codes: 0 finished (also when a cap ended it early), 1 refused or failed, 130 Ctrl-C
 INTERRUPTED = 130
@@ -32,13 +32,15 @@ def bench(
     ctx: typer.Context,
     root: Annotated[Path, typer.Option("--root", help="Machine root (results go to its /var/lib/ojai/bench).")] = Path("/"),
     route: Annotated[Optional[str], typer.Option("--route", help="The model (or either of its routes) to benchmark; default: the only one ojai wrote.")] = None,
-    mtp_url: Annotated[Optional[str], typer.Option("--mtp-url", help="Benchmark this llama-server as the MTP arm (with --plain-url).")] = None,
+    mtp_url: Annotated[Optional[str], typer.Option("--mtp-url", help="Benchmark this llama-server as the drafted arm (MTP, a draft model or n-gram drafting; with --plain-url).")] = None,
     plain_url: Annotated[Optional[str], typer.Option("--plain-url", help="The plain arm's llama-server.")] = None,
     prompts: Annotated[Optional[Path], typer.Option("--prompts", help="Your prompts: JSON lines {\"id\", \"prompt\"} or text, one prompt per paragraph (default: 5 built-in real tasks).")] = None,
     seeds: Annotated[int, typer.Option("--seeds", min=1, help="Seeds per prompt.")] = 3,
     tokens: Annotated[int, typer.Option("--tokens", min=8, help="Token budget of each paired run.")] = 512,
     temperature: Annotated[float, typer.Option("--temperature", min=0.0, help="Sampling temperature (0: greedy, and outputs are compared byte for byte).")] = 0.0,
-    threshold: Annotated[float, typer.Option("--threshold", help="Adopt MTP only when the whole interval of the mean speedup is above 1 + this (0.10: +10 %).")] = 0.10,
+    top_p: Annotated[Optional[float], typer.Option("--top-p", min=0.0, max=1.0, help="top-p of every request (default: the server's own).")] = None,
+    top_k: Annotated[Optional[int], typer.Option("--top-k", min=0, help="top-k of every request (default: the server's own).")] = None,
+    threshold: Annotated[float, typer.Option("--threshold", help="Adopt drafting only when the whole interval of the mean speedup is above 1 + this (0.10: +10 %).")] = 0.10,
     long_tokens: Annotated[int, typer.Option("--long-tokens", min=0, help="Tokens per arm of the long generation (0: skip it).")] = 2000,
     window: Annotated[int, typer.Option("--window", min=10, help="Tokens per window of the long generation.")] = 200,
     collapse_ratio: Annotated[float, typer.Option("--collapse-ratio", min=0.01, max=0.99, help="A long generation collapsed when it stays under this share of its early windows or of the plain arm.")] = 0.5,
@@ -52,7 +54,7 @@ def bench(
     max_tokens: Annotated[int, typer.Option("--max-tokens", min=1, help="Cap on all tokens generated.")] = 500_000,
     json_out: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ) -> None:
-    """Benchmark the MTP route against the plain route of the same model and binary."""
+    """Benchmark the drafted route against the plain route of the same model and binary."""
     if ctx.invoked_subcommand is not None:
         return
     from ojai_setup.core.root import Root
@@ -73,7 +75,8 @@ def bench(
     parts = tuple(p for p in PARTS if not (p == "pairs" and no_pairs) and not (p == "long" and not long_tokens)
                   and not (p == "concurrency" and not ks))
     config = BenchConfig(prompts=prompt_set, seeds=tuple(range(1, seeds + 1)), n_predict=tokens,
-                         temperature=temperature, ignore_eos=ignore_eos, template=not raw,
+                         temperature=temperature, top_p=top_p, top_k=top_k,
+                         ignore_eos=ignore_eos, template=not raw,
                          threshold=threshold, long_tokens=long_tokens, long_window=window,
                          collapse_ratio=collapse_ratio,
                          concurrency=ks, concurrency_tokens=concurrency_tokens, parts=parts,
@@ -139,15 +142,22 @@ def _lengths(text: str) -> tuple[int, ...]:
 def tune(
     route: Annotated[str, typer.Argument(help="The model (or either of its routes) to tune.")],
     root: Annotated[Path, typer.Option("--root", help="Machine root (its /etc/ojai/tuned.toml and /var/lib/ojai/tune).")] = Path("/"),
-    lengths: Annotated[str, typer.Option("--lengths", help="Draft lengths (--spec-draft-n-max) to sweep: 1-8 or 1,2,4.")] = "1-8",
+    lengths: Annotated[str, typer.Option("--lengths", help="Draft lengths (--spec-draft-n-max) of draft heads and draft models to sweep: 1-8 or 1,2,4.")] = "1-8",
+    kind: Annotated[Optional[list[str]], typer.Option("--kind", help="A kind of drafting to sweep (a --spec-type value: draft-mtp, draft-simple, ngram-simple, ngram-mod, a chain like draft-simple,ngram-mod; repeat); default: every kind that applies to the route and the binary.")] = None,
+    ngram_lengths: Annotated[str, typer.Option("--ngram-lengths", help="Drafted lengths of n-gram drafting to sweep (--spec-ngram-*-size-m, --spec-ngram-mod-n-max).")] = "4,8,16",
+    temperature: Annotated[Optional[float], typer.Option("--temperature", min=0.0, help="Sampling temperature of the runs (default: the route's own; 0 is greedy).")] = None,
+    top_p: Annotated[Optional[float], typer.Option("--top-p", min=0.0, max=1.0, help="top-p of the runs (default: the route's own).")] = None,
+    top_k: Annotated[Optional[int], typer.Option("--top-k", min=0, help="top-k of the runs (default: the route's own).")] = None,
+    min_pairs: Annotated[int, typer.Option("--min-pairs", min=2, help="At least this many pairs per setting (more seeds when prompts x seeds is fewer).")] = 3,
+    threshold: Annotated[float, typer.Option("--threshold", min=0.0, help="Choose a drafted setting only when its confirmed median's interval lies above 1 + this; else no drafting.")] = 0.05,
     binary: Annotated[Optional[list[str]], typer.Option("--binary", help="A llama-server build to tune with (repeat for each backend, e.g. ROCm and Vulkan); default: the route's own.")] = None,
-    prompts: Annotated[Optional[Path], typer.Option("--prompts", help="Your prompts (as for ojai bench).")] = None,
+    prompts: Annotated[Optional[Path], typer.Option("--prompts", help="Your prompts: one a line (.txt), or JSON lines {\"id\", \"prompt\"} (.jsonl).")] = None,
     seeds: Annotated[int, typer.Option("--seeds", min=1, help="Seeds per prompt in each length's short paired run.")] = 2,
     tokens: Annotated[int, typer.Option("--tokens", min=8, help="Tokens per run in the sweep.")] = 128,
     confirm_seeds: Annotated[int, typer.Option("--confirm-seeds", min=1, help="Seeds per prompt in the confirming run.")] = 4,
     confirm_tokens: Annotated[int, typer.Option("--confirm-tokens", min=8, help="Tokens per run in the confirming run.")] = 256,
     long_tokens: Annotated[int, typer.Option("--long-tokens", min=0, help="Tokens of the long-generation safety check (0: skip).")] = 2000,
-    collapse_ratio: Annotated[float, typer.Option("--collapse-ratio", min=0.01, max=0.99, help="The long-generation check fails when the MTP arm stays under this share of its early windows or of the plain arm.")] = 0.5,
+    collapse_ratio: Annotated[float, typer.Option("--collapse-ratio", min=0.01, max=0.99, help="The long-generation check fails when the drafted arm stays under this share of its early windows or of the plain arm.")] = 0.5,
     raw: Annotated[bool, typer.Option("--raw", help="Send prompts without the chat template.")] = False,
     no_early_stop: Annotated[bool, typer.Option("--no-early-stop", help="Measure every length.")] = False,
     max_minutes: Annotated[float, typer.Option("--max-minutes", min=0.1, help="Stop starting new work after this long (rerun to resume).")] = 60.0,
@@ -155,9 +165,11 @@ def tune(
     synthetic_acceptance: Annotated[Optional[float], typer.Option("--synthetic-acceptance", min=0.0, max=1.0, help="Benchmarking only: force per-token acceptance A with llama-server's --spec-synth-rates.")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ) -> None:
-    """Choose the route's draft length from measurement and write it for `ojai setup`.
+    """Choose the route's kind of drafting and its length from measurement (or no drafting, when
+    none beats plain) and write it for `ojai setup`.
 
-    Exit code 0 when a length was chosen, 1 when none could be, 130 on Ctrl-C (rerun to resume)."""
+    Exit code 0 when a choice was made (no drafting included), 1 when none could be, 130 on
+    Ctrl-C (rerun to resume)."""
     from dataclasses import replace
 
     from ojai_setup.core.root import Root
@@ -169,20 +181,23 @@ def tune(
 
     term = Terminal(json_mode=json_out)
     try:
-        prompt_set = load_prompts(prompts) if prompts else BUILTIN
+        prompt_set = load_prompts(prompts, lines=True) if prompts else BUILTIN
     except PromptFileError as exc:
         term.error(str(exc))
         raise typer.Exit(64)
-    config = TuneConfig(lengths=_lengths(lengths), binaries=tuple(binary or ()),
+    config = TuneConfig(lengths=_lengths(lengths), ngram_lengths=_lengths(ngram_lengths),
+                        kinds=tuple(kind or ()), min_pairs=min_pairs, threshold=threshold,
+                        binaries=tuple(binary or ()),
                         confirm_seeds=tuple(range(101, 101 + confirm_seeds)), confirm_tokens=confirm_tokens,
                         long_tokens=long_tokens, early_stop=not no_early_stop, max_seconds=max_minutes * 60,
                         synthetic_acceptance=synthetic_acceptance, write=not no_write)
     config.bench = replace(config.bench, prompts=prompt_set, seeds=tuple(range(1, seeds + 1)),
-                           n_predict=tokens, template=not raw, collapse_ratio=collapse_ratio)
+                           n_predict=tokens, template=not raw, collapse_ratio=collapse_ratio,
+                           temperature=temperature, top_p=top_p, top_k=top_k)
     try:
         result = run_tune(Root(root), route, config)
     except (BenchError, TuningError, OSError) as exc:
         term.error(str(exc))
         raise typer.Exit(1)
     term.show(TuneReport(result))
-    raise typer.Exit(INTERRUPTED if result.interrupted else (0 if result.chosen_g is not None else 1))
+    raise typer.Exit(INTERRUPTED if result.interrupted else (0 if result.choice is not None else 1))

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import re
 import time
 import urllib.parse
 from dataclasses import dataclass, field
@@ -30,7 +31,7 @@ from typing import Any
 
 from ojai_setup.core.errors import RemoteError
 
-__all__ = ["ClientError", "Endpoint", "Generation"]
+__all__ = ["ClientError", "Endpoint", "Generation", "SpecCounters", "parse_spec_metrics"]
 
 
 class ClientError(RemoteError):
@@ -78,6 +79,65 @@ class Generation:
     @property
     def draft_n_accepted(self) -> int | None:
         return self.timings.get("draft_n_accepted")
+
+
+METRIC_PREFIX = "llamacpp:spec_decode_"
+
+
+@dataclass(frozen=True)
+class SpecCounters:
+    """llama-server's speculation counters (``/metrics``, build 11434 and later):
+    verification steps (``num_drafts``), drafted and accepted tokens, and the accepted tokens
+    per draft position (``position`` 0 is the first drafted token)."""
+
+    drafts: int
+    draft_tokens: int
+    accepted: int
+    per_position: tuple[int, ...] = ()
+
+    def minus(self, before: SpecCounters | None) -> SpecCounters:
+        if before is None:
+            return self
+        width = max(len(self.per_position), len(before.per_position))
+        mine = self.per_position + (0,) * (width - len(self.per_position))
+        theirs = before.per_position + (0,) * (width - len(before.per_position))
+        return SpecCounters(self.drafts - before.drafts, self.draft_tokens - before.draft_tokens,
+                            self.accepted - before.accepted,
+                            tuple(a - b for a, b in zip(mine, theirs)))
+
+
+_SAMPLE = re.compile(r'^(?P<name>[A-Za-z_:][A-Za-z0-9_:]*)(?:\{(?P<labels>[^}]*)\})?\s+(?P<value>\S+)')
+
+
+def parse_spec_metrics(text: str) -> SpecCounters | None:
+    """The speculation counters in a Prometheus text exposition; None when it has none."""
+    totals: dict[str, float] = {}
+    positions: dict[int, float] = {}
+    for line in text.splitlines():
+        if not line.startswith(METRIC_PREFIX):
+            continue
+        m = _SAMPLE.match(line)
+        if not m:
+            continue
+        try:
+            value = float(m["value"])
+        except ValueError:
+            continue
+        name = m["name"][len(METRIC_PREFIX):]
+        if name == "num_accepted_tokens_per_pos_total":
+            pos = re.search(r'position="(\d+)"', m["labels"] or "")
+            if pos:
+                positions[int(pos[1])] = value
+        else:
+            totals[name] = value
+    need = ("num_drafts_total", "num_draft_tokens_total", "num_accepted_tokens_total")
+    if not all(k in totals for k in need):
+        return None
+    width = max(positions) + 1 if positions else 0
+    return SpecCounters(drafts=int(totals["num_drafts_total"]),
+                        draft_tokens=int(totals["num_draft_tokens_total"]),
+                        accepted=int(totals["num_accepted_tokens_total"]),
+                        per_position=tuple(int(positions.get(i, 0)) for i in range(width)))
 
 
 class Endpoint:
@@ -172,6 +232,36 @@ class Endpoint:
             return {}
         return body if status == 200 and isinstance(body, dict) else {}
 
+    def metrics(self) -> SpecCounters | None:
+        """The speculation counters of ``GET /metrics`` (Prometheus text; llama-server serves it
+        only with ``--metrics``); None when the server has no such endpoint or no counters."""
+        conn = self._conn(10)
+        try:
+            conn.request("GET", "/metrics")
+            resp = conn.getresponse()
+            raw = resp.read().decode("utf-8", "replace")
+        except OSError:
+            return None
+        finally:
+            conn.close()
+        if resp.status != 200:
+            return None
+        return parse_spec_metrics(raw)
+
+    def speculative_slots(self) -> bool | None:
+        """Whether the server's slots draft (``GET /slots``: ``"speculative"``); None when it
+        does not say."""
+        try:
+            status, body = self._json("GET", "/slots", timeout=10)
+        except ClientError:
+            return None
+        if status != 200 or not isinstance(body, list) or not body:
+            return None
+        flags = [s.get("speculative") for s in body if isinstance(s, dict)]
+        if not flags or any(not isinstance(f, bool) for f in flags):
+            return None
+        return any(flags)
+
     def apply_template(self, prompt: str) -> str | None:
         """The prompt as one user turn in the model's chat template (``POST /apply-template``);
         None when the server cannot do it (SGLang has no such endpoint)."""
@@ -186,7 +276,7 @@ class Endpoint:
             return body["prompt"]
         return None
 
-    def complete(self, prompt: str, *, n_predict: int, seed: int, temperature: float,
+    def complete(self, prompt: str, *, n_predict: int, seed: int, temperature: float | None,
                  ignore_eos: bool, extra: dict | None = None, on_token=None) -> Generation:
         """Stream one completion; ``on_token(generation)`` is called after every event."""
         if self.kind == "sglang":
@@ -194,7 +284,8 @@ class Endpoint:
                                          temperature=temperature, ignore_eos=ignore_eos,
                                          on_token=on_token)
         payload = {"prompt": prompt, "n_predict": n_predict, "seed": seed,
-                   "temperature": temperature, "ignore_eos": ignore_eos, "stream": True,
+                   **({} if temperature is None else {"temperature": temperature}),
+                   "ignore_eos": ignore_eos, "stream": True,
                    "timings_per_token": True, "return_tokens": True, "cache_prompt": False,
                    **(extra or {})}
         gen = Generation()

@@ -1,9 +1,10 @@
 """``ojai bench``: find the two arms, start what is not running, run, save, clean up.
 
-The arms are the routes ojai wrote for one model (``<model>-mtp``, one slot with MTP
-drafting, and ``<model>``, the plain multi-slot route of the same binary and model file), or
-two servers given by URL. A route whose draft head and main model are not a proven pair
-(:func:`ojai_setup.pairing.check_pair`) is refused. Results go to the machine's state folder:
+The arms are the routes ojai wrote for one model (a drafted route, one slot with MTP heads, a
+draft model or n-gram drafting, and ``<model>``, the plain multi-slot route of the same binary
+and model file), or two servers given by URL. A route whose draft and main model are not a
+proven pair (:func:`check_files_pair`) is refused; n-gram drafting has no pair to prove. A
+"plain" arm that drafts is refused too. Results go to the machine's state folder:
 ``/var/lib/ojai/bench/<run id>/results.json`` and ``plot.png`` beside it.
 """
 
@@ -19,7 +20,17 @@ from ojai_setup.core.root import Root
 from ojai_setup.commands.bench.campaign import BenchConfig, Observer, Runner
 from ojai_setup.commands.bench.client import Endpoint
 from ojai_setup.commands.bench.results import BenchResult
-from ojai_setup.commands.bench.servers import BenchError, LaunchScript, ServerInfo, ServerPool, describe_server
+from ojai_setup.commands.bench import kinds
+from ojai_setup.commands.bench.servers import (
+    DRAFT_FLAGS,
+    MODEL_FLAGS,
+    BenchError,
+    LaunchScript,
+    ServerInfo,
+    ServerPool,
+    chat_template_of,
+    describe_server,
+)
 
 BENCH_DIR = "bench"
 
@@ -76,11 +87,15 @@ def find_routes(root: Root, route: str | None) -> Arms:
         raise BenchError(f"{model} is an SGLang route: ojai writes no plain route beside it (one "
                          "copy of the weights takes the GPUs), so start it and a server of the same "
                          "model without speculation and give both: --mtp-url URL --plain-url URL")
-    mtp = [k for k, v in mine.items() if v.get("spec_type") not in (None, "none")]
-    plain = [k for k, v in mine.items() if v.get("spec_type") in (None, "none")]
+    mtp = [k for k, v in mine.items() if kinds.drafts(v.get("spec_type"))]
+    plain = [k for k, v in mine.items() if not kinds.drafts(v.get("spec_type"))]
+    if route in mtp:  # one drafted route of several, named
+        mtp = [route]
     if len(mtp) != 1 or len(plain) != 1:
-        raise BenchError(f"model {model}: expected one MTP route and one plain route, found "
-                         f"{', '.join(sorted(mine)) or 'none'}")
+        several = f"; choose the drafted one with --route ({', '.join(sorted(mtp))})" \
+            if len(mtp) > 1 and len(plain) == 1 else ""
+        raise BenchError(f"model {model}: expected one drafted route and one plain route, found "
+                         f"{', '.join(sorted(mine)) or 'none'}{several}")
 
     def arm(name: str) -> RouteArm:
         rec = mine[name]
@@ -94,32 +109,97 @@ def find_routes(root: Root, route: str | None) -> Arms:
 
 def check_route_pair(root: Root, record: dict) -> str:
     """Refuse a route whose draft and main model are not a proven pair; the sentence that
-    says why it is one."""
+    says why it is one (or why there is no pair to prove: n-gram drafting)."""
+    main, draft = record.get("main"), record.get("draft")
+    return check_files_pair(root.resolve(main) if main else None,
+                            root.resolve(draft) if draft else None,
+                            record.get("spec_type"), record.get("pairing") or record.get("mtp"))
+
+
+def pair_kind(spec_type: str | None, draft: Path | None, kind: str | None = None) -> str:
+    """What a pairing proof checks for a drafted server: ``sidecar``/``in_file`` (MTP heads),
+    ``draft_model`` (a separate draft model), ``ngram`` (nothing to pair)."""
+    if kind in ("sidecar", "in_file", "draft_model", "ngram"):
+        return kind
+    if kinds.is_ngram(spec_type):
+        return "ngram"
+    if "draft-mtp" in kinds.parts(spec_type):
+        return "sidecar" if draft else "in_file"
+    return "draft_model"
+
+
+def check_files_pair(main: Path | None, draft: Path | None, spec_type: str | None,
+                     kind: str | None = None) -> str:
+    """The pairing proof for a drafted server's files, by its kind of drafting
+    (:func:`ojai_setup.formats.gguf.check_pair`): MTP heads (architecture, hidden size, token
+    list), a separate draft model (tokenizer and token list), or none needed (n-gram drafting
+    drafts from the text itself)."""
     from ojai_setup.formats.gguf import GGUFError, check_pair, read_model_info
 
-    main, draft = record.get("main"), record.get("draft")
-    kind = record.get("pairing") or record.get("mtp")
-    if not main or kind not in ("sidecar", "in_file", "draft_model", "ngram"):
-        raise BenchError("the drafted route's record names no main model and drafting kind; run "
-                         "`ojai setup --model NAME --apply` again so that its pair can be checked")
+    kind = pair_kind(spec_type, draft, kind)
     if kind == "ngram" and not draft:
-        return "pairing: not applicable (n-gram drafting reads no draft model)"
+        return (f"not applicable: {kinds.label(spec_type) if kinds.is_ngram(spec_type) else 'n-gram drafting'}"
+                " drafts from the text itself (no draft model, nothing to pair)")
+    if not main:
+        raise BenchError("the drafted route's record names no main model; run `ojai setup "
+                         "--model NAME --apply` again so that its pair can be checked")
     try:
-        main_info = read_model_info(root.resolve(main))
-        draft_info = read_model_info(root.resolve(draft)) if draft else None
+        main_info = read_model_info(main)
+        draft_info = read_model_info(draft) if draft else None
     except GGUFError as exc:
         raise BenchError(f"cannot check the route's pair: {exc}") from None
-    verdict = check_pair(main_info, draft_info, kind)
+    verdict = check_pair(main_info, draft_info, kind)  # type: ignore[arg-type]
     if not verdict.ok:
         raise BenchError("refusing to benchmark a route whose draft and main model are not a "
                          "proven pair: " + "; ".join(verdict.reasons))
     if kind == "draft_model":
-        what = (f"{Path(main).name} drafts for itself" if draft == main else
-                f"{Path(draft).name} drafts for {Path(main).name}")
+        same = draft is not None and Path(draft).resolve() == Path(main).resolve()
+        what = f"{Path(main).name} drafts for itself" if same else \
+            f"{Path(draft).name} drafts for {Path(main).name}"
         return f"proven pair: {what} (tokenizer and token list checked)"
     what = f"{Path(draft).name} drafts for {Path(main).name}" if draft else \
         f"{Path(main).name} carries its own MTP heads"
     return f"proven pair: {what} (architecture, hidden size and token list checked)"
+
+
+def url_pairing(info: ServerInfo) -> str:
+    """The pairing of a drafted server given by URL: checked when its command line could be
+    read from its process on this host and its files can be read, else why not."""
+    if not info.command:
+        where = f" (its /props names {info.model_path})" if info.model_path else ""
+        return ("not checked: the server given by URL runs where ojai cannot read its command "
+                f"line{where}, and this build's /props does not name a draft file")
+    script = LaunchScript("", tuple(info.command))
+    main, draft = script.value(*MODEL_FLAGS), script.value(*DRAFT_FLAGS)
+    try:
+        return check_files_pair(Path(main) if main else None, Path(draft) if draft else None,
+                                info.spec_type) + " (read from the running process's files)"
+    except BenchError as exc:
+        if "cannot check" in str(exc):
+            return f"not checked: {exc}"
+        raise
+
+
+def template_note(config: BenchConfig, info: ServerInfo) -> str:
+    """How the prompts reach the model: raw, in its own chat template, or in llama-server's
+    fallback template when the file has none."""
+    if not config.template:
+        return "sent raw (--raw), without a chat template"
+    main = next((m.path for m in info.models if m.role == "main"), None) or info.model_path
+    has = chat_template_of(main) if main else None
+    if has is True:
+        return "wrapped in the model's own chat template"
+    if has is False:
+        return ("wrapped in llama-server's fallback chat template (ChatML): the model file has "
+                "no chat template of its own; --raw sends the prompts as they are")
+    return "wrapped in the server's chat template (/apply-template)"
+
+
+def with_metrics(script: LaunchScript) -> LaunchScript:
+    """The launch script with ``--metrics`` (the exact speculation counters) switched on."""
+    if "--metrics" in script.argv:
+        return script
+    return LaunchScript(script.preamble, (*script.argv, "--metrics"))
 
 
 def _bring_up(pool: ServerPool, arm: RouteArm, label: str, ready_timeout: float) -> tuple[ServerInfo, Endpoint]:
@@ -133,7 +213,7 @@ def _bring_up(pool: ServerPool, arm: RouteArm, label: str, ready_timeout: float)
         raise BenchError(f"route {arm.name} does not answer at {arm.endpoint.url} and has no "
                          "launch script to start it")
     pool.ready_timeout = ready_timeout
-    endpoint, pid = pool.start(arm.script, arm.endpoint.url, arm.name)
+    endpoint, pid = pool.start(with_metrics(arm.script), arm.endpoint.url, arm.name)
     return describe_server(label, endpoint, route=arm.name, argv=argv, script=arm.record.get("script"),
                            started_by_bench=True, pid=pid,
                            draft_n_max=arm.record.get("draft_n_max")), endpoint
@@ -188,8 +268,7 @@ def run_bench(root: Root, config: BenchConfig, *, route: str | None = None,
             mtp_info = describe_server("mtp", mtp_ep)
             plain_info = describe_server("plain", plain_ep)
             result = new_result(None, config)
-            result.pairing = ("not checked: servers given by URL (ojai cannot see which draft file "
-                              "the MTP server loaded)")
+            result.pairing = url_pairing(mtp_info)
         else:
             arms = find_routes(root, route)
             pairing = check_route_pair(root, arms.mtp.record)
@@ -198,6 +277,7 @@ def run_bench(root: Root, config: BenchConfig, *, route: str | None = None,
             result = new_result(arms.model, config)
             result.pairing = pairing
         result.servers = [mtp_info, plain_info]
+        result.template = template_note(config, mtp_info)
         runner = Runner(mtp_ep, plain_ep, config, observer=observer, mtp_info=mtp_info,
                         plain_info=plain_info)
         runner.run(result)

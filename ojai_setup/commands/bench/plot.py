@@ -48,7 +48,10 @@ def render_plot(result: BenchResult, path: Path) -> Path:
         left.legend(fontsize=7, loc="best")
     else:
         left.text(0.5, 0.5, "no finished pairs", ha="center", va="center", transform=left.transAxes)
-    left.set_ylabel("speedup (MTP tokens/s / plain tokens/s)")
+    from ojai_setup.commands.bench.kinds import label
+
+    drafted = label(result.kind)
+    left.set_ylabel(f"speedup ({drafted} tokens/s / plain tokens/s)")
     left.set_title("paired runs", fontsize=10)
 
     long = result.long
@@ -59,10 +62,10 @@ def render_plot(result: BenchResult, path: Path) -> Path:
                 continue
             xs = [(i + 0.5) * data.window for i in range(len(data.rates))]
             right.plot(xs, data.rates, marker="o", markersize=3, color=color,
-                       label=f"{arm} ({data.tokens} tokens)")
+                       label=f"{drafted if arm == 'mtp' else arm} ({data.tokens} tokens)")
             if data.collapse.detected and data.collapse.window is not None:
                 right.axvline(data.collapse.window * data.window, color="tab:red", linestyle=":",
-                              label=f"{arm} collapse begins")
+                              label=f"{drafted if arm == 'mtp' else arm} collapse begins")
         right.set_xlabel("generated tokens (window centre)")
         right.legend(fontsize=7, loc="best")
         right.set_ylim(bottom=0)

@@ -1,7 +1,8 @@
 """The prompts of a campaign: a built-in set of real tasks, or the user's own file.
 
 A user file is either JSON lines (``{"id": "...", "prompt": "..."}`` per line; ``id`` is
-optional) or plain text with one prompt per paragraph (prompts separated by blank lines).
+optional) or plain text with one prompt per paragraph (prompts separated by blank lines; for
+``ojai tune``, one prompt a line).
 """
 
 from __future__ import annotations
@@ -56,7 +57,9 @@ LONG_PROMPT = Prompt(
 )
 
 
-def load_prompts(path: Path) -> tuple[Prompt, ...]:
+def load_prompts(path: Path, *, lines: bool = False) -> tuple[Prompt, ...]:
+    """The prompts of a file: JSON lines (``.jsonl``/``.json``), else text with one prompt per
+    paragraph, or with ``lines`` one prompt a line (``ojai tune --prompts``)."""
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
@@ -74,6 +77,10 @@ def load_prompts(path: Path) -> tuple[Prompt, ...]:
                     or not entry["prompt"].strip():
                 raise PromptFileError(f"{path}:{number}: expected {{\"id\": ..., \"prompt\": \"...\"}}")
             prompts.append(Prompt(str(entry.get("id") or f"p{len(prompts) + 1}"), entry["prompt"]))
+    elif lines:
+        for line in text.splitlines():
+            if line.strip():
+                prompts.append(Prompt(f"p{len(prompts) + 1}", line.strip()))
     else:
         for block in text.split("\n\n"):
             if block.strip():

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ojai_setup.commands.bench import kinds
 from ojai_setup.commands.bench.campaign import Observer
 from ojai_setup.commands.bench.results import SCHEMA, BenchResult, Pair
 
@@ -24,7 +25,11 @@ def pair_row(p: Pair) -> list[str]:
             _pct(p.predicted_speedup), _num(p.mtp.mean_accepted_length, ".2f"), same]
 
 
-PAIR_COLUMNS = ("prompt", "seed", "order", "plain t/s", "MTP t/s", "speedup", "model", "len", "temp 0")
+def pair_columns(label: str = "drafted") -> tuple[str, ...]:
+    return ("prompt", "seed", "order", "plain t/s", f"{label} t/s", "speedup", "model", "len", "temp 0")
+
+
+PAIR_COLUMNS = pair_columns()
 
 
 class LiveObserver(Observer):
@@ -40,6 +45,7 @@ class LiveObserver(Observer):
         self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                                  TimeElapsedColumn(), console=console)
         self.task = None
+        self.columns = PAIR_COLUMNS
         self.live = Live(self._render(), console=console, refresh_per_second=4, transient=False)
 
     def _render(self):
@@ -47,7 +53,7 @@ class LiveObserver(Observer):
         from rich.table import Table
 
         table = Table(title="paired runs (decode tokens/s from the server's timings)", title_justify="left")
-        for c in PAIR_COLUMNS:
+        for c in self.columns:
             table.add_column(c, justify="left" if c == "prompt" else "right", no_wrap=True)
         for r in self.rows[-12:]:
             table.add_row(*r)
@@ -59,6 +65,9 @@ class LiveObserver(Observer):
 
     def __exit__(self, *exc: Any) -> None:
         self.live.__exit__(*exc)
+
+    def arms(self, label: str) -> None:
+        self.columns = pair_columns(label)
 
     def phase(self, name: str, total: int) -> None:
         if self.task is not None:
@@ -97,14 +106,19 @@ class BenchReport:
         p = term.print
         if result.stopped:
             p(f"[yellow]stopped early:[/] {result.stopped}")
+        label = kinds.label(result.kind)
         p(f"pairing: {result.pairing}")
+        if result.template:
+            p(f"prompts: {result.template}")
         for s in result.servers:
             who = "started by ojai bench" if s.started_by_bench else "already running"
-            p(f"{s.arm}: {s.route or s.url} ({who}; {s.slots or '?'} slot(s); "
-              f"{s.version or s.build_info or 'version unknown'})")
+            arm = label if s.arm == "mtp" else s.arm
+            p(f"{arm}: {s.route or s.url} ({who}; {s.slots or '?'} slot(s); "
+              f"{s.version or s.build_info or 'version unknown'}"
+              + (f"; --spec-type {s.spec_type}" if s.spec_type else "") + ")")
         if result.pairs and not term.color:  # the live table was not drawn
             table = Table(title="paired runs")
-            for c in PAIR_COLUMNS:
+            for c in pair_columns(label):
                 table.add_column(c, justify="left" if c == "prompt" else "right", no_wrap=True)
             for pair in result.pairs:
                 table.add_row(*pair_row(pair))
@@ -116,14 +130,21 @@ class BenchReport:
             p(f"speedup over {s.n} pair(s): mean {_pct(s.mean)} (range {_pct(s.low)} to {_pct(s.high)}{sd}{ci})")
         m = result.model
         if m:
-            p(f"acceptance: {_num(m.accepted_fraction and m.accepted_fraction * 100, '.1f')}% of drafted "
-              f"tokens accepted; {_num(m.mean_accepted_length, '.2f')} tokens per verification step; "
-              f"per-token a = {_num(m.acceptance, '.3f')} at g = {m.draft_n_max}")
+            source = {"metrics": "the server's /metrics counters",
+                      "timings": "inferred from the completions' timings"}.get(m.counters or "",
+                                                                            m.counters or "unknown")
+            p(f"acceptance ({source}): {_num(m.accepted_fraction and m.accepted_fraction * 100, '.1f')}% "
+              f"of drafted tokens accepted; {_num(m.mean_accepted_length, '.2f')} tokens per "
+              "verification step" + ("" if m.kind == "none" else
+                                     f"; per-token a = {_num(m.acceptance, '.3f')} at g = {m.draft_n_max}"))
             if m.implied_mean_length is not None:
                 p(f"synthetic rates on the server imply {m.implied_mean_length:.2f} tokens per step; "
                   f"measured {_num(m.mean_accepted_length, '.2f')}")
-            p(f"model: draft cost c = {_num(m.draft_cost, '.3f')} (from the timings); predicted "
-              f"speedup {_pct(m.predicted_speedup)}, measured {_pct(m.measured_speedup)}")
+            if m.kind == "none":
+                p(f"model: {m.note}; measured {_pct(m.measured_speedup)}")
+            else:
+                p(f"model: draft cost c = {_num(m.draft_cost, '.3f')} (from the timings); predicted "
+                  f"speedup {_pct(m.predicted_speedup)}, measured {_pct(m.measured_speedup)}")
         t = result.temperature0
         if t:
             p(f"temperature 0: {t.identical} of {t.compared} pair(s) byte-identical"
@@ -131,7 +152,7 @@ class BenchReport:
         sc = result.scoring
         if sc:
             p(f"scores ({sc.command}): {sc.differing_pairs} of {sc.scored_pairs} scored pair(s) differ; "
-              f"mean MTP {_num(sc.mtp_mean, '.3f')}, plain {_num(sc.plain_mean, '.3f')}")
+              f"mean {label} {_num(sc.mtp_mean, '.3f')}, plain {_num(sc.plain_mean, '.3f')}")
         lg = result.long
         if lg:
             for arm in (lg.mtp, lg.plain):
@@ -144,7 +165,7 @@ class BenchReport:
         c = result.concurrency
         if c and c.points:
             table = Table(title="parallel streams (aggregate tokens/s)")
-            for col in ("k", "MTP", "plain", "MTP/plain"):
+            for col in ("k", label, "plain", f"{label}/plain"):
                 table.add_column(col, justify="right")
             by = {(pt.arm, pt.k): pt for pt in c.points}
             for k in sorted({pt.k for pt in c.points}):
@@ -173,7 +194,7 @@ def compare(a: BenchResult, b: BenchResult) -> dict:
             "acceptance a": r.model.acceptance if r.model else None,
             "draft cost c": r.model.draft_cost if r.model else None,
             "identical at temp 0": r.temperature0.identical if r.temperature0 else None,
-            "long MTP tokens/s": long_mtp.server_tps if long_mtp else None,
+            "long drafted tokens/s": long_mtp.server_tps if long_mtp else None,
             "collapse": (long_mtp.collapse.detected if long_mtp else None),
             "inversion at k": r.concurrency.inversion_k if r.concurrency else None,
             "verdict": r.verdict.decision if r.verdict else None,

@@ -13,7 +13,7 @@ SCHEMA = "ojai.bench/1"
 class ArmRun(BaseModel):
     """One arm of one pair: a completion and what its timings say."""
 
-    arm: str  # "mtp" | "plain"
+    arm: str  # "mtp" (the drafted arm, whatever its kind) | "plain"
     tokens: int
     server_tps: float | None
     harness_tps: float | None
@@ -26,6 +26,9 @@ class ArmRun(BaseModel):
     mean_accepted_length: float | None = None  # tokens per verification step
     acceptance: float | None = None  # per-token a (maximum likelihood over the steps)
     position_rates: list[float] = []
+    #: where the drafted/accepted counts come from: "metrics" (the server's exact counters,
+    #: ``/metrics``), "timings" (the completion's ``timings`` and its streamed counters)
+    counters: str | None = None
     stop_type: str | None = None
     wall_s: float
     text: str = ""
@@ -85,6 +88,11 @@ class ConcurrencyResult(BaseModel):
 class ModelCheck(BaseModel):
     """The speculative-decoding model against the measurements."""
 
+    #: "geometric" for draft heads and draft models (a per-token acceptance a); "none" for
+    #: n-gram drafting, whose drafts come and go with the text (no prediction is made)
+    kind: str = "geometric"
+    note: str = ""
+    counters: str | None = None  # "metrics", "timings" or "metrics and timings"
     draft_n_max: int | None
     acceptance: float | None  # pooled maximum-likelihood a
     accepted_fraction: float | None
@@ -120,6 +128,12 @@ class BenchResult(BaseModel):
     settings: dict
     servers: list[ServerInfo] = []
     pairing: str = ""
+    #: the drafted arm's kind (its ``--spec-type`` value: draft-mtp, draft-simple, ngram-simple,
+    #: a chain like draft-simple,ngram-mod), None when it is not known
+    kind: str | None = None
+    #: how prompts were sent: "raw", "the model's chat template", or "llama-server's fallback
+    #: template (chatml): the model file has none"
+    template: str | None = None
     pairs: list[Pair] = []
     summary: Summary | None = None
     verdict: Verdict | None = None

@@ -152,6 +152,12 @@ class ServerInfo(BaseModel):
     models: list[ModelFileInfo] = []
     draft_n_max: int | None = None
     draft_n_min: int | None = None
+    #: ``--spec-type`` as the server was started with it (None when not known)
+    spec_type: str | None = None
+    #: the command line was read from the running process found listening on the URL's port
+    command_from_process: bool = False
+    #: the server answers ``/metrics`` with speculation counters
+    metrics: bool = False
     synthetic_rates: list[float] | None = None
     synthetic_len: float | None = None
 
@@ -217,6 +223,7 @@ def binary_version(binary: str) -> str | None:
 
 def _speculative_settings(argv: tuple[str, ...] | list[str], info: ServerInfo) -> None:
     script = LaunchScript("", tuple(argv))
+    info.spec_type = script.value("--spec-type") or ("none" if not script.value(*DRAFT_FLAGS) else None)
     n_max = script.value("--spec-draft-n-max")
     n_min = script.value("--spec-draft-n-min")
     rates = script.value("--spec-synth-rates")
@@ -310,6 +317,47 @@ def cmdline_of(pid: int) -> list[str] | None:
     return [p.decode("utf-8", "replace") for p in parts if p] or None
 
 
+def listening_pid(port: int) -> int | None:
+    """The process on this host that listens on TCP ``port`` (IPv4 or IPv6), found through
+    ``/proc/net/tcp*`` and the processes' open sockets; None when it cannot be seen (another
+    user's process, without root)."""
+    inodes: set[str] = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if len(fields) > 9 and fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                inodes.add(fields[9])
+    if not inodes:
+        return None
+    wanted = {f"socket:[{i}]" for i in inodes}
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            for fd in (proc / "fd").iterdir():
+                if os.readlink(fd) in wanted:
+                    return int(proc.name)
+        except OSError:
+            continue
+    return None
+
+
+def chat_template_of(path: str) -> bool | None:
+    """Whether the GGUF file carries a chat template (``tokenizer.chat_template``); None when
+    the file cannot be read."""
+    try:
+        import gguf
+
+        reader = gguf.GGUFReader(path, "r")
+    except Exception:  # not readable here, or not a GGUF file: not known
+        return None
+    return reader.get_field("tokenizer.chat_template") is not None
+
+
 def describe_server(arm: str, endpoint: Endpoint, *, route: str | None = None,
                     argv: tuple[str, ...] | None = None, script: str | None = None,
                     started_by_bench: bool = False, pid: int | None = None,
@@ -323,16 +371,29 @@ def describe_server(arm: str, endpoint: Endpoint, *, route: str | None = None,
                 argv = tuple(live)
                 break
             time.sleep(0.05)
+    from_process = False
+    if argv is None and endpoint.host in ("127.0.0.1", "localhost", "::1"):
+        found = listening_pid(endpoint.port)
+        live = cmdline_of(found) if found else None
+        if live:
+            argv, from_process = tuple(live), True
     info = ServerInfo(arm=arm, url=endpoint.url, route=route, started_by_bench=started_by_bench,
                       command=list(argv) if argv else None, script=script,
                       build_info=props.get("build_info"), slots=props.get("total_slots"),
-                      model_path=props.get("model_path"), draft_n_max=draft_n_max)
+                      model_path=props.get("model_path"), draft_n_max=draft_n_max,
+                      command_from_process=from_process,
+                      metrics=bool(props.get("endpoint_metrics")) and endpoint.metrics() is not None)
     if argv:
+        from ojai_setup.commands.bench.kinds import version_of_build_info
+
         info.binary = argv[0]
-        info.version = binary_version(argv[0])
+        info.version = binary_version(argv[0]) or version_of_build_info(info.build_info)
         info.models = describe_models(argv)
         _speculative_settings(argv, info)
     elif info.model_path:
+        from ojai_setup.commands.bench.kinds import version_of_build_info
+
+        info.version = version_of_build_info(info.build_info)
         real = Path(info.model_path)
         try:
             info.models = [ModelFileInfo(role="main", path=info.model_path, size=real.stat().st_size,

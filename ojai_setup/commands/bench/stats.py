@@ -24,6 +24,7 @@ from ojai_setup.commands.verify import expected_tokens, solve_acceptance
 
 __all__ = [
     "Collapse",
+    "Robust",
     "Summary",
     "Verdict",
     "acceptance_mle",
@@ -36,6 +37,7 @@ __all__ = [
     "mean_accepted_length",
     "per_position_rates",
     "predicted_speedup",
+    "robust",
     "solve_acceptance",
     "summarize",
     "verdict",
@@ -66,8 +68,9 @@ class Verdict(_Frozen):
 
 
 def bootstrap_ci(values: Sequence[float], *, level: float = 0.95, resamples: int = 4000,
-                 seed: int = 0) -> tuple[float, float] | None:
-    """Percentile bootstrap interval of the mean; None for fewer than two values.
+                 seed: int = 0, statistic: str = "mean") -> tuple[float, float] | None:
+    """Percentile bootstrap interval of the mean (or, with ``statistic="median"``, of the
+    median); None for fewer than two values.
 
     Deterministic for a given ``seed``: the same campaign always reports the same interval.
     """
@@ -78,7 +81,8 @@ def bootstrap_ci(values: Sequence[float], *, level: float = 0.95, resamples: int
 
     data = np.asarray(values, dtype=float)
     rng = np.random.default_rng(seed)
-    means = np.sort(data[rng.integers(0, n, size=(resamples, n))].mean(axis=1))
+    samples = data[rng.integers(0, n, size=(resamples, n))]
+    means = np.sort(np.median(samples, axis=1) if statistic == "median" else samples.mean(axis=1))
     tail = (1.0 - level) / 2.0
     lo = float(means[max(0, math.floor(tail * resamples))])
     hi = float(means[min(resamples - 1, math.ceil((1.0 - tail) * resamples) - 1)])
@@ -98,13 +102,13 @@ def summarize(speedups: Sequence[float], *, level: float = 0.95, seed: int = 0) 
 
 
 def verdict(summary: Summary | None, threshold: float, *, min_pairs: int = 3,
-            collapse: str | None = None) -> Verdict:
+            collapse: str | None = None, arm: str = "MTP") -> Verdict:
     """Adopt when the whole confidence interval of the mean speedup lies above
     ``1 + threshold``; do not adopt when it lies wholly below, or when the long generation
     collapsed; otherwise inconclusive. Fewer than ``min_pairs`` pairs adopt nothing."""
     bar = 1.0 + threshold
     if collapse:
-        return Verdict(decision="do not adopt", reason=f"the MTP arm collapsed in the long generation: {collapse}")
+        return Verdict(decision="do not adopt", reason=f"the {arm} arm collapsed in the long generation: {collapse}")
     if summary is None or summary.n < min_pairs:
         n = 0 if summary is None else summary.n
         return Verdict(decision="inconclusive",
@@ -116,6 +120,36 @@ def verdict(summary: Summary | None, threshold: float, *, min_pairs: int = 3,
     if summary.ci_high < bar:
         return Verdict(decision="do not adopt", reason=f"{ci} lies below the threshold {bar:.2f}x")
     return Verdict(decision="inconclusive", reason=f"{ci} contains the threshold {bar:.2f}x; run more pairs")
+
+
+class Robust(_Frozen):
+    """The median speedup of a cell, the pairs far from it (outliers, shown), and the
+    bootstrap interval of the mean of the others: a pair spoilt by load (another process took
+    the processor for one arm) neither moves the median nor widens the interval."""
+
+    n: int
+    median: float
+    ci_low: float | None
+    ci_high: float | None
+    ci_level: float
+    #: speedups more than ``OUTLIER_FACTOR`` times off the median (a pair spoilt by load)
+    outliers: tuple[float, ...] = ()
+
+
+#: a pair whose speedup is more than this factor above or below its cell's median is shown as
+#: an outlier (it does not move the median)
+OUTLIER_FACTOR = 1.5
+
+
+def robust(speedups: Sequence[float], *, level: float = 0.95, seed: int = 0) -> Robust:
+    if not speedups:
+        raise ValueError("no finished pairs to summarize")
+    med = statistics.median(speedups)
+    out = tuple(s for s in speedups if med > 0 and (s > med * OUTLIER_FACTOR or s < med / OUTLIER_FACTOR))
+    kept = [s for s in speedups if s not in out]
+    ci = bootstrap_ci(kept if len(kept) >= 2 else speedups, level=level, seed=seed)
+    return Robust(n=len(speedups), median=med, ci_low=ci[0] if ci else None,
+                  ci_high=ci[1] if ci else None, ci_level=level, outliers=out)
 
 
 # -- acceptance ------------------------------------------------------------------------------

@@ -1,0 +1,77 @@
+"""The kinds of drafting a llama-server does, as ``--spec-type`` names them (build 11434):
+draft heads and draft models (``draft-mtp``, ``draft-simple``, ``draft-eagle3``, ...), n-gram
+drafting from the text itself (``ngram-simple``, ``ngram-map-k``, ``ngram-map-k4v``,
+``ngram-mod``, ``ngram-cache``), and chains of them (``draft-simple,ngram-mod``).
+
+Each kind reads its own length knob (common/arg.cpp and common/speculative.cpp of b11434):
+draft heads ``--spec-draft-n-max``; ``ngram-simple``/``-map-k``/``-map-k4v`` their
+``--spec-ngram-<type>-size-m`` (the drafted m-gram; ``-size-n`` is the lookup length);
+``ngram-mod`` ``--spec-ngram-mod-n-max``; ``ngram-cache`` none (it drafts up to 8 tokens).
+"""
+
+from __future__ import annotations
+
+import re
+
+NONE = "none"
+SPEC_TYPE_FLAGS = ("--spec-type",)
+NGRAM_TYPES = ("ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache")
+
+
+def parts(spec_type: str | None) -> tuple[str, ...]:
+    if not spec_type:
+        return ()
+    return tuple(p.strip() for p in spec_type.split(",") if p.strip() and p.strip() != NONE)
+
+
+def drafts(spec_type: str | None) -> bool:
+    return bool(parts(spec_type))
+
+
+def is_ngram(spec_type: str | None) -> bool:
+    """Only n-gram drafting: no draft head, no draft model."""
+    p = parts(spec_type)
+    return bool(p) and all(x.startswith("ngram-") for x in p)
+
+
+def has_head(spec_type: str | None) -> bool:
+    """A draft head or draft model among the kinds (the geometric acceptance model fits it)."""
+    return any(x.startswith("draft-") for x in parts(spec_type))
+
+
+def label(spec_type: str | None) -> str:
+    """What the drafted arm is called for people: "MTP" for MTP heads, else the kind's name
+    ("ngram-simple", "draft-simple,ngram-mod"); "drafted" when the kind is not known."""
+    p = parts(spec_type)
+    if not p:
+        return "drafted"
+    if p == ("draft-mtp",):
+        return "MTP"
+    return ",".join(p)
+
+
+def knob_flag(kind: str) -> str | None:
+    """The flag that sets how many tokens ``kind`` (one ``--spec-type`` value) drafts."""
+    if kind.startswith("draft-"):
+        return "--spec-draft-n-max"
+    if kind in ("ngram-simple", "ngram-map-k", "ngram-map-k4v"):
+        return f"--spec-{kind}-size-m"
+    if kind == "ngram-mod":
+        return "--spec-ngram-mod-n-max"
+    return None
+
+
+_BUILD_INFO = re.compile(r"^b(?P<build>\d+)(?:-(?P<commit>[0-9A-Za-z]+))?$")
+
+
+def version_of_build_info(build_info: str | None) -> str | None:
+    """``/props``'s ``build_info`` as a version label: ``b11434-unknown`` is ``build 11434``
+    (the binary knows its build, not its commit), ``b11434-abc1234`` ``build 11434 commit
+    abc1234``; anything else is kept as it is."""
+    if not build_info:
+        return None
+    m = _BUILD_INFO.match(build_info.strip())
+    if not m:
+        return build_info
+    commit = m["commit"]
+    return f"build {m['build']}" + (f" commit {commit}" if commit and commit != "unknown" else "")
