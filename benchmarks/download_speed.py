@@ -144,13 +144,16 @@ def compare(work: Path, info: dict, size: int, runs: int) -> int:
 
 
 def sha256_rate(size: int) -> float:
-    """MB/s of hashlib's sha256 over ``size`` bytes in 4 MiB blocks (ojai's block size)."""
-    block = os.urandom(4 << 20)
+    """MB/s of hashlib's sha256 over about ``size`` bytes, in the blocks ojai's download hashes."""
+    from ojai_setup.apply.hub import _BLOCK
+
+    block = os.urandom(_BLOCK)
+    blocks = max(1, size // _BLOCK)
     digest = hashlib.sha256()
     start = time.perf_counter()
-    for _ in range(max(1, size // len(block))):
+    for _ in range(blocks):
         digest.update(block)
-    return max(1, size // len(block)) * len(block) / (time.perf_counter() - start) / 1e6
+    return blocks * _BLOCK / (time.perf_counter() - start) / 1e6
 
 
 if __name__ == "__main__":
