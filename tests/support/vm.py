@@ -809,6 +809,7 @@ class Machine:
         if state not in ("running", "degraded"):
             raise VMError(f"{self.name}: systemd says {state!r} after boot\n{self._serial_tail()}")
         self.boot_times.append(time.monotonic() - self._boot_started)
+        self.log(f"(booted in {self.boot_times[-1]:.1f} s)")
         return self.boot_id
 
     def resume(self, timeout: float = COMMAND_TIMEOUT) -> str:
@@ -928,13 +929,15 @@ class Machine:
         tag = secrets.token_hex(6)
         self._sock.sendall(_line(tag, command))
         self.log(f"$ {command}")
-        deadline = time.monotonic() + timeout
+        started = time.monotonic()
+        deadline = started + timeout
         pattern = re.compile(rb"@@DONE " + tag.encode() + rb" (\d+) out=([A-Za-z0-9+/=]*) "
                              rb"err=([A-Za-z0-9+/=]*)\r?\n")
         match = self._expect(pattern, deadline, what=f"`{command}`")
         result = Result(command, int(match.group(1)), base64.b64decode(match.group(2)).decode(
             errors="replace"), base64.b64decode(match.group(3)).decode(errors="replace"))
-        self.log(f"(exit code {result.exit_code})\n{result.stdout}{result.stderr}")
+        self.log(f"(exit code {result.exit_code}, {time.monotonic() - started:.1f} s)\n"
+                 f"{result.stdout}{result.stderr}")
         return result
 
     def log(self, text: str) -> None:
