@@ -50,7 +50,8 @@ def read(log: Path) -> tuple[list[tuple[str, float]], list[float]]:
 
 
 def main(argv: list[str]) -> int:
-    tops = [Path(a) for a in argv] or [Path(tempfile.gettempdir()) / f"pytest-of-{getpass.getuser()}"]
+    tops = [Path(a) for a in argv] or [
+        Path(tempfile.gettempdir()) / f"pytest-of-{getpass.getuser()}"]
     logs = sorted(p for top in tops for p in top.rglob("commands.log"))
     if not logs:
         print(f"no commands.log under {', '.join(map(str, tops))}: run the VM tests first")

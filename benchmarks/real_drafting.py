@@ -35,7 +35,8 @@ sys.path.insert(0, str(REPO))
 
 from ojai_setup.commands.bench.campaign import BenchConfig  # noqa: E402
 from ojai_setup.commands.bench.prompts import Prompt  # noqa: E402
-from ojai_setup.commands.tune import TuneConfig, is_head, replay_sweep, run_tune  # noqa: E402
+from ojai_setup.commands.tune import (  # noqa: E402
+    TuneConfig, TuneObserver, is_head, replay_sweep, run_tune)
 from ojai_setup.core.root import Root  # noqa: E402
 from support.gemma import ensure_gemma  # noqa: E402
 from support.gemma_machine import PROMPTS, write_gemma_machine  # noqa: E402
@@ -43,6 +44,17 @@ from support.llama import ensure_llama_server  # noqa: E402
 from support.server import serve  # noqa: E402
 
 PROSE = Prompt("prose", "The old lighthouse keeper climbed the stairs one last time and")
+
+
+class Cells(TuneObserver):
+    """Each cell as it is measured, on stderr: a sweep takes tens of minutes."""
+
+    def __init__(self) -> None:
+        self.started = time.monotonic()
+
+    def length(self, binary: str, lr) -> None:
+        print(f"  [{time.monotonic() - self.started:5.0f} s] {lr.kind or 'own kind'} {lr.g}: "
+              f"{lr.score:.3f}x over {len(lr.pairs)} pairs", file=sys.stderr, flush=True)
 
 
 def _ints(text: str) -> tuple[int, ...]:
@@ -70,7 +82,7 @@ def main() -> None:
         m = write_gemma_machine(Path(tmp) / "m", binary, model, routes=("gemma-self",))
         with serve([m.script("gemma")], m.ports["gemma"], Path(tmp) / "plain.log"):
             t0 = time.monotonic()
-            result = run_tune(Root(m.root), "gemma-self", config)
+            result = run_tune(Root(m.root), "gemma-self", config, observer=Cells())
             elapsed = time.monotonic() - t0
     (b,) = result.backends
     print(f"sweep: {len(b.lengths)} cells in {elapsed:.0f} s" + (f" ({result.stopped})" if result.stopped else ""))

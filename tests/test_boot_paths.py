@@ -22,6 +22,7 @@ from ojai_setup.cli import app
 from ojai_setup.core.root import Root
 from ojai_setup.domain.boot_path import Markers, decide
 from ojai_setup.formats.boot_files import (
+    lsinitrd_files,
     default_loader_entry,
     edit_entry_options,
     entry_options,
@@ -574,11 +575,15 @@ def test_dracut_on_kernel_install_rebuilds_the_initramfs_the_entry_loads(machine
     assert ctx.facts.boot.loader.kind == "systemd-boot-kernel-install"
     assert ctx.facts.boot.initramfs.carries_ttm is True, ctx.facts.boot.initramfs
     result = TtmStep().plan(ctx)
-    assert [a.path for a in result.actions] == ["/etc/modprobe.d/99-ojai-ttm.conf"]
+    # Debian's dracut builds without host-only, where it leaves /etc/modprobe.d out of the
+    # image: ojai's dracut.conf.d drop-in names the file (the UEFI guest's rebuild proved it)
+    assert [a.path for a in result.actions] == ["/etc/modprobe.d/99-ojai-ttm.conf",
+                                                "/etc/dracut.conf.d/99-ojai-ttm.conf"]
+    assert 'install_items+=" /etc/modprobe.d/99-ojai-ttm.conf "' in result.actions[1].after
     assert [h.argv for h in result.handlers.values()] == [
         ("dracut", "--force", f"/boot/initrd.img-{DEB_REL}", DEB_REL),
         ("kernel-install", "add", DEB_REL, f"/boot/vmlinuz-{DEB_REL}", f"/boot/initrd.img-{DEB_REL}")]
-    assert result.actions[0].notify == tuple(result.handlers)
+    assert all(a.notify == tuple(result.handlers) for a in result.actions)
     applied = ojai("setup", "--root", str(root), "--ttm-via", "modprobe", "--apply", "--yes", *ARGS)
     assert applied.exit_code == 0, applied.output
     assert "kernel-install add" in applied.output and "--regenerate-all" not in applied.output
@@ -593,3 +598,89 @@ def test_dracut_image_without_ttm_needs_no_rebuild_on_kernel_install(machine):
     assert line.split()[0] == "change", line
     assert "does not carry ttm" in line and "no rebuild" in line, line
     assert "dracut" not in line and "kernel-install" not in line, line
+
+
+def test_lsinitrd_files_splits_what_dracuts_lsinitrd_printed_for_several_files():
+    """The real output of dracut 059's lsinitrd for three -f (tests/data/boot): each file by
+    its name, whole; the one the image lacks (empty) left out; one -f is the bare contents."""
+    out = (BOOT_DATA / "debian12-dracut-059-lsinitrd-f-three.txt").read_text()
+    asked = ["/usr/lib/modprobe.d/aliases.conf", "/usr/lib/modprobe.d/fbdev-blacklist.conf",
+             "/etc/modprobe.d/nothing.conf"]
+    files = dict(lsinitrd_files(out, asked))
+    assert sorted(files) == sorted(asked[:2])
+    aliases = files["/usr/lib/modprobe.d/aliases.conf"]
+    assert aliases.startswith("# These are the standard aliases and dependencies.\n")
+    assert aliases.endswith("softdep ohci-hcd pre: ehci-hcd\n\n") and "=====" not in aliases
+    blacklist = files["/usr/lib/modprobe.d/fbdev-blacklist.conf"]
+    assert blacklist.splitlines()[-1] == "blacklist vt8623fb", blacklist
+    # byte for byte: the sizes the same image's listing gives (624 and 390 bytes)
+    assert [len(aliases.encode()), len(blacklist.encode())] == [624, 390]
+    assert lsinitrd_files("options ttm pages_limit=7\n", ["/etc/modprobe.d/a.conf"]) == [
+        ("/etc/modprobe.d/a.conf", "options ttm pages_limit=7\n")]
+    assert lsinitrd_files("", ["/etc/modprobe.d/a.conf"]) == []
+
+
+def test_dracut_image_limit_is_read_with_one_lsinitrd_run_and_a_stale_one_is_rebuilt(machine):
+    """Every modprobe.d file inside a dracut image comes out of one ``lsinitrd -f ... -f ...``
+    (lsinitrd unpacks the image once for all; one run a file unpacks it again each time, 80 s
+    a time for a generic image under qemu's TCG), and the limit found there decides: an image
+    holding an older limit than /etc/modprobe.d is rebuilt and copied to the ESP."""
+    from support.context import OFFLINE
+    from support.machine_state import store_capture
+
+    from ojai_setup.core.root import CommandResult
+    from ojai_setup.model.settings import Settings
+    from ojai_setup.planning.gather import gather
+    from ojai_setup.steps.ttm import TtmStep
+
+    root = debian_dracut_sdboot(machine, "debian12-dracut-059-lsinitrd-drm.txt")
+    pages, old = 262144, 131072
+    (root / "etc/modprobe.d").mkdir(parents=True, exist_ok=True)
+    (root / "etc/modprobe.d/99-ojai-ttm.conf").write_text(f"options ttm pages_limit={pages}\n")
+    listing = next((root / ".ojai/commands").glob("lsinitrd *")) / "stdout"
+    listing.write_text(listing.read_text() + "-rw-r--r--   1 root     root           "
+                       "98 Dec  2 13:05 etc/modprobe.d/99-ojai-ttm.conf\n")
+    inside = ["/etc/modprobe.d/99-ojai-ttm.conf", "/usr/lib/modprobe.d/aliases.conf",
+              "/usr/lib/modprobe.d/fbdev-blacklist.conf", "/usr/lib/modprobe.d/systemd.conf"]
+    rule = "=" * 72
+    shown = "".join(f"initramfs:{p}\n{rule}\n{text}{rule}\n\n" for p, text in (
+        (inside[2], "blacklist arkfb\n"), (inside[0], f"options ttm pages_limit={old}\n"),
+        (inside[1], "options snd-pcsp index=-2\n"), (inside[3], "options bonding max_bonds=0\n")))
+    esp_copy = f"/boot/{DEB_MID}/{DEB_REL}/initrd.img-{DEB_REL}"
+    store_capture(root, CommandResult(
+        ("lsinitrd", *(a for p in inside for a in ("-f", p.lstrip("/"))), esp_copy), 0, shown))
+    ctx = gather(Root(root), Settings(llamacpp="none", npu=False, ttm_via="modprobe",
+                                      gpu_memory_gib=1), remote=OFFLINE)
+    found = ctx.facts.boot.initramfs
+    assert found.modprobe_files == inside and found.pages == old, found
+    result = TtmStep().plan(ctx)
+    assert result.status == "change" and "was built without it" in result.sentence, result
+    dropin = result.actions[0]
+    assert (dropin.path, dropin.before) == ("/etc/dracut.conf.d/99-ojai-ttm.conf", None)
+    assert 'install_items+=" /etc/modprobe.d/99-ojai-ttm.conf "' in dropin.after
+    assert [a.argv for a in result.actions[1:]] == [
+        ("dracut", "--force", f"/boot/initrd.img-{DEB_REL}", DEB_REL),
+        ("kernel-install", "add", DEB_REL, f"/boot/vmlinuz-{DEB_REL}",
+         f"/boot/initrd.img-{DEB_REL}")]
+
+
+def test_a_capture_of_a_long_command_has_a_name_a_file_system_takes(tmp_path):
+    """A command line longer than a file name (255 bytes) is stored and replayed under its
+    first 222 bytes and a digest of the whole: two such commands that share the beginning
+    do not share a capture."""
+    from support.machine_state import store_capture
+
+    from ojai_setup.core.root import CommandResult, command_key
+
+    files = [f"-f usr/lib/modprobe.d/file-{i:02d}.conf" for i in range(12)]
+    a = ("lsinitrd", *" ".join(files).split(), "/boot/initrd.img-6.1.0-50-amd64")
+    b = (*a[:-1], "/boot/initrd.img-6.1.0-51-amd64")
+    assert len(" ".join(a)) > 255
+    keys = {command_key(a), command_key(b)}
+    assert len(keys) == 2 and all(len(k.encode()) <= 240 for k in keys), keys
+    assert command_key(a) == command_key(list(a))
+    assert command_key(("lsinitrd", "/boot/x")) == "lsinitrd %2Fboot%2Fx"  # short ones as before
+    store_capture(tmp_path, CommandResult(a, 0, "first\n"))
+    store_capture(tmp_path, CommandResult(b, 0, "second\n"))
+    root = Root(tmp_path)
+    assert [root.run(list(argv)).stdout for argv in (a, b)] == ["first\n", "second\n"]

@@ -9,6 +9,10 @@ reboots, and asserts on ``/proc/cmdline``, the loader entries on the ESP and
 ``/sys/module/ttm/parameters/pages_limit``. The image has no ``/etc/kernel/cmdline`` (as a
 fresh Debian install of systemd-boot), so ojai makes it from the running command line, and the
 grub package is still installed, so ``/etc/default/grub`` is a leftover that decides nothing.
+Its initramfs is dracut's (059, in place of initramfs-tools): the entry's loads the GPU's driver
+early (``add_drivers+=" bochs "``, as AMD boxes add amdgpu), so ttm loads from it, and beside it
+one without ttm; the modprobe.d route is proven
+with each (rebuilt and copied to the ESP, or left alone).
 """
 
 from __future__ import annotations
@@ -18,13 +22,18 @@ import json
 import pytest
 
 from support.vm_ojai import PAGES, SETUP, assert_kernel_default, cmdline_tokens, doctor, live_pages
-from support.vm_uefi import uefi_snapshot, uefi_vm  # noqa: F401  (fixtures)
+from support.vm_uefi import DRM_CONF, WITHOUT_TTM, uefi_snapshot, uefi_vm  # noqa: F401
+
 
 pytestmark = [pytest.mark.slow, pytest.mark.vm]
 
 KEY = "ttm.pages_limit"
 PARAM = f"{KEY}={PAGES}"
 ENTRIES = "/boot/efi/loader/entries"
+MODPROBE_SETUP = f"{SETUP} --ttm-via modprobe"
+OJAI_MODPROBE = "/etc/modprobe.d/99-ojai-ttm.conf"
+OJAI_DRACUT = "/etc/dracut.conf.d/99-ojai-ttm.conf"
+OPTION = ["options", "ttm", f"pages_limit={PAGES}"]
 #: what must stay as it is on a machine GRUB does not boot
 GRUB_FILES = "/etc/default/grub /etc/default/grub.d /boot/grub"
 
@@ -112,3 +121,76 @@ def test_leftover_grub_file_is_not_what_the_plan_edits(uefi_vm):
         ("write_file", "/etc/kernel/cmdline")], step
     assert [h["argv"][:2] for h in step["handlers"].values()] == [["kernel-install", "add"]], step
     assert "grub" not in (ttm(vm)["fix"] or "").lower(), ttm(vm)
+
+
+def esp_initrd(vm, release: str) -> str:
+    """The initramfs the loader entry loads: kernel-install's copy on the ESP."""
+    found = vm.succeed(f"find /boot/efi -name 'initrd.img-{release}'").split()
+    assert len(found) == 1, found
+    return found[0]
+
+
+def option_lines(text: str) -> list[list[str]]:
+    return [line.split() for line in text.splitlines() if line.startswith("options")]
+
+
+def test_dracut_initramfs_with_ttm_is_rebuilt_and_the_modprobe_limit_boots(uefi_vm):
+    """ttm loads from the initramfs (bochs, loaded early, brings it along), so the
+    limit in /etc/modprobe.d counts only once the image the entry loads carries it: ojai
+    names its file in a dracut.conf.d drop-in (without host-only, dracut leaves /etc/modprobe.d
+    out), rebuilds /boot/initrd.img-R with dracut and has kernel-install copy it to the ESP; after
+    the reboot the module holds the limit, with nothing on the kernel command line."""
+    vm = uefi_vm
+    release = vm.succeed("uname -r").strip()
+    esp = esp_initrd(vm, release)
+    assert "/ttm/ttm.ko" in vm.succeed(f"lsinitrd {esp}")
+    assert live_pages(vm) != PAGES
+    grub = grub_state(vm)
+
+    out = vm.succeed(f"{MODPROBE_SETUP} --apply --yes", timeout=1800)
+    assert f"dracut --force /boot/initrd.img-{release} {release}" in out, out
+    assert "kernel-install add" in out and "update-grub" not in out, out
+    assert option_lines(vm.succeed(f"cat {OJAI_MODPROBE}")) == [OPTION]
+    # Debian's dracut leaves /etc/modprobe.d out of an image built without host-only: ojai's
+    # drop-in names its file
+    assert f'install_items+=" {OJAI_MODPROBE} "' in vm.succeed(f"cat {OJAI_DRACUT}")
+    inside = vm.succeed(f"lsinitrd -f {OJAI_MODPROBE.lstrip('/')} {esp}")
+    assert option_lines(inside) == [OPTION], inside
+    vm.succeed("test ! -e /etc/kernel/cmdline")
+    assert all(tokens == [] for tokens in entry_tokens(vm).values()), entry_tokens(vm)
+    assert grub_state(vm) == grub
+
+    vm.reboot()
+    assert cmdline_tokens(vm, KEY) == []
+    assert live_pages(vm) == PAGES
+    assert ttm(vm)["severity"] == "pass", ttm(vm)
+    vm.succeed(MODPROBE_SETUP)  # a new plan has nothing to do (exit code 0)
+
+
+def test_dracut_initramfs_without_ttm_is_left_alone_and_the_modprobe_limit_boots(uefi_vm):
+    """The image dracut makes without the early GPU driver has no ttm: the module loads from the
+    root file system after the switch and reads /etc/modprobe.d there, so ojai writes its file
+    and rebuilds nothing (the ESP's initramfs stays byte for byte); the reboot makes the limit
+    live all the same."""
+    vm = uefi_vm
+    release = vm.succeed("uname -r").strip()
+    vm.succeed(f"rm /etc/dracut.conf.d/{DRM_CONF} && "
+               f"cp /boot/{WITHOUT_TTM}{release} /boot/initrd.img-{release} && "
+               f"kernel-install add {release} /boot/vmlinuz-{release} /boot/initrd.img-{release}")
+    esp = esp_initrd(vm, release)
+    assert "/ttm/ttm.ko" not in vm.succeed(f"lsinitrd {esp}")
+    before = vm.succeed(f"sha256sum {esp} /boot/initrd.img-{release}")
+
+    plan = vm.execute(MODPROBE_SETUP)
+    assert plan.exit_code == 2, plan
+    assert "does not carry ttm" in " ".join(plan.stdout.split()), plan.stdout
+    out = vm.succeed(f"{MODPROBE_SETUP} --apply --yes", timeout=1200)
+    assert "dracut" not in out and "kernel-install" not in out, out
+    assert option_lines(vm.succeed(f"cat {OJAI_MODPROBE}")) == [OPTION]
+    assert vm.succeed(f"sha256sum {esp} /boot/initrd.img-{release}") == before
+    vm.succeed(f"test ! -e {OJAI_DRACUT}")
+
+    vm.reboot()
+    assert cmdline_tokens(vm, KEY) == []
+    assert live_pages(vm) == PAGES
+    assert ttm(vm)["severity"] == "pass", ttm(vm)

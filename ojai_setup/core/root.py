@@ -20,6 +20,7 @@ executed on this host only when the person asks for it (``OJAI_RUN_ROOT_PROGRAMS
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import subprocess
@@ -56,7 +57,15 @@ def command_key(argv: list[str] | tuple[str, ...]) -> str:
     key = " ".join(parts)
     if "/" in key or key in {".", ".."} or "\0" in key:
         key = key.replace("/", "%2F")
+    raw = key.encode("utf-8", "surrogateescape")
+    if len(raw) > _KEY_BYTES:  # a file name holds 255 bytes: the rest becomes a digest of it
+        head = raw[:_KEY_BYTES - 18].decode("utf-8", "ignore").rstrip()
+        key = f"{head} #{hashlib.sha256(raw).hexdigest()[:16]}"
     return key
+
+
+#: the longest capture folder name kept whole (file systems allow 255 bytes)
+_KEY_BYTES = 240
 
 
 class Root:

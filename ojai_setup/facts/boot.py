@@ -28,6 +28,7 @@ from ojai_setup.domain.boot_path import (
 )
 from ojai_setup.formats.boot_files import (
     default_loader_entry,
+    lsinitrd_files,
     parse_assignments,
     parse_loader_conf,
 )
@@ -117,12 +118,11 @@ def read_initramfs(root: Root, image: str, modprobe: list[ModprobeSetting]) -> I
     inside = sorted({"/" + n.lstrip("/") for n in names
                      if "modprobe.d/" in n and n.endswith(".conf")})
     found.modprobe_files = inside
-    if found.tool == "lsinitrd":
-        texts = []
-        for path in inside:
-            shown = root.run(["lsinitrd", "-f", path.lstrip("/"), image])
-            if shown.ok:
-                texts.append((path, shown.stdout))
+    if found.tool == "lsinitrd" and inside:
+        # one run for every file: lsinitrd decompresses the image once for all its -f
+        shown = root.run(["lsinitrd", *(a for path in inside for a in ("-f", path.lstrip("/"))),
+                          image], timeout=300)
+        texts = lsinitrd_files(shown.stdout, inside) if shown.ok else []
         values = [s.value for mod in ("ttm", "amdttm")
                   for s in module_option_settings(texts, mod, "pages_limit")]
         found.pages = int(values[-1]) if values and values[-1] and values[-1].isdigit() else None

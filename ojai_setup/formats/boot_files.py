@@ -9,7 +9,9 @@
   kernel parameters on ``options`` lines (several are joined, in order);
 - Limine's ``limine.conf``: ``/Title`` lines open an entry, ``//`` a sub-entry, and
   ``cmdline:`` (or ``kernel_cmdline:``) holds the command line of the entry it sits in
-  (Limine's CONFIG.md); ``default_entry:`` is 1-based in Limine >= 8.
+  (Limine's CONFIG.md); ``default_entry:`` is 1-based in Limine >= 8;
+- what dracut's ``lsinitrd -f A -f B IMAGE`` prints: for each file a line ``initramfs:/A``
+  between its contents and rules of ``=`` (one ``-f``: the bare contents).
 """
 
 from __future__ import annotations
@@ -134,3 +136,24 @@ def efi_string(raw: bytes) -> str:
     """An EFI variable holding a string, as efivarfs shows it: 4 bytes of attributes, then
     UTF-16LE ending in a NUL (systemd-boot's LoaderInfo, LoaderEntrySelected)."""
     return raw[4:].decode("utf-16-le", errors="replace").split("\0", 1)[0].strip()
+
+
+_LSINITRD_HEAD = re.compile(r"^initramfs:(/\S*)\n=+\n", re.M)
+_LSINITRD_TAIL = re.compile(r"\n?=+\n*\Z")
+
+
+def lsinitrd_files(stdout: str, paths: Sequence[str]) -> list[tuple[str, str]]:
+    """The files of one ``lsinitrd -f P ... IMAGE`` run for ``paths`` (each with a leading
+    ``/``), as ``(path, text)``: lsinitrd unpacks the image once for all of them and, for more
+    than one, heads each with its name (dracut's lsinitrd.sh ``extract_files``). A file the
+    image lacks comes out empty, and is left out."""
+    if len(paths) == 1:
+        return [(paths[0], stdout)] if stdout else []
+    parts = _LSINITRD_HEAD.split(stdout)
+    out = []
+    for name, body in zip(parts[1::2], parts[2::2]):
+        text = _LSINITRD_TAIL.sub("", body)
+        if text:
+            out.append((name, text + "\n"))
+    wanted = set(paths)
+    return [(name, text) for name, text in out if name in wanted]

@@ -71,6 +71,15 @@ OJAI_MODPROBE_TEXT = """\
 # `ojai rollback` removes it.
 options {module} pages_limit={pages}
 """
+#: dracut copies /etc/modprobe.d into its image only in host-only mode (90kernel-modules'
+#: module-setup.sh; Debian's dracut builds without it): ojai's drop-in names the files
+OJAI_DRACUT = "/etc/dracut.conf.d/99-ojai-ttm.conf"
+OJAI_DRACUT_TEXT = """\
+# Written by ojai: the modprobe.d files holding the GPU memory limit, put into the initramfs
+# in every mode (dracut copies /etc/modprobe.d only in host-only mode). `ojai rollback`
+# removes it.
+install_items+=" {paths} "
+"""
 OJAI_LIMINE_TEXT = """\
 # Written by ojai: the GPU memory limit (TTM pages) on the kernel command line of the default
 # entries; limine-update writes it into limine.conf. `ojai rollback` removes it.
@@ -641,11 +650,13 @@ def _plan_modprobe(ctx: Context, want: Want, loader: BootLoader, reads: list[str
             handlers = _initramfs_handler(ctx, loader, every=False)
             if isinstance(handlers, str):
                 return StepResult.blocked(STEP, handlers, reads=tuple(reads))
+            dropin = _dracut_dropin(ctx, list(dict.fromkeys(has_setting)), handlers, reads)
             return StepResult.change(
                 STEP, f"options {want.module} pages_limit={want.pages} is set in {where}, "
                 f"but the initramfs {ir.image} (which loads {want.module}) was built without it; "
-                f"run {'; '.join(' '.join(h.argv) for h in handlers.values())}",
-                list(handlers.values()), reads=tuple(reads),
+                + (f"write {OJAI_DRACUT} so that dracut takes it in, then " if dropin else "")
+                + f"run {'; '.join(' '.join(h.argv) for h in handlers.values())}",
+                [*([dropin] if dropin else []), *handlers.values()], reads=tuple(reads),
                 records={"ttm": {"expected_pages": want.pages, "module": want.module}})
         return StepResult.satisfied(
             STEP, f"options {want.module} pages_limit={want.pages} ({want.gib} GiB for the "
@@ -658,6 +669,10 @@ def _plan_modprobe(ctx: Context, want: Want, loader: BootLoader, reads: list[str
         handlers = _initramfs_handler(ctx, loader, every=True)
         if isinstance(handlers, str):
             return StepResult.blocked(STEP, handlers, reads=tuple(reads))
+        dropin = _dracut_dropin(ctx, list(dict.fromkeys(has_setting)) or [OJAI_MODPROBE],
+                                handlers, reads)
+        if dropin is not None:
+            actions.append(dropin)
         note = ("; then " + "; ".join(" ".join(h.argv) for h in handlers.values())
                 + (" (the initramfs loads ttm)" if ir is not None and ir.carries_ttm else
                    " (ojai could not list the initramfs, so it is rebuilt in case it loads ttm)"))
@@ -671,6 +686,23 @@ def _plan_modprobe(ctx: Context, want: Want, loader: BootLoader, reads: list[str
     return StepResult.change(STEP, sentence, actions, reads=tuple(reads), handlers=handlers,
                              records={"ttm": {"expected_pages": want.pages,
                                               "module": want.module}})
+
+
+def _dracut_dropin(ctx: Context, paths: list[str], handlers: dict[str, RunCommand],
+                   reads: list[str]) -> WriteFile | None:
+    """When dracut rebuilds the initramfs: ojai's dracut.conf.d drop-in that puts ``paths`` into
+    it (dracut copies /etc/modprobe.d only in host-only mode), unless it already says so."""
+    if not any(h.argv[0] == "dracut" for h in handlers.values()):
+        return None
+    reads.append(OJAI_DRACUT)
+    before = _read(ctx, OJAI_DRACUT)
+    after = OJAI_DRACUT_TEXT.format(paths=" ".join(paths))
+    if before == after:
+        return None
+    return WriteFile(path=OJAI_DRACUT, before=before, after=after, needs_root=True,
+                     needs_reboot=REBOOT, notify=tuple(handlers),
+                     reason="have dracut put " + ", ".join(paths) + " into the initramfs (it "
+                     "copies /etc/modprobe.d only in host-only mode)")
 
 
 # -- staleness of what the boot reads ---------------------------------------------------------

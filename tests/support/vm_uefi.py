@@ -5,22 +5,27 @@ It is made from the same debootstrapped tree as the BIOS/GRUB guest of :mod:`sup
 
 1. the base tarball unpacked, :func:`support.vm.configure_rootfs` (the driver's control
    channel, fstab, the slow-host timeouts) and ojai's dependencies in ``/opt/ojai``, as for
-   the BIOS guest, but with initramfs-tools' ``MODULES=most`` (``dep`` would look at the
-   host); GRUB stays installed, so ``/etc/default/grub`` is there, as on a machine
+   the BIOS guest; GRUB stays installed, so ``/etc/default/grub`` is there, as on a machine
    that moved to systemd-boot with the grub package left behind;
-2. in a ``chroot``, at native speed (:func:`prepare_esp`): ``apt-get install systemd-boot``
-   (bookworm: 252) from the Debian mirror, then, with a tmpfs on ``/boot/efi`` and ``/proc``
-   mounted in a private mount namespace (``unshare -m``: both go away with it),
-   ``bootctl install --esp-path=/boot/efi --no-variables``, ``update-initramfs -u`` and
-   ``kernel-install add`` with a build-time ``/etc/kernel/cmdline`` (the host's /proc/cmdline
-   is not the guest's), which is removed again: the image has none, so kernel-install in the
-   guest takes the running command line, as on a fresh Debian install of systemd-boot;
+2. in a ``chroot``, at native speed (:func:`prepare_esp`), with ``/proc`` and a tmpfs on
+   ``/boot/efi`` mounted in a private mount namespace (``unshare -m``: both go away with it):
+   ``apt-get install systemd-boot dracut`` (bookworm: 252 and 059; dracut replaces
+   initramfs-tools, as on the distributions that pair it with kernel-install, and builds
+   without host-only, which would size the image for the host the chroot runs on, and with
+   only the drivers this guest boots from, :data:`DRIVERS`), ``bootctl install
+   --esp-path=/boot/efi --no-variables``, two initramfs images (``dracut --force``):
+   :data:`WITHOUT_TTM` (no ttm), then ``initrd.img-R`` with the GPU's driver loaded early
+   (:data:`DRM_CONF`: ttm inside, so a modprobe.d limit needs a rebuild), and
+   ``kernel-install add`` with a build-time ``/etc/kernel/cmdline`` (the host's
+   /proc/cmdline is not the guest's), which is removed again: the image has none, so
+   kernel-install in the guest takes the running command line, as on a fresh install;
 3. the ESP's files copied into a FAT32 image file (``mkfs.fat -C``, ``mcopy -s``), the root
    file system made with ``mke2fs -d``, both placed in a GPT disk made with ``sfdisk``
    (an EFI system partition and a Linux partition);
 4. one boot, under OVMF (Debian's ``ovmf``, ``-drive if=pflash``, a copy of
    ``OVMF_VARS_4M.fd`` per disk, kept as qcow2 so that ``savevm``/``-loadvm`` take it along),
-   checks it: systemd-boot started the kernel (``LoaderInfo``), and ``ttm`` is live;
+   checks it: systemd-boot started the kernel (``LoaderInfo``), ``ttm`` is live, and the
+   entry's initramfs holds ttm while the other does not (``lsinitrd``);
 5. disk and variable store stored as qcow2 in the cache, keyed by a hash of this recipe::
 
     ${OJAI_TEST_CACHE:-~/.cache/ojai-tests}/vm/uefi-<recipe hash>/disk.qcow2, vars.qcow2
@@ -54,7 +59,19 @@ from support.vm import Machine, VMError, _run, _tool, log  # noqa: E402
 
 OVMF_CODE = Path("/usr/share/OVMF/OVMF_CODE_4M.fd")
 OVMF_VARS = Path("/usr/share/OVMF/OVMF_VARS_4M.fd")
-UEFI_PACKAGES = ("systemd-boot",)
+#: dracut in place of initramfs-tools (apt removes it), as Fedora, Arch and EndeavourOS pair
+#: it with kernel-install; the BIOS guest keeps Debian's initramfs-tools
+UEFI_PACKAGES = ("systemd-boot", "dracut")
+#: the kernel modules of dracut's images, in place of every driver (without host-only, which
+#: would size them for the host the chroot runs on): what this guest boots from. A generic
+#: image is 48 MB, which ``lsinitrd`` under TCG takes 80 s to read
+DRIVERS = ("virtio_pci", "virtio_blk", "virtio_console", "ext4", "vfat", "nls_cp437", "nls_ascii")
+#: the dracut configuration that loads the GPU's driver early (``-vga std``: bochs; an AMD box
+#: adds amdgpu the same way) and so puts ttm into the initramfs
+DRM_CONF = "50-ojai-early-kms.conf"
+GPU_DRIVER = "bochs"
+#: beside the kernel: the initramfs dracut makes without that file (no ttm)
+WITHOUT_TTM = "initrd-without-ttm.img-"
 ESP_MIB = 256
 ESP_START_MIB = 1
 ROOT_START_MIB = ESP_START_MIB + ESP_MIB
@@ -64,7 +81,7 @@ ESP_UUID = f"{ESP_VOLID[:4]}-{ESP_VOLID[4:]}"
 DISK_GUID = "5f0c7e1a-3b2d-4e6f-8a9b-1c2d3e4f5a6b"
 #: what kernel-install writes into the entries at build time (then the file is removed)
 BUILD_CMDLINE = f"root=UUID={vm.ROOT_UUID} ro console=ttyS0,115200n8"
-RECIPE_VERSION = 1
+RECIPE_VERSION = 2
 
 #: the chroot stage: systemd-boot from the mirror, then the ESP filled in a private mount
 #: namespace (a tmpfs for the ESP, /proc for bootctl), copied out to $2
@@ -72,32 +89,36 @@ PREPARE = r"""
 set -eu
 R=$1 OUT=$2
 C="env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8 DEBIAN_FRONTEND=noninteractive SYSTEMD_RELAX_ESP_CHECKS=1 chroot $R"
+mkdir -p "$R/etc/dracut.conf.d" "$R/boot/efi"
+printf '%s\n' 'hostonly="no"' 'drivers="{drivers}"' > "$R/etc/dracut.conf.d/10-ojai-guest.conf"
+mount -t proc proc "$R/proc"
 cp /etc/resolv.conf "$R/etc/resolv.conf"
 $C apt-get -q -o Acquire::Retries=3 update
 $C apt-get install -y -q --no-install-recommends {packages}
 $C apt-get clean
 rm -f "$R/etc/resolv.conf"
 rm -rf "$R"/var/lib/apt/lists/*
-mkdir -p "$R/boot/efi"
 mount -t tmpfs -o size={esp_mib}m,mode=0755 ojai-esp "$R/boot/efi"
-mount -t proc proc "$R/proc"
 $C bootctl install --esp-path=/boot/efi --no-variables
 echo '{cmdline}' > "$R/etc/kernel/cmdline"
 rel=$(ls "$R/boot" | sed -n 's/^vmlinuz-//p')
-$C update-initramfs -u -k "$rel"
+$C dracut --force "/boot/{without_ttm}$rel" "$rel"
+echo 'add_drivers+=" {gpu_driver} "' > "$R/etc/dracut.conf.d/{drm_conf}"
+$C dracut --force "/boot/initrd.img-$rel" "$rel"
 $C kernel-install add "$rel" "/boot/vmlinuz-$rel" "/boot/initrd.img-$rel"
 rm "$R/etc/kernel/cmdline"
 umount "$R/proc"
 cp -a "$R/boot/efi/." "$OUT/"
 """
 
-
 def recipe() -> dict:
     import inspect
 
     source = "".join(inspect.getsource(f) for f in (prepare_esp, make_gpt_disk, build_uefi_image))
     return {"version": RECIPE_VERSION, "bios": vm.recipe(), "packages": list(UEFI_PACKAGES),
-            "esp_mib": ESP_MIB, "esp_volid": ESP_VOLID, "build_cmdline": BUILD_CMDLINE,
+            "drm_conf": DRM_CONF, "without_ttm": WITHOUT_TTM, "drivers": list(DRIVERS),
+            "gpu_driver": GPU_DRIVER, "esp_mib": ESP_MIB, "esp_volid": ESP_VOLID,
+            "build_cmdline": BUILD_CMDLINE,
             "prepare": PREPARE, "source": hashlib.sha256(source.encode()).hexdigest(),
             "ovmf": hashlib.sha256(OVMF_CODE.read_bytes() + OVMF_VARS.read_bytes()).hexdigest()
             if OVMF_CODE.is_file() and OVMF_VARS.is_file() else None}
@@ -133,7 +154,9 @@ def prepare_esp(rootfs: Path, esp: Path, logfile: Path) -> None:
     """systemd-boot installed in the tree and the ESP's files made in ``esp`` (see module)."""
     esp.mkdir(parents=True, exist_ok=True)
     script = PREPARE.replace("{packages}", " ".join(UEFI_PACKAGES)).replace(
-        "{esp_mib}", str(ESP_MIB)).replace("{cmdline}", BUILD_CMDLINE)
+        "{esp_mib}", str(ESP_MIB)).replace("{cmdline}", BUILD_CMDLINE).replace(
+        "{drm_conf}", DRM_CONF).replace("{without_ttm}", WITHOUT_TTM).replace(
+        "{drivers}", " ".join(DRIVERS)).replace("{gpu_driver}", GPU_DRIVER)
     _run(vm._priv([_tool("unshare"), "-m", "--propagation", "private", "sh", "-c", script,
                    "prepare", str(rootfs), str(esp)]), log_to=logfile)
     fstab = rootfs / "etc" / "fstab"
@@ -197,15 +220,17 @@ def build_uefi_image(dest: Path) -> UefiImage:
     vm.unpack_base(tarball, rootfs, logfile)
     timings = {"debootstrap_s": debootstrap_s, "unpack_s": round(time.monotonic() - t, 1)}
     vm.configure_rootfs(rootfs)
-    # MODULES=dep would size the initramfs for the host the chroot runs on (and needs its
-    # /sys): Debian's default instead
-    conf = rootfs / "etc" / "initramfs-tools" / "initramfs.conf"
-    conf.write_text(vm._set_shell_var(conf.read_text(), "MODULES", "most"))
+    # dracut's image loads virtio_console before the switch to the root file system, so
+    # systemd's getty generator finds hvc0 and would start a login prompt on it that reads the
+    # test driver's channel (initramfs-tools loads the driver later, after the generators)
+    getty = rootfs / "etc" / "systemd" / "system" / "serial-getty@hvc0.service"
+    getty.unlink(missing_ok=True)
+    getty.symlink_to("/dev/null")
     t = time.monotonic()
     vm.install_dependencies(rootfs, vm.ensure_wheelhouse(), logfile)
     timings["dependencies_s"] = round(time.monotonic() - t, 1)
     t = time.monotonic()
-    log("chroot: systemd-boot, bootctl install, update-initramfs, kernel-install add")
+    log("chroot: systemd-boot and dracut, bootctl install, dracut, kernel-install add")
     esp = work / "esp"
     prepare_esp(rootfs, esp, logfile)
     release = vm._kernel_files(rootfs)[0]
@@ -228,6 +253,10 @@ def build_uefi_image(dest: Path) -> UefiImage:
         m.succeed("tr -d '\\000' < /sys/firmware/efi/efivars/"
                   "LoaderInfo-4a67b082-0a4c-41cf-b6c7-440b29bb8c4f | grep -qa systemd-boot")
         m.succeed("test -e /sys/module/ttm/parameters/pages_limit")
+        # dracut made both images: the entry's with ttm inside, the other without it
+        m.succeed(f"lsinitrd /boot/initrd.img-{release} | grep -q '/ttm/ttm.ko' && "
+                  f"! lsinitrd /boot/{WITHOUT_TTM}{release} | grep -q '/ttm/ttm.ko' && "
+                  f"cmp /boot/initrd.img-{release} $(find /boot/efi -name 'initrd.img-{release}')")
         m.succeed("test ! -e /etc/kernel/cmdline && test -f /etc/default/grub")
         m.succeed("/opt/ojai/bin/pip check")
         m.shutdown()
