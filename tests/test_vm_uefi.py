@@ -1,5 +1,6 @@
 """The systemd-boot path on a real machine: Debian 12 in qemu under OVMF, rebooted through
-systemd-boot 252 with the entries kernel-install writes.
+systemd-boot 254 (bookworm-backports) with the entries kernel-install writes, or the unified
+kernel image its ukify builds.
 
 Each test starts a copy of one guest booted once per session from the cached UEFI image with
 this checkout's ojai installed (tests/support/vm_uefi.py: the same debootstrap as the BIOS
@@ -194,3 +195,47 @@ def test_dracut_initramfs_without_ttm_is_left_alone_and_the_modprobe_limit_boots
     assert cmdline_tokens(vm, KEY) == []
     assert live_pages(vm) == PAGES
     assert ttm(vm)["severity"] == "pass", ttm(vm)
+
+
+#: kernel-install's configuration for unified kernel images built by ukify (kernel-install(8))
+UKI_INSTALL_CONF = "layout=uki\nuki_generator=ukify\n"
+LOADER_ENTRY_SELECTED = "/sys/firmware/efi/efivars/LoaderEntrySelected-4a67b082-0a4c-41cf-b6c7-440b29bb8c4f"
+
+
+def test_uki_built_by_ukify_gets_the_limit_then_boots_with_it(uefi_vm):
+    """kernel-install with ``layout=uki`` (systemd 254's ukify and its 60-ukify.install) builds
+    a unified kernel image into EFI/Linux on the ESP, its command line sealed inside, and
+    systemd-boot boots it: doctor names the path ``uki``; ojai makes /etc/kernel/cmdline and
+    kernel-install add builds the image anew with it (its .cmdline section carries the
+    limit); the reboot makes the limit live. No loader entry or GRUB file is written."""
+    vm = uefi_vm
+    release = vm.succeed("uname -r").strip()
+    vm.write_file("/etc/kernel/install.conf", UKI_INSTALL_CONF)
+    vm.succeed(f"kernel-install add {release} /boot/vmlinuz-{release} /boot/initrd.img-{release}",
+               timeout=1200)
+    ukis = vm.succeed("find /boot/efi/EFI/Linux -name '*.efi'").split()
+    assert len(ukis) == 1 and release in ukis[0], ukis
+    vm.succeed(f"rm {ENTRIES}/*.conf")  # the type 1 entry goes: only the image is left to boot
+    vm.reboot()
+    selected = vm.succeed(f"tr -d '\\000' < {LOADER_ENTRY_SELECTED}")
+    assert ukis[0].rsplit("/", 1)[1] in selected, selected
+    assert loader(vm)["kind"] == "uki", loader(vm)
+    original = live_pages(vm)
+    assert original != PAGES and cmdline_tokens(vm, KEY) == []
+    grub = grub_state(vm)
+
+    out = vm.succeed(f"{SETUP} --apply --yes", timeout=1800)
+    assert "kernel-install add" in out and "update-grub" not in out, out
+    assert PARAM in vm.succeed("cat /etc/kernel/cmdline").split()
+    generated = doctor(vm)["facts"]["boot"]["generated"]
+    assert generated["config"] == ukis[0] and PARAM in generated["tokens"], generated
+    assert "reboot pending" in ttm(vm)["evidence"]
+    assert vm.succeed(f"ls {ENTRIES}").split() == []
+    assert grub_state(vm) == grub
+
+    vm.reboot()
+    assert ukis[0].rsplit("/", 1)[1] in vm.succeed(f"tr -d '\\000' < {LOADER_ENTRY_SELECTED}")
+    assert cmdline_tokens(vm, KEY) == [PARAM]
+    assert live_pages(vm) == PAGES
+    assert ttm(vm)["severity"] == "pass", ttm(vm)
+    vm.succeed(SETUP)  # a new plan has nothing to do (exit code 0)

@@ -9,10 +9,11 @@ It is made from the same debootstrapped tree as the BIOS/GRUB guest of :mod:`sup
    that moved to systemd-boot with the grub package left behind;
 2. in a ``chroot``, at native speed (:func:`prepare_esp`), with ``/proc`` and a tmpfs on
    ``/boot/efi`` mounted in a private mount namespace (``unshare -m``: both go away with it):
-   ``apt-get install systemd-boot dracut`` (bookworm: 252 and 059; dracut replaces
+   ``apt-get install systemd-boot dracut python3-pefile`` (bookworm: dracut 059, which replaces
    initramfs-tools, as on the distributions that pair it with kernel-install, and builds
    without host-only, which would size the image for the host the chroot runs on, and with
-   only the drivers this guest boots from, :data:`DRIVERS`), ``bootctl install
+   only the drivers this guest boots from, :data:`DRIVERS`), then systemd, systemd-boot and
+   udev 254 from bookworm-backports (:data:`BACKPORTS`: 254's package carries ukify), ``bootctl install
    --esp-path=/boot/efi --no-variables``, two initramfs images (``dracut --force``):
    :data:`WITHOUT_TTM` (no ttm), then ``initrd.img-R`` with the GPU's driver loaded early
    (:data:`DRM_CONF`: ttm inside, so a modprobe.d limit needs a rebuild), and
@@ -61,7 +62,11 @@ OVMF_CODE = Path("/usr/share/OVMF/OVMF_CODE_4M.fd")
 OVMF_VARS = Path("/usr/share/OVMF/OVMF_VARS_4M.fd")
 #: dracut in place of initramfs-tools (apt removes it), as Fedora, Arch and EndeavourOS pair
 #: it with kernel-install; the BIOS guest keeps Debian's initramfs-tools
-UEFI_PACKAGES = ("systemd-boot", "dracut")
+UEFI_PACKAGES = ("systemd-boot", "dracut", "python3-pefile")
+#: systemd 254 from bookworm-backports: its package carries ukify (a package of its own from
+#: 255), which builds unified kernel images through kernel-install (``layout=uki``); pefile
+#: (above) is what ukify 254 reads and writes PE files with
+BACKPORTS = ("systemd", "systemd-boot", "systemd-boot-efi", "udev")
 #: the kernel modules of dracut's images, in place of every driver (without host-only, which
 #: would size them for the host the chroot runs on): what this guest boots from. A generic
 #: image is 48 MB, which ``lsinitrd`` under TCG takes 80 s to read
@@ -81,7 +86,7 @@ ESP_UUID = f"{ESP_VOLID[:4]}-{ESP_VOLID[4:]}"
 DISK_GUID = "5f0c7e1a-3b2d-4e6f-8a9b-1c2d3e4f5a6b"
 #: what kernel-install writes into the entries at build time (then the file is removed)
 BUILD_CMDLINE = f"root=UUID={vm.ROOT_UUID} ro console=ttyS0,115200n8"
-RECIPE_VERSION = 2
+RECIPE_VERSION = 3
 
 #: the chroot stage: systemd-boot from the mirror, then the ESP filled in a private mount
 #: namespace (a tmpfs for the ESP, /proc for bootctl), copied out to $2
@@ -93,8 +98,11 @@ mkdir -p "$R/etc/dracut.conf.d" "$R/boot/efi"
 printf '%s\n' 'hostonly="no"' 'drivers="{drivers}"' > "$R/etc/dracut.conf.d/10-ojai-guest.conf"
 mount -t proc proc "$R/proc"
 cp /etc/resolv.conf "$R/etc/resolv.conf"
+echo "deb {mirror} bookworm-backports main" > "$R/etc/apt/sources.list.d/backports.list"
 $C apt-get -q -o Acquire::Retries=3 update
 $C apt-get install -y -q --no-install-recommends {packages}
+$C apt-get install -y -q --no-install-recommends -t bookworm-backports {backports}
+rm "$R/etc/apt/sources.list.d/backports.list"
 $C apt-get clean
 rm -f "$R/etc/resolv.conf"
 rm -rf "$R"/var/lib/apt/lists/*
@@ -116,6 +124,7 @@ def recipe() -> dict:
 
     source = "".join(inspect.getsource(f) for f in (prepare_esp, make_gpt_disk, build_uefi_image))
     return {"version": RECIPE_VERSION, "bios": vm.recipe(), "packages": list(UEFI_PACKAGES),
+            "backports": list(BACKPORTS),
             "drm_conf": DRM_CONF, "without_ttm": WITHOUT_TTM, "drivers": list(DRIVERS),
             "gpu_driver": GPU_DRIVER, "esp_mib": ESP_MIB, "esp_volid": ESP_VOLID,
             "build_cmdline": BUILD_CMDLINE,
@@ -154,6 +163,7 @@ def prepare_esp(rootfs: Path, esp: Path, logfile: Path) -> None:
     """systemd-boot installed in the tree and the ESP's files made in ``esp`` (see module)."""
     esp.mkdir(parents=True, exist_ok=True)
     script = PREPARE.replace("{packages}", " ".join(UEFI_PACKAGES)).replace(
+        "{backports}", " ".join(BACKPORTS)).replace("{mirror}", vm.MIRROR).replace(
         "{esp_mib}", str(ESP_MIB)).replace("{cmdline}", BUILD_CMDLINE).replace(
         "{drm_conf}", DRM_CONF).replace("{without_ttm}", WITHOUT_TTM).replace(
         "{drivers}", " ".join(DRIVERS)).replace("{gpu_driver}", GPU_DRIVER)
@@ -258,6 +268,8 @@ def build_uefi_image(dest: Path) -> UefiImage:
                   f"! lsinitrd /boot/{WITHOUT_TTM}{release} | grep -q '/ttm/ttm.ko' && "
                   f"cmp /boot/initrd.img-{release} $(find /boot/efi -name 'initrd.img-{release}')")
         m.succeed("test ! -e /etc/kernel/cmdline && test -f /etc/default/grub")
+        m.succeed("bootctl --version | grep -q '^systemd 254' && test -x /usr/lib/systemd/ukify "
+                  "&& test -x /usr/lib/kernel/install.d/60-ukify.install")
         m.succeed("/opt/ojai/bin/pip check")
         m.shutdown()
     timings["check_boot_s"] = round(time.monotonic() - t, 1)
