@@ -655,10 +655,19 @@ def test_dracut_image_limit_is_read_with_one_lsinitrd_run_and_a_stale_one_is_reb
     assert found.modprobe_files == inside and found.pages == old, found
     result = TtmStep().plan(ctx)
     assert result.status == "change" and "was built without it" in result.sentence, result
-    dropin = result.actions[0]
+    # the whole plan holds together (every notified follow-up is one of the plan's), and its
+    # review names the drop-in and the commands after it
+    planned = ojai("setup", "--root", str(root), "--ttm-via", "modprobe", "--gpu-memory", "1",
+                   *ARGS)
+    assert planned.exit_code == 2, planned.output
+    line = " ".join(step_text(planned.output, "gpu-memory").split())
+    assert "was built without it" in line and "/etc/dracut.conf.d/99-ojai-ttm.conf" in line, line
+    assert f"dracut --force /boot/initrd.img-{DEB_REL} {DEB_REL}" in line, line
+    (dropin,) = result.actions
     assert (dropin.path, dropin.before) == ("/etc/dracut.conf.d/99-ojai-ttm.conf", None)
     assert 'install_items+=" /etc/modprobe.d/99-ojai-ttm.conf "' in dropin.after
-    assert [a.argv for a in result.actions[1:]] == [
+    assert dropin.notify == tuple(result.handlers)
+    assert [h.argv for h in result.handlers.values()] == [
         ("dracut", "--force", f"/boot/initrd.img-{DEB_REL}", DEB_REL),
         ("kernel-install", "add", DEB_REL, f"/boot/vmlinuz-{DEB_REL}",
          f"/boot/initrd.img-{DEB_REL}")]

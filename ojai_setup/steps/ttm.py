@@ -651,13 +651,17 @@ def _plan_modprobe(ctx: Context, want: Want, loader: BootLoader, reads: list[str
             if isinstance(handlers, str):
                 return StepResult.blocked(STEP, handlers, reads=tuple(reads))
             dropin = _dracut_dropin(ctx, list(dict.fromkeys(has_setting)), handlers, reads)
-            return StepResult.change(
-                STEP, f"options {want.module} pages_limit={want.pages} is set in {where}, "
-                f"but the initramfs {ir.image} (which loads {want.module}) was built without it; "
-                + (f"write {OJAI_DRACUT} so that dracut takes it in, then " if dropin else "")
-                + f"run {'; '.join(' '.join(h.argv) for h in handlers.values())}",
-                [*([dropin] if dropin else []), *handlers.values()], reads=tuple(reads),
-                records={"ttm": {"expected_pages": want.pages, "module": want.module}})
+            sentence = (f"options {want.module} pages_limit={want.pages} is set in {where}, but "
+                        f"the initramfs {ir.image} (which loads {want.module}) was built without "
+                        "it; " + (f"write {OJAI_DRACUT} so that dracut takes it in, then "
+                                  if dropin else "")
+                        + f"run {'; '.join(' '.join(h.argv) for h in handlers.values())}")
+            records = {"ttm": {"expected_pages": want.pages, "module": want.module}}
+            if dropin is not None:  # the rebuild follows the drop-in it needs
+                return StepResult.change(STEP, sentence, [dropin], reads=tuple(reads),
+                                         handlers=handlers, records=records)
+            return StepResult.change(STEP, sentence, list(handlers.values()), reads=tuple(reads),
+                                     records=records)
         return StepResult.satisfied(
             STEP, f"options {want.module} pages_limit={want.pages} ({want.gib} GiB for the "
             f"GPU) is already set in {where} ({why})", reads=tuple(reads))
