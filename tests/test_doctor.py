@@ -17,9 +17,9 @@ from ojai_setup.core.root import Root
 from ojai_setup.domain.checks import Severity, detect_profile, load_profile, run_checks
 from ojai_setup.facts.collect import collect
 from ojai_setup.formats import machine as parsers
+from support.corpus import corpus_text
 
 MACHINES = Path(__file__).parent / "machines"
-CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"
 GOLDEN = sorted(p for p in MACHINES.glob("*.doctor.json"))
 
 
@@ -207,7 +207,7 @@ def test_bundled_example_runs_without_hardware():
 # -- parsers on the real corpus ----------------------------------------------------------------
 
 def test_rocminfo_strix_point_has_gfx1150_and_npu_agent():
-    agents = parsers.read_rocminfo((CORPUS / "strix-point-hx370-rocm-issue-6271/rocminfo.txt").read_text()).agents
+    agents = parsers.read_rocminfo(corpus_text("strix-point-hx370-rocm-issue-6271/rocminfo.txt")).agents
     gpus = [a for a in agents if a.device_type == "GPU"]
     assert [a.name for a in gpus] == ["gfx1150"]
     assert gpus[0].marketing_name == "AMD Radeon 890M Graphics"
@@ -218,7 +218,7 @@ def test_rocminfo_strix_point_has_gfx1150_and_npu_agent():
 
 
 def test_rocminfo_discrete_gfx1100():
-    agents = parsers.read_rocminfo((CORPUS / "rdna3-rx7900xtx-rocm-issue-3949/rocminfo.txt").read_text()).agents
+    agents = parsers.read_rocminfo(corpus_text("rdna3-rx7900xtx-rocm-issue-3949/rocminfo.txt")).agents
     assert [(a.name, a.device_type) for a in agents] == [
         ("AMD Ryzen 7 7800X3D 8-Core Processor", "CPU"), ("gfx1100", "GPU")]
 
@@ -229,7 +229,7 @@ def test_rocminfo_garbage_is_a_parse_error():
 
 
 def test_cpuinfo_intel_excerpt_and_engineering_sample():
-    cpu = parsers.parse_cpuinfo((CORPUS / "non-amd-intel-i9-13980hx-throttled-issue-375/proc-cpuinfo-excerpt.txt").read_text())
+    cpu = parsers.parse_cpuinfo(corpus_text("non-amd-intel-i9-13980hx-throttled-issue-375/proc-cpuinfo-excerpt.txt"))
     assert cpu.model_name == "13th Gen Intel(R) Core(TM) i9-13980HX" and cpu.family == 6
     es = parsers.parse_cpuinfo("processor\t: 0\nvendor_id\t: AuthenticAMD\nmodel name\t: 100-000000994-03\n\n"
                                "processor\t: 1\nvendor_id\t: AuthenticAMD\nmodel name\t: 100-000000994-03\n")
@@ -248,7 +248,7 @@ def test_kernel_release_flavours():
 
 
 def test_xrt_smi_examine_corpus():
-    info = parsers.parse_xrt_smi((CORPUS / "strix-point-hx370-gmktec-evo-x1-mlir-aie-issue-2167/xrt-smi-examine.txt").read_text())
+    info = parsers.parse_xrt_smi(corpus_text("strix-point-hx370-gmktec-evo-x1-mlir-aie-issue-2167/xrt-smi-examine.txt"))
     assert info["firmware_version"] == "1.0.0.63"
     assert info["amdxdna_version"] == "2.19.0_20250330"
     assert "RyzenAI-npu4" in info["devices"]

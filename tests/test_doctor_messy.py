@@ -25,10 +25,10 @@ from ojai_setup.domain.checks import detect_profile, igpu, load_profile, run_che
 from ojai_setup.facts.collect import collect
 from ojai_setup.formats import machine as parsers
 from ojai_setup.formats.flm import parse_validate
+from support.corpus import corpus_text
 
 MACHINES = Path(__file__).parent / "machines"
 CAPTURES = Path(__file__).parent / "data" / "captures"
-CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"
 PASTES = sorted((CAPTURES / "rocminfo-pastes").glob("*.txt"))
 
 
@@ -110,7 +110,7 @@ def test_colour_codes_crlf_and_pager_lines_do_not_change_what_is_read(rel):
 
 
 def test_the_complete_corpus_output_reads_as_before_and_has_no_notes():
-    report = parsers.read_rocminfo((CORPUS / "strix-point-hx370-rocm-issue-6271/rocminfo.txt").read_text())
+    report = parsers.read_rocminfo(corpus_text("strix-point-hx370-rocm-issue-6271/rocminfo.txt"))
     assert [(a.number, a.name, a.device_type) for a in report.agents] == [
         (1, "AMD Ryzen AI 9 HX 370 w/ Radeon 890M", "CPU"), (2, "gfx1150", "GPU"), (3, "aie2p", "DSP")]
     assert report.agents[1].chip_id == "0x150e" and report.agents[0].chip_id is None

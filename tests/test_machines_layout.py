@@ -10,20 +10,19 @@ two sources (the kernel release, the TTM limit and the GTT size, the recorded bo
 from __future__ import annotations
 
 import json
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from support.corpus import CORPUS, corpus_path, corpus_text
 
 MACHINES = Path(__file__).parent / "machines"
 README = MACHINES / "README.md"
 #: the captures the machines are built from (see their SOURCES.md)
-CORPUS = Path(os.environ.get("OJAI_CORPUS", Path(__file__).resolve().parents[2] / "shared" / "corpus"))
 #: captures from public threads that are not in the corpus (tests/data/captures/SOURCES.md)
 CAPTURES = Path(__file__).parent / "data" / "captures"
-SOURCES = {"corpus": CORPUS, "captures": CAPTURES}
+SOURCES = {"corpus": CORPUS, "captures": CAPTURES}  # CORPUS: tests/support/corpus.py
 
 ROW = re.compile(r"^\| `(?P<path>/[^`]+)` \| (?P<origin>[^|]+?) \| (?P<notes>.*) \|$")
 _SRC = r"(?P<src>corpus|captures)/(?P<file>\S+)"
@@ -62,7 +61,7 @@ def machine_files(machine: Path) -> set[str]:
 
 
 def source(m: re.Match) -> Path:
-    return SOURCES[m["src"]] / m["file"]
+    return corpus_path(m["file"]) if m["src"] == "corpus" else CAPTURES / m["file"]
 
 
 def source_lines(m: re.Match) -> list[str]:
@@ -124,7 +123,7 @@ def test_origin_checks_catch_a_changed_file(tmp_path):
     """The checks above fail on a file that drifted from its capture."""
     rocminfo = "rdna3-rx7900xtx-rocm-issue-3949/rocminfo.txt"
     drifted = tmp_path / "stdout"
-    drifted.write_text((CORPUS / rocminfo).read_text().replace("gfx1100", "gfx1101"))
+    drifted.write_text(corpus_text(rocminfo).replace("gfx1100", "gfx1101"))
     cases = [
         f"copy of corpus/{rocminfo}",
         f"lines 1-400 of corpus/{rocminfo}",
