@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import shlex
 import shutil
 import stat
 import tempfile
@@ -410,6 +411,8 @@ class RollbackResult:
     #: paths that could not be put back, with why (created folders, large downloads)
     left: list[str] = field(default_factory=list)
     handlers: list[str] = field(default_factory=list)
+    #: the command each handler that ran ran, by name: what the message names
+    commands: dict[str, tuple[str, ...]] = field(default_factory=dict)
     reboot: list[str] = field(default_factory=list)
     #: the apply undone was interrupted before it changed anything
     nothing: bool = False
@@ -430,7 +433,8 @@ class RollbackResult:
         if self.removed:
             parts.append("removed " + ", ".join(self.removed))
         if self.handlers:
-            parts.append("ran " + ", ".join(self.handlers))
+            parts.append("ran " + ", ".join(shlex.join(self.commands[n]) if n in self.commands
+                                            else n for n in self.handlers))
         if self.left:
             parts.append("left in place: " + "; ".join(self.left))
         if self.reboot:
@@ -706,6 +710,7 @@ def _rollback(root: Root, preview: RollbackPreview, progress: Progress, *, force
                                     f"{run.exit_code} after the files were restored: "
                                     f"{run.stderr.strip()[-500:]}")
             result.handlers.append(handler.name)
+            result.commands[handler.name] = tuple(handler.argv)
             fault_point("handler-done")
         result.reboot = list(preview.reboot)
         for reason in preview.reboot:

@@ -75,9 +75,9 @@ options {module} pages_limit={pages}
 #: module-setup.sh; Debian's dracut builds without it): ojai's drop-in names the files
 OJAI_DRACUT = "/etc/dracut.conf.d/99-ojai-ttm.conf"
 OJAI_DRACUT_TEXT = """\
-# Written by ojai: the modprobe.d files holding the GPU memory limit, put into the initramfs
-# in every mode (dracut copies /etc/modprobe.d only in host-only mode). `ojai rollback`
-# removes it.
+# Written by ojai: the modprobe.d files that hold the GPU memory limit go
+# into the initramfs in every mode (dracut copies /etc/modprobe.d only in
+# host-only mode). `ojai rollback` removes it.
 install_items+=" {paths} "
 """
 OJAI_LIMINE_TEXT = """\
