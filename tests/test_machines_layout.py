@@ -15,14 +15,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from support.corpus import CORPUS, corpus_path, corpus_text
+from support.corpus import corpus_path, corpus_text
 
 MACHINES = Path(__file__).parent / "machines"
 README = MACHINES / "README.md"
-#: the captures the machines are built from (see their SOURCES.md)
 #: captures from public threads that are not in the corpus (tests/data/captures/SOURCES.md)
 CAPTURES = Path(__file__).parent / "data" / "captures"
-SOURCES = {"corpus": CORPUS, "captures": CAPTURES}  # CORPUS: tests/support/corpus.py
 
 ROW = re.compile(r"^\| `(?P<path>/[^`]+)` \| (?P<origin>[^|]+?) \| (?P<notes>.*) \|$")
 _SRC = r"(?P<src>corpus|captures)/(?P<file>\S+)"
