@@ -58,7 +58,8 @@ def main() -> None:
     print("synthetic rates                      implied  measured  difference")
     for rates in RATE_SETS:
         with tempfile.TemporaryDirectory() as tmp:
-            m = write_bench_machine(Path(tmp) / "m", binary, draft_n_max=len(rates), synth_rates=rates)
+            m = write_bench_machine(Path(tmp) / "m", binary, draft_n_max=len(rates), synth_rates=rates,
+                                    threads=2)
             config = BenchConfig(prompts=PROMPTS, seeds=tuple(range(1, args.seeds + 1)), n_predict=args.tokens,
                                  template=False, ignore_eos=True, parts=("pairs",))
             result, _ = run_bench(Root(m.root), config, save=False)
@@ -73,7 +74,7 @@ def main() -> None:
     if args.skip_tune:
         return
     with tempfile.TemporaryDirectory() as tmp:
-        m = write_bench_machine(Path(tmp) / "m", binary, draft_n_max=2)
+        m = write_bench_machine(Path(tmp) / "m", binary, draft_n_max=2, threads=2)
         bench = BenchConfig(prompts=PROMPTS, seeds=tuple(range(1, args.tune_seeds + 1)),
                             n_predict=args.tune_tokens, template=False, ignore_eos=True)
         t0 = time.monotonic()

@@ -79,7 +79,7 @@ def main() -> None:
     print(f"llama-server: {binary}\nmodel: {model}")
     print(f"{len(prompts)} prompts x {args.seeds} seeds, {args.tokens} tokens, temperature {args.temperature}\n")
     with tempfile.TemporaryDirectory() as tmp:
-        m = write_gemma_machine(Path(tmp) / "m", binary, model, routes=("gemma-self",))
+        m = write_gemma_machine(Path(tmp) / "m", binary, model, routes=("gemma-self",), threads=2)
         with serve([m.script("gemma")], m.ports["gemma"], Path(tmp) / "plain.log"):
             t0 = time.monotonic()
             result = run_tune(Root(m.root), "gemma-self", config, observer=Cells())

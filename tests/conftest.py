@@ -10,6 +10,12 @@ import pytest
 MACHINES = Path(__file__).parent / "machines"
 REPO = Path(__file__).resolve().parent.parent
 
+# every llama-server the tests start without ``--threads`` (lemond's, the tiny models') reads
+# its thread count here: why one, support/server.py's THREADS says
+from support.server import THREADS  # noqa: E402
+
+os.environ.setdefault("LLAMA_ARG_THREADS", str(THREADS))
+
 
 @pytest.fixture(autouse=True)
 def run_root_programs(monkeypatch):

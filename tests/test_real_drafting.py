@@ -18,7 +18,7 @@ import pytest
 from support.gemma import gemma_model  # noqa: F401 - a fixture
 from support.gemma_machine import MODEL, PROMPTS, write_gemma_machine
 from support.llama import llama_server_bin  # noqa: F401 - a fixture
-from support.server import llama_server, serve
+from support.server import THREADS, llama_server, serve
 from typer.testing import CliRunner
 
 from ojai_setup.cli import app
@@ -149,7 +149,7 @@ def test_bench_on_each_ngram_type_and_a_chain(running, tmp_path, llama_server_bi
                          template=False, parts=("pairs",))
     seen = {}
     for kind in (*NGRAM_TYPES, "draft-simple,ngram-mod"):
-        args = ["-m", str(gemma_model), "--spec-type", kind, "-c", "1024", "--threads", "2", "--metrics",
+        args = ["-m", str(gemma_model), "--spec-type", kind, "-c", "1024", "--threads", str(THREADS), "--metrics",
                 "--spec-ngram-simple-size-n", "3", "--spec-ngram-map-k-size-n", "3",
                 "--spec-ngram-map-k4v-size-n", "3", "--spec-ngram-mod-n-match", "16",
                 "--spec-ngram-mod-n-min", "1", "--spec-ngram-mod-n-max", "16"]

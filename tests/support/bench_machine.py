@@ -4,7 +4,8 @@ The launch scripts are rendered by ojai itself (``render_args`` in the real bina
 ``render_llama_script``) into ``<root>/opt/ojai/routes/``; the models are a tiny Gemma 4 main
 model and its ``gemma4-assistant`` MTP sidecar (``support.tiny_models``) in the machine's
 models folder; ``state.json`` carries the route records the routes step keeps. The scripts
-run the cached real llama-server of the test suite, on free ports of 127.0.0.1.
+run the cached real llama-server of the test suite, on free ports of 127.0.0.1, with
+``threads`` CPU threads (the tests' :data:`support.server.THREADS`; a benchmark passes its own).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from support.machine_state import record_state
-from support.server import free_port
+from support.server import THREADS, free_port
 from support.tiny_models import write_mtp_pair
 
 from ojai_setup.domain.launch import render_llama_script
@@ -46,7 +47,7 @@ def _dialect(binary: Path):
 
 def write_bench_machine(root: Path, binary: Path, *, draft_n_max: int = 3,
                         synth_rates: list[float] | None = None, ctx: int = 4096,
-                        plain_slots: int = 4) -> BenchMachine:
+                        plain_slots: int = 4, threads: int = THREADS) -> BenchMachine:
     models = root / MODELS.lstrip("/")
     pair = write_mtp_pair(models)
     draft_file = pair.draft
@@ -61,7 +62,7 @@ def write_bench_machine(root: Path, binary: Path, *, draft_n_max: int = 3,
     ]
     records = {}
     for r in routes:
-        args = render_args(r, dialect) + ["--threads", "2"]
+        args = render_args(r, dialect) + ["--threads", str(threads)]
         if r.spec_type != "none" and synth_rates:
             args += ["--spec-synth-rates", ",".join(str(x) for x in synth_rates)]
         path = root / f"opt/ojai/routes/{r.name}.sh"

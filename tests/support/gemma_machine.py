@@ -11,8 +11,9 @@ folder from the test cache (253 MB, never copied). Routes of one model, ``gemma`
 - ``gemma-ngram``: n-gram drafting (``--spec-type ngram-simple``, lookup 3, draft 8), no
   draft file.
 
-The scripts run the cached real llama-server CPU build on free ports of 127.0.0.1, with two
-threads and a small context so that a run takes seconds.
+The scripts run the cached real llama-server CPU build on free ports of 127.0.0.1, with
+``threads`` CPU threads (the tests' :data:`support.server.THREADS`; a benchmark on an idle
+machine passes its own) and a small context so that a run takes seconds.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from support.machine_state import record_state
-from support.server import free_port
+from support.server import THREADS, free_port
 
 from ojai_setup.core.root import Root
 from ojai_setup.domain.launch import render_llama_script
@@ -61,7 +62,8 @@ def dialect_of(binary: Path):
 
 
 def write_gemma_machine(root: Path, binary: Path, model: Path, *, draft_n_max: int = 4,
-                        ctx: int = 1024, routes: tuple[str, ...] = ("gemma-self",)) -> GemmaMachine:
+                        ctx: int = 1024, routes: tuple[str, ...] = ("gemma-self",),
+                        threads: int = THREADS) -> GemmaMachine:
     models = root / MODELS.lstrip("/")
     models.mkdir(parents=True, exist_ok=True)
     link = models / FILE
@@ -79,7 +81,7 @@ def write_gemma_machine(root: Path, binary: Path, model: Path, *, draft_n_max: i
     records = {}
     for name in (MODEL, *routes):
         r = Route(name=name, model=str(link), ctx_size=ctx, parallel=1, port=ports[name], **spec[name])
-        args = render_args(r, dialect) + ["--threads", "2"]
+        args = render_args(r, dialect) + ["--threads", str(threads)]
         path = root / f"opt/ojai/routes/{name}.sh"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(render_llama_script(str(binary), args, {}, name))

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from support.server import free_port
+from support.server import THREADS, free_port
 from support.sid import chroot_argv, ensure_sid_chroot, run_in_chroot
 
 #: where the Debian unit's directories are (StateDirectory=lemonade, CacheDirectory=lemonade,
@@ -122,8 +122,9 @@ def lemond(machine: Path, scratch: Path, *, env: dict[str, str] | None = None,
     port = free_port()
     argv = ["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups",
             "lemond", "--port", str(port), "--no-broadcast"]
+    # LLAMA_ARG_THREADS: the llama-servers lemond starts use the tests' thread count
     env = {"STATE_DIRECTORY": STATE, "CACHE_DIRECTORY": CACHE, "RUNTIME_DIRECTORY": RUNTIME,
-           "HF_HOME": HF_HOME, "HOME": STATE, **(env or {})}
+           "HF_HOME": HF_HOME, "HOME": STATE, "LLAMA_ARG_THREADS": str(THREADS), **(env or {})}
     # the unit's RuntimeDirectory: /run is a fresh tmpfs in the chroot, so lemond makes it itself
     script = f'set -e\n{prelude}\nmkdir -p {RUNTIME} && chown {uid}:{gid} {RUNTIME}\nexec "$@"'
     command = chroot_argv(root, ["sh", "-c", script, "sh", *argv], env=env, binds=mounts,

@@ -22,9 +22,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["RunningServer", "ServerError", "free_port", "llama_server", "serve"]
+__all__ = ["THREADS", "RunningServer", "ServerError", "free_port", "llama_server", "serve"]
 
 HOST = "127.0.0.1"
+#: the CPU threads of each llama-server the tests start (``--threads``; ``tests/conftest.py``
+#: sets ``LLAMA_ARG_THREADS`` to it for the servers started without the option, lemond's among
+#: them). One, not the two cores: the tests run on two workers beside a guest under TCG, and
+#: ggml's threads wait for each other at every operation of a token, spinning, so two threads
+#: sharing what is left of a core take turns by the scheduler's time slice. Measured on this
+#: 2-core machine during a ``.ci/run`` (Gemma 3 270M, 3 x 64 tokens): one thread 7.9-10.2 s
+#: and 8.5-9.0 processor seconds, two 14.2-38.3 s and 20.6-26.2. Speeds are the benchmarks'
+#: business (they pass their own count, on an idle machine).
+THREADS = 1
 
 
 class ServerError(RuntimeError):
