@@ -216,8 +216,11 @@ class _Hasher:
 
 
 def _xet_available() -> bool:
+    """Whether huggingface_hub would use Xet: ``hf_xet`` installed and ``HF_HUB_DISABLE_XET``
+    unset. The check lives in ``huggingface_hub.utils._runtime``; ``huggingface_hub.utils``
+    stopped re-exporting it (2.x), so it is imported from there."""
     try:
-        from huggingface_hub.utils import is_xet_available
+        from huggingface_hub.utils._runtime import is_xet_available
     except ImportError:
         return False
     return bool(is_xet_available())
@@ -244,11 +247,18 @@ def _xet_download(part: Path, xet: object, headers: dict[str, str], expected_siz
 
 
 def _bar_class(task: TaskHandle) -> type:
-    """A tqdm stand-in for ``xet_get`` that forwards byte counts to ``task``."""
+    """A tqdm stand-in for ``xet_get`` that forwards the bytes written to the file to ``task``.
+
+    huggingface_hub's Xet progress reporter makes one bar of this class for the bytes written
+    and, unless the class has ``update_transfer``, a second one for the bytes received (fewer,
+    compressed): both would advance ``task``. With ``update_transfer`` (ignored here) it makes
+    only the one. It also sets the bar's speed text and total, and closes it: no-ops here (a
+    missing method raises in hf_xet's progress callback, printing a traceback per update)."""
 
     class _Bar:
         def __init__(self, **_: object) -> None:
-            pass
+            self.n = 0
+            self.total: int | None = None
 
         def __enter__(self) -> _Bar:
             return self
@@ -258,7 +268,17 @@ def _bar_class(task: TaskHandle) -> type:
 
         def update(self, n: float | None = 1) -> None:
             if n:
+                self.n += int(n)
                 task.advance(int(n))
+
+        def update_transfer(self, n: float | None = 1) -> None:
+            return None
+
+        def set_postfix_str(self, *_: object, **__: object) -> None:
+            return None
+
+        set_transfer_postfix_str = set_postfix_str
+        refresh = close = set_postfix_str
 
     return _Bar
 
@@ -338,15 +358,19 @@ def execute_hub_download(root: Root, action: HubDownload, progress: Progress, *,
                        f"the download needs {_gib(need)}, {_gib(free)} is free")
 
     headers = build_hf_headers()
-    if not _same_origin(url, meta.location):
-        headers.pop("authorization", None)  # signed CDN URLs: the token stays on the hub
     if not resume:
         part.touch(PRIVATE_FILE_MODE)
         part.chmod(PRIVATE_FILE_MODE)
     xet = getattr(meta, "xet_file_data", None)
     if xet is not None and _xet_available():
+        # the token goes to the hub's Xet token route (a private or gated repo needs it there),
+        # which the hub names; xet_get keeps it from the CAS and its storage
+        if not _same_origin(url, xet.refresh_route):
+            headers.pop("authorization", None)
         digest = _xet_download(part, xet, headers, expected_size, action, progress, where)
     else:
+        if not _same_origin(url, meta.location):
+            headers.pop("authorization", None)  # signed CDN URLs: the token stays on the hub
         digest = _http_download(part, meta.location, headers, resume, expected_size, action,
                                 progress, where)
 
