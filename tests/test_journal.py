@@ -291,3 +291,36 @@ def test_an_unprivileged_user_on_the_host_journals_in_their_own_state_dir(tmp_pa
     assert result.journal == tmp_path / "state/ojai/journal" / f"{result.apply_id}.json"
     assert rollback(host, NullProgress(), euid=1000).removed == [str(target)]
     assert not target.exists()
+
+
+def test_the_first_error_is_reported_when_the_journal_cannot_be_written_after_it(tmp_path,
+                                                                                 monkeypatch):
+    """The disk fills during the apply and the journal's last write fails on it too: the apply's
+    own error is the one raised and reported, the journal's comes second, and the report still
+    names what changed and both commands."""
+    from ojai_setup.apply.journal import Journal
+    from ojai_setup.commands.setup import ApplyFailureReport
+
+    def full(self, *args, **kwargs):
+        raise JournalError(f"cannot write ojai's journal {self.dir}: No space left on device")
+
+    monkeypatch.setattr(Journal, "close", full)
+    root = _machine(tmp_path)
+    plan = make_plan(PlanContext(root, Facts(), Settings()), [TtmStep()])
+    with pytest.raises(OSError, match="^disk full$") as err:
+        apply(plan, root, NullProgress(), fault_hook=_fail_after_grub(root))
+    assert not isinstance(err.value, JournalError)
+    failure = failure_of(err.value)
+    assert failure.error == "disk full"
+    assert failure.journal_error.startswith("cannot write ojai's journal ")
+    assert failure.journal_error.endswith(": No space left on device")
+    assert failure.result.files_changed == [MODPROBE, LINK, GRUB]
+    assert failure.result.handlers == ["update-grub"]  # the follow-up still ran
+
+    lines = ApplyFailureReport(plan, failure, finish="ojai setup --root M --apply",
+                               undo="ojai rollback --root M", journal=None, exit_code=1).lines()
+    assert lines[0] == (f"changed: {MODPROBE}, {LINK}, {GRUB} "
+                        f"(the originals of {GRUB} are backed up)")
+    assert f"then the journal could not be written: {failure.journal_error}" in lines
+    assert lines[-2:] == ["to finish: ojai setup --root M --apply",
+                          "to undo: ojai rollback --root M"]
