@@ -116,6 +116,28 @@ def test_systemd_units_on_a_machine_without_systemctl_are_blocked_in_the_dry_run
     assert (box / GRUB).read_bytes() == grub and not (box / MODELS).exists()
 
 
+
+def test_a_boot_path_without_its_regeneration_tool_is_blocked_in_the_dry_run(box, catalog):
+    """ojai-fresh without update-grub (and no grub-mkconfig): the GRUB edit could never be made
+    active, so its step is blocked before anything changes, the downloads included."""
+    import shutil
+
+    shutil.rmtree(box / ".ojai/commands/update-grub")
+    grub = (box / GRUB).read_bytes()
+    args = model_args(box, catalog)
+    plan = ojai("setup", *args)
+    assert plan.exit_code == 1, plan.output
+    step = planned_step(args, "gpu-memory")
+    assert step["status"] == "blocked"
+    assert step["sentence"] == (
+        "none of the tools that regenerate grub.cfg on ubuntu is installed (looked for "
+        "update-grub, grub-mkconfig). Install grub (or run the tool your system uses) and run "
+        "ojai again."), step
+    assert "1 step blocked" in last_sentence(plan)
+    applied = ojai("setup", *args, "--apply", "--yes")
+    assert applied.exit_code == 1 and "nothing was applied" in applied.stderr
+    assert (box / GRUB).read_bytes() == grub and not (box / MODELS).exists()
+
 def closed_port() -> int:
     import socket
 
