@@ -335,6 +335,35 @@ def test_a_signal_at_any_boundary_ends_with_what_happened_and_both_commands(
     assert apply_finding(root)["severity"] == "pass"
 
 
+
+@pytest.mark.parametrize("signal_name", ["SIGINT", "SIGTERM"])
+def test_a_signal_in_the_middle_of_a_download_says_what_happened_and_a_rerun_finishes(
+        box, catalog, signal_name):
+    """Ctrl-C (or a service manager's SIGTERM) while a model's bytes are arriving: exit 130,
+    what happened and the command to go on, the journal closed, the boot untouched, the part
+    already fetched kept; the same command then finishes the job."""
+    grub = (box / GRUB).read_bytes()
+    args = [*map(str, model_args(box, catalog)), "--apply", "--yes"]
+    proc = at(box, "download-block", 1, signal_name, "setup", *args)
+    assert proc.returncode == 130, (proc.returncode, proc.stdout[-2000:], proc.stderr[-2000:])
+    err = " ".join(proc.stderr.split())
+    assert f"apply stopped by {signal_name}" in err, err
+    assert "the boot configuration was not touched: the machine boots as before" in err, err
+    assert f"ojai setup --root {box}" in err and "--apply" in err, err
+    assert "backed up" not in err, err
+    [entry] = journal_entries(box)
+    assert entry["status"] == "failed" and entry["error"] == f"stopped by {signal_name}"
+    state = json.loads((box / "var/lib/ojai/state.json").read_text())
+    assert state["running"] is None and state["pending_handlers"] == []
+    assert (box / GRUB).read_bytes() == grub
+    assert any(n.endswith(".partial") for n in model_leftovers(box)), model_leftovers(box)
+
+    done = ojai("setup", *args)
+    assert done.exit_code == 0, done.output
+    assert not any(n.endswith(".partial") for n in model_leftovers(box)), model_leftovers(box)
+    assert (box / GRUB).read_bytes() != grub
+    assert apply_finding(box)["severity"] == "pass"
+
 # -- two ojai processes at once -------------------------------------------------------------
 def wait_ready(go: Path, proc: subprocess.Popen) -> int:
     ready = go.with_name(go.name + ".ready")

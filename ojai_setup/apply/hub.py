@@ -158,6 +158,7 @@ def _http_download(part: Path, location: str, headers: dict[str, str], resume: i
                 hasher.work.put((buffer, n))
                 got += n
                 task.advance(n)
+                fault_point("download-block")  # a block is in the file: Ctrl-C or a kill here
                 if got > expected_size:
                     break
         hasher.finish()
