@@ -364,6 +364,68 @@ def test_a_signal_in_the_middle_of_a_download_says_what_happened_and_a_rerun_fin
     assert (box / GRUB).read_bytes() != grub
     assert apply_finding(box)["severity"] == "pass"
 
+
+FILL = """
+set -eu
+mkdir -p "$MODELS_DIR"
+mount -t tmpfs -o size=32m ojai-test-small "$MODELS_DIR"
+"$@" > "$OUT" 2> "$ERR" &
+pid=$!
+while [ ! -e "$GO.ready" ]; do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
+dd if=/dev/zero of="$MODELS_DIR/filler" bs=1M 2>/dev/null || true  # until the disk is full
+touch "$GO"
+rc=0; wait "$pid" || rc=$?
+echo "$rc" > "$RC"
+"""
+
+
+def test_a_disk_that_fills_during_a_download_says_so_and_a_rerun_finishes(box, fake_hub,
+                                                                          tmp_path):
+    """A real full disk: the models folder is a 32 MiB tmpfs (in a mount namespace of its own),
+    enough at planning; once the first block is written it is filled up, so the download's next
+    write fails with ENOSPC. The apply reports that error (not the journal's, which lives on
+    another filesystem), keeps the boot as it was and claims no backup; once there is room the
+    same command finishes."""
+    import shutil
+
+    if shutil.which("unshare") is None or os.geteuid() != 0:
+        pytest.fail("this test mounts a tmpfs: it needs root and util-linux's unshare")
+    folder = tmp_path / "published"
+    main = gemma4_main(folder / MAIN, payload_bytes=9 << 20)  # three blocks of a download
+    draft = gemma4_assistant(folder / DRAFT, payload_bytes=9 << 20)
+    fake_hub.add_path(REPO, MAIN, main)
+    fake_hub.add_path(REPO, DRAFT, draft)
+    catalog = tmp_path / "catalog.toml"
+    catalog.write_text(route_toml(ROUTE, REPO, main, draft))
+    grub = (box / GRUB).read_bytes()
+    args = [*map(str, model_args(box, catalog)), "--apply", "--yes"]
+    go, out, err, rc = (tmp_path / n for n in ("go", "out", "err", "rc"))
+    env = {**os.environ, "OJAI_TEST_AT": f"pause:{go}", "COLUMNS": "200",
+           "MODELS_DIR": str(box / MODELS), "GO": str(go), "OUT": str(out), "ERR": str(err),
+           "RC": str(rc)}
+    subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", FILL, "fill",
+                    sys.executable, str(KILLER), "download-block", "1", "setup", *args],
+                   env=env, check=True, timeout=120)
+    said = " ".join(err.read_text().split())
+    assert rc.read_text().strip() == "1", said
+    assert "No space left on device" in said, said
+    assert "then run again to resume it" in said and f" or more on {box / MODELS}" in said, said
+    assert "journal" not in said.split("apply failed:")[1].split(";")[0], said
+    assert "backed up" not in said, said
+    assert "the boot configuration was not touched: the machine boots as before" in said, said
+    assert f"ojai setup --root {box}" in said, said
+    [entry] = journal_entries(box)
+    assert entry["status"] == "failed" and "No space left on device" in entry["error"]
+    state = json.loads((box / "var/lib/ojai/state.json").read_text())
+    assert state["running"] is None and state["pending_handlers"] == []
+    assert (box / GRUB).read_bytes() == grub
+
+    done = ojai("setup", *args)  # the tmpfs is gone with its namespace: room again
+    assert done.exit_code == 0, done.output
+    assert (box / MODELS / REPO / MAIN).read_bytes() == main.read_bytes()
+    assert (box / GRUB).read_bytes() != grub
+    assert apply_finding(box)["severity"] == "pass"
+
 # -- two ojai processes at once -------------------------------------------------------------
 def wait_ready(go: Path, proc: subprocess.Popen) -> int:
     ready = go.with_name(go.name + ".ready")

@@ -21,6 +21,7 @@ runs recognise it without re-reading many gigabytes and without asking the hub."
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import http.client
 import json
@@ -172,9 +173,11 @@ def _http_download(part: Path, location: str, headers: dict[str, str], resume: i
         cause = getattr(exc, "reason", None) or exc
         if isinstance(exc, http.client.IncompleteRead):
             cause = "the connection closed before the end"
+        full = isinstance(exc, OSError) and exc.errno == errno.ENOSPC
         raise HubError(f"{where}: download stopped after {got} of {expected_size} bytes "
-                       f"({' '.join(str(cause).split()) or type(exc).__name__}); run again "
-                       "to resume it") from None
+                       f"({' '.join(str(cause).split()) or type(exc).__name__}); "
+                       + (f"free {_gib(expected_size - got)} or more on {part.parent}, then run "
+                          "again to resume it" if full else "run again to resume it")) from None
     finally:
         if hasher is not None:
             hasher.finish()
