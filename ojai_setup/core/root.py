@@ -1,9 +1,12 @@
 """A machine is a directory.
 
 Every path ojai reads or writes goes through one :class:`Root`. With the default root ``/``
-the host is read and host commands run. Under any other root no host command runs: the output
-of a command comes from a capture stored inside the root (see :data:`COMMANDS_DIR`), so that a
-test machine or a replayed bug report gives exactly the answers the real machine gave.
+the host is read and host commands run. Under any other root the machine's commands do not
+run: :meth:`Root.run` answers them from a capture stored inside the root (see
+:data:`COMMANDS_DIR`), so that a test machine or a replayed bug report gives exactly the answers
+the real machine gave. The few host programs that run against a root by design (bash sourcing
+its GRUB files, ``systemd-sysusers --root``, a source build's tools) are listed in the README,
+"What runs under ``--root``".
 
 Capture layout, for a command ``flm validate --json``::
 
