@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -98,45 +99,40 @@ def last_sentence(result) -> str:
 
 
 # -- what can be known at planning ----------------------------------------------------------
-def test_systemd_units_on_a_machine_without_systemctl_are_blocked_in_the_dry_run(box, catalog):
-    """ojai-fresh answers no systemctl: the units' daemon-reload could never run, so the step
-    is blocked before anything changes, the GRUB edit included."""
+def blocked_before_anything(box: Path, args: list[object], name: str) -> str:
+    """The dry run of ``args`` blocks step ``name`` (exit 1, its last line says so) and the
+    apply then refuses with the GRUB file and the models as they were; the step's sentence."""
     grub = (box / GRUB).read_bytes()
-    args = [*model_args(box, catalog), "--systemd"]
     plan = ojai("setup", *args)
     assert plan.exit_code == 1, plan.output
-    step = planned_step(args, "routes")
-    assert step["status"] == "blocked"
-    assert step["sentence"].startswith(
-        "`systemctl daemon-reload` needs systemctl, which this machine does not have (systemd "
-        "does not manage this machine's services: leave out --systemd, or set up systemd)"), step
+    step = planned_step(args, name)
+    assert step["status"] == "blocked", step
     assert "1 step blocked" in last_sentence(plan)
     applied = ojai("setup", *args, "--apply", "--yes")
     assert applied.exit_code == 1 and "nothing was applied" in applied.stderr
     assert (box / GRUB).read_bytes() == grub and not (box / MODELS).exists()
+    return step["sentence"]
 
+
+def test_systemd_units_on_a_machine_without_systemctl_are_blocked_in_the_dry_run(box, catalog):
+    """ojai-fresh answers no systemctl: the units' daemon-reload could never run, so the step
+    is blocked before anything changes, the GRUB edit included."""
+    sentence = blocked_before_anything(box, [*model_args(box, catalog), "--systemd"], "routes")
+    assert sentence.startswith(
+        "`systemctl daemon-reload` needs systemctl, which this machine does not have (systemd "
+        "does not manage this machine's services: leave out --systemd, or set up systemd)"), sentence
 
 
 def test_a_boot_path_without_its_regeneration_tool_is_blocked_in_the_dry_run(box, catalog):
     """ojai-fresh without update-grub (and no grub-mkconfig): the GRUB edit could never be made
     active, so its step is blocked before anything changes, the downloads included."""
-    import shutil
-
     shutil.rmtree(box / ".ojai/commands/update-grub")
-    grub = (box / GRUB).read_bytes()
-    args = model_args(box, catalog)
-    plan = ojai("setup", *args)
-    assert plan.exit_code == 1, plan.output
-    step = planned_step(args, "gpu-memory")
-    assert step["status"] == "blocked"
-    assert step["sentence"] == (
+    sentence = blocked_before_anything(box, model_args(box, catalog), "gpu-memory")
+    assert sentence == (
         "none of the tools that regenerate grub.cfg on ubuntu is installed (looked for "
         "update-grub, grub-mkconfig). Install grub (or run the tool your system uses) and run "
-        "ojai again."), step
-    assert "1 step blocked" in last_sentence(plan)
-    applied = ojai("setup", *args, "--apply", "--yes")
-    assert applied.exit_code == 1 and "nothing was applied" in applied.stderr
-    assert (box / GRUB).read_bytes() == grub and not (box / MODELS).exists()
+        "ojai again.")
+
 
 def closed_port() -> int:
     import socket
@@ -386,8 +382,6 @@ def test_a_disk_that_fills_during_a_download_says_so_and_a_rerun_finishes(box, f
     write fails with ENOSPC. The apply reports that error (not the journal's, which lives on
     another filesystem), keeps the boot as it was and claims no backup; once there is room the
     same command finishes."""
-    import shutil
-
     if shutil.which("unshare") is None or os.geteuid() != 0:
         pytest.fail("this test mounts a tmpfs: it needs root and util-linux's unshare")
     folder = tmp_path / "published"

@@ -10,24 +10,19 @@ import pytest
 from huggingface_hub import HfApi, hf_hub_download
 from support.fake_hub import COMMIT, FakeHub, fake_hub  # noqa: F401
 from support.gguf_files import gemma4_assistant, gemma4_main
+from support.hub_download import MAIN, MODELS, REPO, action, dest, leftovers, root  # noqa: F401
 
 from ojai_setup.apply.executor import executor_for, verify_action
 from ojai_setup.apply.hub import HubError, execute_hub_download, remote_file_info
-from ojai_setup.core.paths import DEFAULT_MODELS_DIR
 from ojai_setup.core.progress import NullProgress
-from ojai_setup.core.root import Root
 from ojai_setup.domain.catalog import Route
 from ojai_setup.domain.models import (
     plan_model_downloads,
     verified_digest,
     verify_local_pair,
 )
-from ojai_setup.model.actions import HubDownload
 
-REPO = "test-org/gemma-4-tiny-it-GGUF"
-MAIN = "gemma-4-tiny-it-Q4_K_M.gguf"
 DRAFT = "mtp-gemma-4-tiny-it.gguf"
-MODELS = DEFAULT_MODELS_DIR
 
 
 @pytest.fixture
@@ -39,12 +34,6 @@ def published(tmp_path: Path, fake_hub: FakeHub) -> FakeHub:
     return fake_hub
 
 
-@pytest.fixture
-def root(tmp_path: Path) -> Root:
-    (tmp_path / "machine").mkdir()
-    return Root(tmp_path / "machine")
-
-
 def route(**changes: object) -> Route:
     return Route.model_validate({
         "name": "gemma-4-tiny", "title": "tiny", "repo": REPO, "mtp": "sidecar",
@@ -53,18 +42,6 @@ def route(**changes: object) -> Route:
         "kv": {"full_layers": 1, "full_kv_heads": 1, "full_head_dim": 64},
         "context_size": 4096, "max_context": 8192, "sizes_estimated": True, **changes,
     })
-
-
-def action(name: str = MAIN, **changes: object) -> HubDownload:
-    return HubDownload(repo_id=REPO, filename=name, dest=f"{MODELS}/{REPO}/{name}", **changes)
-
-
-def dest(root: Root, name: str = MAIN) -> Path:
-    return root.resolve(f"{MODELS}/{REPO}/{name}")
-
-
-def leftovers(root: Path) -> list[str]:
-    return sorted(p.name for p in root.rglob("*.partial"))
 
 
 def test_stand_in_answers_huggingface_hub_itself(published, tmp_path):

@@ -14,19 +14,14 @@ import json
 from pathlib import Path
 
 import pytest
-from support.fake_hub import XET_ACCESS_TOKEN, FakeHub, fake_hub  # noqa: F401
+from support.fake_hub import COMMIT, XET_ACCESS_TOKEN, FakeHub, fake_hub  # noqa: F401
+from support.hub_download import MAIN, REPO, action, dest, leftovers, root  # noqa: F401
 from support.progress import RecordingProgress
 
 from ojai_setup.apply.hub import HubError, execute_hub_download
-from ojai_setup.core.paths import DEFAULT_MODELS_DIR
 from ojai_setup.core.progress import NullProgress
-from ojai_setup.core.root import Root
 from ojai_setup.domain.models import verified_digest
-from ojai_setup.model.actions import HubDownload
 
-REPO = "test-org/gemma-4-tiny-it-GGUF"
-MAIN = "gemma-4-tiny-it-Q4_K_M.gguf"
-MODELS = DEFAULT_MODELS_DIR
 #: about nine 64 KiB chunks, so three xorbs
 SIZE = 600_000
 
@@ -71,24 +66,6 @@ def published(fake_hub: FakeHub, xet_client: Path) -> FakeHub:
     return fake_hub
 
 
-@pytest.fixture
-def root(tmp_path: Path) -> Root:
-    (tmp_path / "machine").mkdir()
-    return Root(tmp_path / "machine")
-
-
-def action(name: str = MAIN, **changes: object) -> HubDownload:
-    return HubDownload(repo_id=REPO, filename=name, dest=f"{MODELS}/{REPO}/{name}", **changes)
-
-
-def dest(root: Root, name: str = MAIN) -> Path:
-    return root.resolve(f"{MODELS}/{REPO}/{name}")
-
-
-def leftovers(root: Path) -> list[str]:
-    return sorted(p.name for p in root.rglob("*.partial"))
-
-
 def paths(hub: FakeHub, server: str, prefix: str = "/") -> list[str]:
     return [r.path for r in hub.requests_to(server) if r.path.startswith(prefix)]
 
@@ -105,8 +82,8 @@ def test_a_xet_file_comes_through_hf_xet_and_is_verified(published, root, capfd)
     assert leftovers(root.path) == []
     # the Xet route: a token from the hub, the terms from the CAS, the bytes from its storage
     assert paths(published, "hub", "/api/models/") == [
-        f"/api/models/{REPO}/paths-info/{published_commit()}",
-        f"/api/models/{REPO}/xet-read-token/{published_commit()}"]
+        f"/api/models/{REPO}/paths-info/{COMMIT}",
+        f"/api/models/{REPO}/xet-read-token/{COMMIT}"]
     [query] = published.requests_to("cas", "GET")[:1]
     assert query.path == f"/v2/reconstructions/{entry.xet_hash}"
     assert query.headers["authorization"] == f"Bearer {XET_ACCESS_TOKEN}"
@@ -126,12 +103,6 @@ def test_a_xet_file_comes_through_hf_xet_and_is_verified(published, root, capfd)
     assert (verify.description, verify.completed, verify.finished) == (f"verify {MAIN}", SIZE, True)
     # huggingface_hub's progress reporter got a bar it could use: no error in its callbacks
     assert "Traceback" not in capfd.readouterr().err
-
-
-def published_commit() -> str:
-    from support.fake_hub import COMMIT
-
-    return COMMIT
 
 
 def test_b_second_run_changes_nothing_and_asks_nobody(published, root):
