@@ -134,6 +134,123 @@ def test_a_boot_path_without_its_regeneration_tool_is_blocked_in_the_dry_run(box
         "ojai again.")
 
 
+def every_file(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
+            if p.is_file() and not p.is_symlink()}
+
+
+def path_without(folder: Path, *hidden: str) -> str:
+    """A PATH of every program this computer has but ``hidden``: a computer without them."""
+    folder.mkdir()
+    for d in ("/usr/local/bin", "/usr/bin", "/bin", "/usr/sbin", "/sbin"):
+        for program in sorted(Path(d).iterdir()) if Path(d).is_dir() else ():
+            if program.name not in hidden and not (folder / program.name).exists() and \
+                    os.access(program, os.X_OK):
+                (folder / program.name).symlink_to(program)
+    return str(folder)
+
+
+SOURCE = ["--no-npu", "--llamacpp", "source", "--backend", "cpu"]
+
+
+@pytest.mark.parametrize("case", ["service-user", "cmake", "compilers", "git"])
+def test_a_program_ojai_would_run_on_this_computer_is_looked_for_at_planning(box, tmp_path,
+                                                                            monkeypatch, case):
+    """The programs ojai runs here against the machine folder by design (a system user's
+    systemd-sysusers or useradd, a source build's cmake, compilers and git) are looked for on
+    this computer's PATH in the dry run: without them the step is blocked with what to install,
+    and the apply changes nothing, the GRUB edit included."""
+    args, hidden, step, said_there = {
+        "service-user": (["--root", box, *NO_LLAMA, "--systemd"], ("systemd-sysusers", "useradd"),
+                         "service-user", "to create the system user ojai (no home, no login "
+                         "shell), ojai runs systemd-sysusers or useradd on this computer (against "
+                         "the machine folder), and neither is installed (Debian and Ubuntu: apt "
+                         "install systemd (or passwd, for useradd))"),
+        "cmake": (["--root", box, *SOURCE, "--llamacpp-src", "/srv/llama.tar.gz"], ("cmake",),
+                  "llama.cpp", "ojai runs cmake on this computer (against the machine folder), "
+                  "and it is not installed (Debian and Ubuntu: apt install cmake; or a nightly "
+                  "build with --llamacpp nightly)"),
+        "compilers": (["--root", box, *SOURCE, "--llamacpp-src", "/srv/llama.tar.gz"],
+                      ("c++", "g++", "clang++"), "llama.cpp", "ojai runs c++ or g++ or clang++ on "
+                      "this computer (against the machine folder), and none is installed (Debian "
+                      "and Ubuntu: apt install build-essential)"),
+        "git": (["--root", box, *SOURCE, "--llamacpp-src", "https://github.com/ggml-org/llama.cpp"],
+                ("git",), "llama.cpp", "ojai runs git on this computer (against the machine "
+                "folder), and it is not installed (Debian and Ubuntu: apt install git; or a "
+                "local source with --llamacpp-src)"),
+    }[case]
+    before = every_file(box)
+    found = planned_step(args, step)
+    assert found["status"] == "change", found  # on this computer, with every program
+    monkeypatch.setenv("PATH", path_without(tmp_path / "bin", *hidden))
+    plan = ojai("setup", *args)
+    assert plan.exit_code == 1, plan.output
+    found = planned_step(args, step)
+    assert found["status"] == "blocked" and said_there in found["sentence"], found
+    assert found["sentence"].endswith("install what is missing and plan again"), found
+    applied = ojai("setup", *args, "--apply", "--yes")
+    assert applied.exit_code == 1 and "nothing was applied" in applied.stderr, applied.output
+    (box / "var/lib/ojai/lock").unlink()  # the apply took the machine's lock, and only that
+    assert every_file(box) == before  # no GRUB edit, no user, no build
+
+
+def published_bytes(catalog: Path) -> int:
+    return sum(p.stat().st_size for p in (catalog.parent / "published").iterdir())
+
+
+def test_a_download_needs_room_beyond_its_own_size(box, catalog, tmp_path, monkeypatch):
+    """Free space exactly the size of the downloads is not enough: the plan keeps a margin (a
+    twentieth of the need and a hundredth of the filesystem, at most 256 MiB) free."""
+    from ojai_setup.planning.space import margin
+
+    need = published_bytes(catalog)
+    keep = margin(need, shutil.disk_usage(box).total)
+    for budget, status in ((need, "blocked"), (need + keep - 1, "blocked"),
+                           (need + keep, "change")):
+        monkeypatch.setenv("OJAI_DISK_BUDGET_BYTES", str(budget))
+        step = planned_step(model_args(box, catalog), "model")
+        assert step["status"] == status, (budget, step)
+    monkeypatch.setenv("OJAI_DISK_BUDGET_BYTES", str(need))
+    line = planned_step(model_args(box, catalog), "model")["sentence"]
+    assert line == (f"not enough disk space in /var/lib/ojai/models for {ROUTE}: the downloads "
+                    f"need {need} bytes; with a margin of {keep / 2**20:.0f} MiB (a twentieth "
+                    f"more, and room for the system) that is {(need + keep) / 2**20:.0f} MiB, and "
+                    f"{need} bytes is free; free some space, choose another folder with "
+                    "--models-dir and plan again"), line
+
+
+def test_the_steps_on_one_filesystem_share_its_free_space(box, catalog, nightly, monkeypatch):
+    """The nightly's zip and unpacked files and the model's downloads each fit alone, not both:
+    the later step (the model) is blocked, saying what the earlier one takes; the nightly
+    stays planned, and without it the model fits."""
+    from ojai_setup.domain.nightly import asset_name
+    from ojai_setup.planning.space import margin
+    from ojai_setup.steps.llamacpp import UNPACKED_FACTOR
+
+    unpack = len(nightly.asset("b1311", asset_name("b1311", "gfx1150")).body) * UNPACKED_FACTOR
+    models = published_bytes(catalog)
+    size = shutil.disk_usage(box).total
+    alone = max(unpack + margin(unpack, size), models + margin(models, size))
+    together = unpack + models + margin(unpack + models, size)
+    assert alone < together
+    monkeypatch.setenv("OJAI_DISK_BUDGET_BYTES", str(together - 1))
+    args = ["--root", box, "--no-npu", "--catalog", catalog, "--model", ROUTE]
+    grub = (box / GRUB).read_bytes()
+    plan = ojai("setup", *args)
+    assert plan.exit_code == 1, plan.output
+    assert planned_step(args, "llama.cpp")["status"] == "change"
+    line = planned_step(args, "model")["sentence"]
+    assert line.startswith(f"not enough disk space in /var/lib/ojai/models for {ROUTE}: the "
+                           f"downloads need {models} bytes; the filesystem also takes {unpack} "
+                           "bytes for llama.cpp nightly b1311 (llama.cpp step), "
+                           f"{unpack + models} bytes in all; with a margin of "), line
+    assert ojai("setup", *args, "--apply", "--yes").exit_code == 1
+    assert (box / GRUB).read_bytes() == grub and nightly.downloads() == []
+    monkeypatch.setenv("OJAI_DISK_BUDGET_BYTES", str(alone))
+    assert planned_step(args, "model")["status"] == "blocked"  # both still do not fit
+    assert planned_step([*args, "--llamacpp", "none"], "model")["status"] == "change"
+
+
 def closed_port() -> int:
     import socket
 
@@ -582,7 +699,7 @@ def test_too_little_room_for_the_nightly_or_a_build_is_blocked_in_the_dry_run(
         line = step["sentence"]
         assert step["status"] == "blocked", step
         assert line.startswith("not enough disk space in /opt/ojai/llama.cpp"), line
-        assert "0 MiB is free" in line
+        assert "and 100 bytes is free" in line and "with a margin of" in line, line
         applied = ojai("setup", "--root", root, "--no-npu", *extra, "--apply", "--yes")
         assert applied.exit_code == 1 and (root / GRUB).read_bytes() == grub
     assert nightly.downloads() == []

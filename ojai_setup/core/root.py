@@ -152,6 +152,13 @@ class Root:
             return program
         return None
 
+    @staticmethod
+    def host_which(program: str) -> str | None:
+        """Where ``program`` is on this computer: for the programs ojai runs here against any
+        root by design (``systemd-sysusers --root``, ``useradd --root``, a source build's cmake,
+        compilers and git), which the root's captures cannot stand in for."""
+        return shutil.which(program)
+
     def run(self, argv: list[str], *, env: dict[str, str] | None = None,
             timeout: float | None = None) -> CommandResult:
         """Run a command on the host, or replay it from the root's captures."""

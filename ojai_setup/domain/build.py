@@ -30,7 +30,7 @@ from pydantic import BaseModel, ConfigDict
 from ojai_setup.core.digest import sha256_file
 from ojai_setup.core.errors import ApplyError
 from ojai_setup.core.root import Root
-from ojai_setup.model.actions import BuildFromSource
+from ojai_setup.model.actions import BuildFromSource, is_git_url
 
 SERVER = "llama-server"
 
@@ -50,7 +50,6 @@ _GPU_TARGETS = re.compile(r"^gfx[0-9a-z]+(?:[;,]gfx[0-9a-z]+)*$")
 _BUILD_TAG = re.compile(r"^b(\d+)$")
 
 
-_GIT_URL = re.compile(r"^(?:https?|git|ssh|file)://|^[\w.-]+@[\w.-]+:")
 
 
 _SHA = re.compile(r"^[0-9a-f]{7,40}$")
@@ -151,10 +150,6 @@ def cmake_configure_args(backend: Backend, gpu_target: str | None, *,
 
 
 # -- source ----------------------------------------------------------------------------------
-def is_git_url(source: str) -> bool:
-    return bool(_GIT_URL.match(source)) or source.endswith(".git")
-
-
 def read_install_record(root: Root, dest: str) -> InstallRecord | None:
     """The record of a finished install at machine path ``dest``, or None."""
     path = root.resolve(dest) / INSTALL_RECORD

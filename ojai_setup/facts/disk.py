@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 
 from ojai_setup.core.errors import UsageError
@@ -27,14 +28,35 @@ def _disk_budget(explicit: int | None) -> int | None:
         raise UsageError(f"{DISK_BUDGET_ENV}={raw!r} is not a number of bytes") from None
 
 
+def _existing(folder: Path) -> Path:
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    return folder
+
+
 def free_bytes(folder: Path, disk_budget: int | None = None) -> int:
     """Bytes a download into ``folder`` (or, while it does not exist, its nearest existing
     parent) may use: the free disk space, capped by ``disk_budget`` or ``OJAI_DISK_BUDGET_BYTES``."""
-    while not folder.exists() and folder != folder.parent:
-        folder = folder.parent
-    free = shutil.disk_usage(folder).free
+    free = shutil.disk_usage(_existing(folder)).free
     budget = _disk_budget(disk_budget)
     return free if budget is None else min(free, budget)
+
+
+@dataclass(frozen=True)
+class Filesystem:
+    """The filesystem a folder is on (its nearest existing parent's, while it does not exist)."""
+
+    device: int
+    #: bytes free for ojai (capped as :func:`free_bytes` caps them)
+    free: int
+    size: int
+
+
+def filesystem(folder: Path) -> Filesystem:
+    """Which filesystem ``folder`` is on, how big it is and how much of it is free."""
+    found = _existing(folder)
+    usage = shutil.disk_usage(found)
+    return Filesystem(device=os.stat(found).st_dev, free=free_bytes(found), size=usage.total)
 
 
 def partial_bytes(dest: Path) -> int:

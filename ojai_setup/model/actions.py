@@ -6,6 +6,7 @@ and which follow-up handlers (``update-grub``, ``initramfs``) it notifies when i
 something.
 """
 
+import re
 from typing import Annotated, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -22,6 +23,12 @@ class _Action(BaseModel):
     def targets(self) -> list[str]:
         """Machine paths this action writes (their digests go into the plan fingerprint)."""
         return []
+
+    def host_programs(self) -> tuple[tuple[str, ...], ...]:
+        """Programs carrying this action out runs on this computer (against the machine root,
+        by design), each as its alternatives, any one of which will do; planning blocks the
+        step when one has none installed."""
+        return ()
 
     def describe(self) -> str:  # pragma: no cover - overridden
         raise NotImplementedError
@@ -125,6 +132,14 @@ class InstallPackage(_Action):
                 f"then apt-get install -y {self.path}")
 
 
+_GIT_URL = re.compile(r"^(?:https?|git|ssh|file)://|^[\w.-]+@[\w.-]+:")
+
+
+def is_git_url(source: str) -> bool:
+    """Whether a source build's ``source`` is cloned with git (else a local folder or tarball)."""
+    return bool(_GIT_URL.match(source)) or source.endswith(".git")
+
+
 class BuildFromSource(_Action):
     """Fetch llama.cpp source, configure with CMake, build ``llama-server``, install into ``dest``."""
 
@@ -140,6 +155,12 @@ class BuildFromSource(_Action):
 
     def targets(self) -> list[str]:
         return [self.dest] + ([self.link] if self.link else [])
+
+    def host_programs(self) -> tuple[tuple[str, ...], ...]:
+        # CMake's default generator runs make; ninja when CMAKE_GENERATOR asks for it
+        git = (("git",),) if is_git_url(self.source) else ()
+        return (("cmake",), ("cc", "gcc", "clang"), ("c++", "g++", "clang++"),
+                ("make", "ninja")) + git
 
     def describe(self) -> str:
         return f"build llama-server ({self.backend}{', ' + self.gpu_target if self.gpu_target else ''}) from {self.source} into {self.dest}"
@@ -175,6 +196,9 @@ class CreateSystemUser(_Action):
     kind: Literal["create_system_user"] = "create_system_user"
     name: str
     description: str = ""
+
+    def host_programs(self) -> tuple[tuple[str, ...], ...]:
+        return (("systemd-sysusers", "useradd"),)
 
     def describe(self) -> str:
         return f"create the system user {self.name} (no home, no login shell)"

@@ -134,9 +134,6 @@ class Context(NamedTuple):
     #: .deb to install (with the sha256 GitHub states), or why it cannot be had
     lemonade_deb: LemonadeDeb | None = None
     lemonade_deb_error: str | None = None
-    #: free bytes where llama.cpp is installed (``/opt/ojai/llama.cpp`` or its nearest existing
-    #: parent), with ``--llamacpp nightly|source``; None: not asked, or unknown
-    install_free_bytes: int | None = None
     #: why the Hugging Face Hub will not serve a model file the route still has to download
     #: (None: it will, nothing is to download, or it was not asked)
     hub_error: str | None = None

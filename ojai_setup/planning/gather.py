@@ -312,12 +312,6 @@ def gather(root: Root, settings: Settings, *, facts: Facts | None = None,
                 release_error = str(exc)
 
     toolchain_error = None if sglang else hip_toolchain_error(root, facts, settings, target)
-    install_free = None
-    if settings.llamacpp not in ("none", "distro") and sglang is None:
-        try:
-            install_free = free_bytes(root.resolve(LLAMACPP_DIR))
-        except (OjaiError, OSError):
-            install_free = None
 
     lemonade = lemonade_view(root, facts, home)
     lemonade_deb = lemonade_deb_error = None
@@ -360,7 +354,7 @@ def gather(root: Root, settings: Settings, *, facts: Facts | None = None,
         models_free_error=free_error, programs=programs, api_key_sha256=api_key_sha256,
         api_key_error=api_key_error, groups=machine_groups(root),
         draft_length_source=draft_source, toolchain_error=toolchain_error,
-        install_free_bytes=install_free, hub_error=hub_error,
+        hub_error=hub_error,
         footprint=route_footprint(root, route, settings.models_dir) if route else None,
         sglang=sglang)
 

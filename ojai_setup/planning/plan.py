@@ -31,6 +31,7 @@ from ojai_setup.domain.checks import Finding
 from ojai_setup.model.actions import Action, RunCommand, WriteFile
 from ojai_setup.model.settings import Settings
 from ojai_setup.planning.result import Step, StepResult
+from ojai_setup.planning.space import DiskLedger
 
 PLAN_FORMAT = "ojai-plan"
 PLAN_FORMAT_VERSION = 1
@@ -321,12 +322,13 @@ def make_plan(ctx: PlanInputs, steps: Sequence[Step]) -> Plan:
     handlers: dict[str, RunCommand] = {}
     paths: list[str] = []
     provided: set[str] = set()
+    ledger = DiskLedger(lambda folder: _filesystem(ctx.root, folder))
     for step in steps:
         seen = len(ctx.root.reads)
         result = step.plan(ctx)
         if result.step != step.name:
             raise ValueError(f"step {step.name!r} returned a result named {result.step!r}")
-        result = block_unrunnable(result, ctx.root, provided)
+        result = ledger.admit(block_unrunnable(result, ctx.root, provided))
         results.append(result)
         paths.extend(ctx.root.reads[seen:])
         paths.extend(result.reads)
@@ -352,6 +354,13 @@ def make_plan(ctx: PlanInputs, steps: Sequence[Step]) -> Plan:
     )
 
 
+def _filesystem(root: Root, folder: str) -> tuple[int, int, int]:
+    from ojai_setup.facts.disk import filesystem
+
+    found = filesystem(root.resolve(folder))
+    return found.device, found.free, found.size
+
+
 #: programs a package that a plan installs brings (a later command of the plan may run them)
 PACKAGE_PROGRAMS: dict[str, tuple[str, ...]] = {
     "lemonade-server": ("lemonade", "lemond"),
@@ -361,6 +370,12 @@ PACKAGE_PROGRAMS: dict[str, tuple[str, ...]] = {
 PROGRAM_HINTS: dict[str, str] = {
     "systemctl": "systemd does not manage this machine's services: leave out --systemd, or "
                  "set up systemd",
+    "systemd-sysusers": "Debian and Ubuntu: apt install systemd (or passwd, for useradd)",
+    "cmake": "Debian and Ubuntu: apt install cmake; or a nightly build with --llamacpp nightly",
+    "cc": "Debian and Ubuntu: apt install build-essential",
+    "c++": "Debian and Ubuntu: apt install build-essential",
+    "make": "Debian and Ubuntu: apt install make (or ninja-build)",
+    "git": "Debian and Ubuntu: apt install git; or a local source with --llamacpp-src",
 }
 
 
@@ -376,33 +391,46 @@ def _installs(action: Action) -> list[str]:
 
 
 def block_unrunnable(result: StepResult, root: Root, provided: set[str]) -> StepResult:
-    """``result``, or the step blocked when a command it runs (an action, or a follow-up its
-    actions notify) needs a program the machine does not have and no earlier action of the
-    plan installs: known at planning, so the dry run says it before anything changes.
-    ``provided`` collects the programs the plan's installs bring, step after step."""
+    """``result``, or the step blocked when a program it runs is missing and no earlier action
+    of the plan installs it: a command it runs (an action, or a follow-up its actions notify)
+    that the machine does not have, or a program ojai runs on this computer against the
+    machine (:meth:`~ojai_setup.model.actions.Action.host_programs`: a system user's
+    systemd-sysusers or useradd, a source build's cmake and compilers) that this computer does
+    not have. Known at planning, so the dry run says it before anything changes. ``provided``
+    collects the programs the plan's installs bring, step after step."""
     if result.status != "change":
         return result
-    missing: list[tuple[str, str]] = []
+    said: list[str] = []
+
+    def missing(program: str, text: str) -> None:
+        hint = PROGRAM_HINTS.get(program.split(" or ")[0])
+        line = text + (f" ({hint})" if hint else "")
+        if line not in said:
+            said.append(line)
+
     for action in result.actions:
         commands = [action] if isinstance(action, RunCommand) else []
         commands += [result.handlers[n] for n in action.notify if n in result.handlers]
         for command in commands:
             program = command.argv[0]
-            if program not in provided and root.which(program) is None and \
-                    (program, shlex.join(command.argv)) not in missing:
-                missing.append((program, shlex.join(command.argv)))
+            if program not in provided and root.which(program) is None:
+                missing(program, f"`{shlex.join(command.argv)}` needs {program}, which this "
+                        "machine does not have")
+        for choices in action.host_programs():
+            if not any(p in provided or root.host_which(p) for p in choices):
+                names = " or ".join(choices)
+                missing(names, f"to {action.describe()}, ojai runs {names} on this computer"
+                        + ("" if root.is_host else " (against the machine folder)")
+                        + f", and {'neither is' if len(choices) == 2 else 'none is' if len(choices) > 2 else 'it is not'} installed")
         for package in _installs(action):
             provided.update(PACKAGE_PROGRAMS.get(package, ()))
-    if not missing:
+    if not said:
         return result
-    where = "" if root.is_host else " (a machine directory answers commands from its captures " \
-        "in .ojai/commands)"
-    said = "; ".join(f"`{command}` needs {program}, which this machine does not have"
-                     + (f" ({PROGRAM_HINTS[program]})" if program in PROGRAM_HINTS else "")
-                     for program, command in missing)
-    return StepResult.blocked(result.step, f"{said}{where}, so this step cannot be applied "
-                              f"(it would {result.sentence}); install what is missing and plan "
-                              "again", reads=result.reads)
+    where = "" if root.is_host or not any("this machine does not have" in s for s in said) \
+        else " (a machine directory answers commands from its captures in .ojai/commands)"
+    return StepResult.blocked(result.step, f"{'; '.join(said)}{where}, so this step cannot be "
+                              f"applied (it would {result.sentence}); install what is missing "
+                              "and plan again", reads=result.reads)
 
 
 def remake_command(plan: Plan, plan_path: str) -> str:

@@ -23,6 +23,24 @@ if TYPE_CHECKING:
 StepStatus = Literal["satisfied", "change", "blocked"]
 
 
+class SpaceNeed(BaseModel):
+    """Disk space a step's actions take in one folder while they run and after: the plan adds
+    up the needs of every step on one filesystem, with a margin, and blocks a step that would
+    not fit (:class:`ojai_setup.planning.space.DiskLedger`)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    #: the machine folder the bytes go into (its nearest existing parent tells the filesystem)
+    folder: str
+    bytes: int
+    #: what is stored, for the message (``"llama.cpp nightly b1311"``)
+    what: str
+    #: how the figure was reached (``"its zip is 42 MiB, and with its unpacked files ..."``)
+    detail: str = ""
+    #: what a person can do about it besides freeing space
+    fix: str = ""
+
+
 class StepResult(BaseModel):
     """The outcome of planning one step."""
 
@@ -45,6 +63,8 @@ class StepResult(BaseModel):
     #: what a person should know before applying (a server open to the network), whatever
     #: the status; shown with the plan
     warnings: tuple[str, ...] = ()
+    #: disk space the actions take (a change only), checked for the whole plan at once
+    space: tuple[SpaceNeed, ...] = ()
 
     @model_validator(mode="after")
     def _consistent(self) -> "StepResult":

@@ -15,7 +15,8 @@ from ojai_setup.core.root import Root
 from ojai_setup.domain import nightly
 from ojai_setup.model.actions import BuildFromSource
 from ojai_setup.planning.context import Context
-from ojai_setup.planning.result import StepResult
+from ojai_setup.planning.result import SpaceNeed, StepResult
+from ojai_setup.planning.space import size_text
 
 INSTALL_BASE = LLAMACPP_DIR
 CURRENT = LLAMACPP_CURRENT
@@ -26,10 +27,6 @@ SERVER = LLAMA_SERVER
 #: zip (a lower bound, so that the dry run blocks only what cannot fit; unpacking itself still
 #: stops past ARCHIVE_EXPANSION times the zip)
 UNPACKED_FACTOR = 3
-
-
-def _mib(n: int) -> str:
-    return f"{n / 2**20:.0f} MiB"
 
 
 def _label(text: str) -> str:
@@ -113,17 +110,17 @@ class LlamacppStep:
             return StepResult.satisfied(
                 self.name, f"llama.cpp nightly {asset.tag} for {family} is installed and verified "
                 f"in {action.dest}", reads=(action.dest, CURRENT))
-        need = asset.size * UNPACKED_FACTOR
-        if ctx.install_free_bytes is not None and asset.size and need > ctx.install_free_bytes:
-            return StepResult.blocked(
-                self.name, f"not enough disk space in {INSTALL_BASE} for llama.cpp nightly "
-                f"{asset.tag}: its zip is {_mib(asset.size)}, and with its unpacked files "
-                f"(taken as twice the zip) it needs at least {_mib(need)}; "
-                f"{_mib(ctx.install_free_bytes)} is free; "
-                "free some space, or keep the installed build with --llamacpp none")
         return StepResult.change(self.name, f"install llama.cpp nightly {asset.tag} for {family} "
                                  f"({asset.size / 2**20:.0f} MiB, sha256 checked before unpacking)",
-                                 [action])
+                                 [action], space=(SpaceNeed(
+                                     folder=INSTALL_BASE, bytes=asset.size * UNPACKED_FACTOR,
+                                     what=f"llama.cpp nightly {asset.tag}",
+                                     detail=f"its zip is {size_text(asset.size)}, and with its "
+                                     f"unpacked files (taken as {UNPACKED_FACTOR - 1} times the "
+                                     f"zip) it needs at least "
+                                     f"{size_text(asset.size * UNPACKED_FACTOR)}",
+                                     fix="or keep the installed build with --llamacpp none"),)
+                                 if asset.size else ())
 
     def _source(self, ctx: Context) -> StepResult:
         try:
@@ -140,15 +137,12 @@ class LlamacppStep:
         from ..domain.costs import disk_need, estimate
 
         need = disk_need(action.backend, action.gpu_target)
-        if need is not None and ctx.install_free_bytes is not None and \
-                need > ctx.install_free_bytes:
-            return StepResult.blocked(
-                self.name, f"not enough disk space in {INSTALL_BASE} to build llama-server: the "
-                f"build needs about {_mib(need)} ({estimate(action.backend, action.gpu_target)})"
-                f", {_mib(ctx.install_free_bytes)} is free; free some space first")
         return StepResult.change(
             self.name, f"{action.reason} ({estimate(action.backend, action.gpu_target)}"
-            "; progress is shown)", [action])
+            "; progress is shown)", [action], space=(SpaceNeed(
+                folder=INSTALL_BASE, bytes=need, what="building llama-server",
+                detail=f"the build needs about {size_text(need)} "
+                f"({estimate(action.backend, action.gpu_target)})"),) if need else ())
 
 
 def _newest_mtime_ns(folder: Path) -> int:

@@ -6,11 +6,8 @@ from __future__ import annotations
 from ojai_setup.core.paths import GIB
 from ojai_setup.domain.routes import route_names
 from ojai_setup.planning.context import Context
-from ojai_setup.planning.result import StepResult
-
-
-def _size(n: int) -> str:
-    return f"{n / GIB:.1f} GiB" if n >= GIB else f"{n} bytes"
+from ojai_setup.planning.result import SpaceNeed, StepResult
+from ojai_setup.planning.space import size_text as _size
 
 
 class ModelStep:
@@ -70,19 +67,18 @@ class ModelStep:
             total = sum(f.size for f in route.files()
                         if model_path(settings.models_dir, route.file_repo(f), f.file) in pending)
             need = total - sum(partial_bytes(ctx.root.resolve(d)) for d in pending)
-            free = ctx.models_free_bytes
-            if free is None:
+            if ctx.models_free_bytes is None:
                 return StepResult.blocked(self.name, ctx.models_free_error or
                                           f"cannot tell the free space in {settings.models_dir}")
-            if need > free:
-                return StepResult.blocked(
-                    self.name, f"not enough disk space in {settings.models_dir} for {route.name}: "
-                    f"the downloads need {_size(need)}, {_size(free)} is free; free some space or "
-                    "choose another folder with --models-dir")
+            kept = f" ({_size(total - need)} of them kept from an interrupted download)" \
+                if need < total else ""
             return StepResult.change(
                 self.name, f"download {route.title} ({len(downloads)} file{'' if len(downloads) == 1 else 's'}, about "
                 f"{_size(total)}) into {settings.models_dir}; {verdict.sentence()}",
-                downloads)
+                downloads, space=(SpaceNeed(
+                    folder=settings.models_dir, bytes=need, what=route.name,
+                    detail=f"the downloads need {_size(need)}{kept}",
+                    fix="choose another folder with --models-dir"),))
         if route.pair_kind == "ngram":
             return StepResult.satisfied(self.name, f"{route.name}: main file present and verified "
                                         f"in {settings.models_dir} (pairing not applicable: "
