@@ -45,6 +45,7 @@ from ojai_setup.core.progress import Progress, TaskHandle
 from ojai_setup.core.root import Root
 from ojai_setup.domain.models import _digest_record, verified_digest
 from ojai_setup.facts.disk import _TRUE, free_bytes
+from ojai_setup.facts.hub import refusal
 from ojai_setup.model.actions import HubDownload
 
 # ojai talks to the hub only to download what the plan lists: no usage reports, unless the
@@ -75,6 +76,22 @@ def _gib(n: int) -> str:
     return f"{n / (1 << 30):.2f} GiB" if n >= 1 << 30 else f"{n} bytes"
 
 
+def _refused(where: str, what: str, exc: HfHubHTTPError) -> HubError:
+    """The hub's refusal of ``what`` in ojai's words: a 401 or 403 with its status, why (no
+    token sent, one the hub does not accept, one without access to the repository) and what
+    to do with ``HF_TOKEN``, as planning words it; any other with huggingface_hub's message."""
+    response = getattr(exc, "response", None)
+    status = getattr(response, "status_code", None)
+    if status in (401, 403):
+        try:  # the request that was refused; httpx raises when a response has none
+            sent = bool(response.request.headers.get("authorization"))
+        except (AttributeError, RuntimeError):  # then what huggingface_hub sends
+            sent = "authorization" in build_hf_headers()
+        return HubError(f"{where}: the hub refused {what} (HTTP {status}): "
+                        f"{refusal(status, sent)}")
+    return HubError(f"{where}: the hub refused {what}: {exc}")
+
+
 def remote_file_info(repo_id: str, filename: str, revision: str | None = None) -> tuple[str, int]:
     """The hub's LFS ``(sha256, size)`` of ``filename`` in ``repo_id`` at ``revision``."""
     where = f"{repo_id}@{revision or 'main'}:{filename}"
@@ -83,7 +100,7 @@ def remote_file_info(repo_id: str, filename: str, revision: str | None = None) -
     try:
         entries = HfApi(endpoint=_endpoint()).get_paths_info(repo_id, [filename], revision=revision)
     except HfHubHTTPError as exc:
-        raise HubError(f"{where}: the hub refused the file listing: {exc}") from exc
+        raise _refused(where, "the file listing", exc) from exc
     except httpx2.TransportError as exc:
         raise HubError(f"{where}: cannot reach {_endpoint()}: {exc}") from exc
     for entry in entries:
@@ -329,7 +346,7 @@ def execute_hub_download(root: Root, action: HubDownload, progress: Progress, *,
     try:
         meta = get_hf_file_metadata(url, endpoint=endpoint)
     except HfHubHTTPError as exc:
-        raise HubError(f"{where}: the hub refused the file: {exc}") from exc
+        raise _refused(where, "the file", exc) from exc
     except httpx2.TransportError as exc:
         raise HubError(f"{where}: cannot reach {endpoint}: {exc}") from exc
     hub_size = meta.size

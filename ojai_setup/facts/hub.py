@@ -1,7 +1,8 @@
 """Whether the Hugging Face Hub serves a file, asked while planning (one ``HEAD`` of its
 ``resolve`` URL, no redirect followed, nothing downloaded), so that a model download that
 cannot start is blocked in the dry run instead of failing half way through an apply.
-``HF_ENDPOINT``, ``HF_TOKEN`` and ``HF_HUB_OFFLINE`` are read as huggingface_hub reads them."""
+``HF_ENDPOINT``, ``HF_TOKEN`` (or the token ``hf auth login`` stored) and ``HF_HUB_OFFLINE``
+are read as huggingface_hub reads them."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import os
 import urllib.error
 import urllib.parse
 import urllib.request
+from pathlib import Path
 
 from ojai_setup.core.errors import RemoteError
 from ojai_setup.core.paths import USER_AGENT
@@ -32,7 +34,7 @@ def hub_serves(repo_id: str, filename: str, revision: str | None = None) -> None
     url = (f"{endpoint}/{urllib.parse.quote(repo_id)}/resolve/"
            f"{urllib.parse.quote(revision or 'main', safe='')}/{urllib.parse.quote(filename)}")
     headers = {"User-Agent": USER_AGENT}
-    token = os.environ.get("HF_TOKEN") or os.environ.get("HUGGING_FACE_HUB_TOKEN")
+    token = _token()
     if token:
         headers["Authorization"] = f"Bearer {token}"
     opener = urllib.request.build_opener(_NoRedirect)
@@ -47,10 +49,43 @@ def hub_serves(repo_id: str, filename: str, revision: str | None = None) -> None
             raise RemoteError(f"{endpoint} has no {where} (HTTP 404): check the route's repo "
                               "and file name") from None
         if exc.code in (401, 403):
-            raise RemoteError(f"{endpoint} refuses {where} (HTTP {exc.code}): a gated or "
-                              "private repository; accept its terms on the Hub and set "
-                              "HF_TOKEN") from None
+            raise RemoteError(f"{endpoint} refuses {where} (HTTP {exc.code}): "
+                              f"{refusal(exc.code, bool(token))}") from None
         raise RemoteError(f"{endpoint} answered HTTP {exc.code} for {where}") from None
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
         raise RemoteError(f"cannot reach {endpoint} for {where} ({reason})") from None
+
+
+def _token() -> str | None:
+    """The token huggingface_hub sends with its requests, and so ojai's download: ``HF_TOKEN``
+    (or the older ``HUGGING_FACE_HUB_TOKEN``), else the one ``hf auth login`` stored
+    (``HF_TOKEN_PATH``, by default ``$HF_HOME/token``); none at all when
+    ``HF_HUB_DISABLE_IMPLICIT_TOKEN`` is set. (huggingface_hub.constants reads those variables
+    once, when it is first imported; it is imported here only when the hub is asked.)"""
+    from huggingface_hub import constants
+
+    if constants.HF_HUB_DISABLE_IMPLICIT_TOKEN:
+        return None
+    token = os.environ.get("HF_TOKEN") or os.environ.get("HUGGING_FACE_HUB_TOKEN")
+    if token is None:
+        try:
+            token = Path(constants.HF_TOKEN_PATH).read_text(encoding="utf-8")
+        except OSError:
+            return None
+    return token.replace("\r", "").replace("\n", "").strip() or None
+
+
+def refusal(status: int, token_sent: bool) -> str:
+    """Why the hub answers 401 or 403 for a file, and what to do, by whether a token
+    (``HF_TOKEN``) was sent: none (a gated or private repository needs one), one the hub does
+    not accept (401: revoked or mistyped), or one whose account has no access (403)."""
+    if not token_sent:
+        return ("a gated or private repository needs a token: set HF_TOKEN to a token of an "
+                "account that has accepted its terms (or been given access) on the Hub")
+    if status == 401:
+        return ("the Hub does not accept HF_TOKEN (revoked, expired or mistyped): set HF_TOKEN "
+                "to a valid token of an account with access to the repository")
+    return ("a gated or private repository, and the account of HF_TOKEN has no access to it: "
+            "accept its terms (or ask for access) on the Hub with that account, or set "
+            "HF_TOKEN to a token of one that has")

@@ -21,6 +21,11 @@ bytes and then answers 503 everywhere until :meth:`FakeHub.restore` (a connectio
 mid-download); :meth:`FakeHub.fail_xorbs` makes the CAS answer every xorb ``GET`` with an error
 status until :meth:`FakeHub.restore`.
 
+Access: with :attr:`FakeHub.token` set, the hub answers 401 to a request without that token
+(a gated or private repository asked for anonymously, or a revoked token); a request with
+:attr:`FakeHub.token_without_access` gets 403 (a token the hub knows, with no access to the
+repository).
+
 Xet-backed files (``add_file(..., xet=True)``) are served the way the real Hub serves them to
 huggingface_hub 2.4 and hf_xet 1.8, so that the real hf_xet client downloads them:
 
@@ -183,6 +188,10 @@ class FakeHub:
         self.requests: list[Request] = []
         #: when set, requests to the hub without ``Authorization: Bearer <token>`` get 401
         self.token: str | None = None
+        #: a token the hub knows but that has no access to its repositories (a gated repo
+        #: whose terms its owner has not accepted, a private repo of another account): the
+        #: hub's requests carrying it get 403, as the real hub answers them
+        self.token_without_access: str | None = None
         self._cut_after: int | None = None
         self._down = False
         self._xorb_status: int | None = None
@@ -293,13 +302,19 @@ def _make_handler(hub: FakeHub, role: str) -> type[BaseHTTPRequestHandler]:
             return None
 
         def _record(self) -> bool:
-            """Log the request; False when it was answered already (hub down, no token)."""
+            """Log the request; False when it was answered already (hub down, no token or
+            one without access)."""
             with hub._lock:
                 hub.requests.append(Request(role, self.command, self.path,
                                             {k.lower(): v for k, v in self.headers.items()}))
                 down = hub._down
             if down:
                 self._reply(503, b"unavailable", {"Content-Type": "text/plain"})
+                return False
+            if role == "hub" and hub.token_without_access and \
+                    self.headers.get("Authorization") == f"Bearer {hub.token_without_access}":
+                self._reply(403, b'{"error":"Access to this repository is restricted"}',
+                            {"X-Error-Code": "GatedRepo", "Content-Type": "application/json"})
                 return False
             if role == "hub" and hub.token and self.headers.get("Authorization") != f"Bearer {hub.token}":
                 self._reply(401, b'{"error":"Invalid credentials"}', {"Content-Type": "application/json"})
