@@ -107,7 +107,8 @@ def test_an_owed_follow_up_is_named_before_any_reboot(machine):
         {"pending_handlers": [{"name": "update-grub", "argv": ["update-grub"]}]}))
     f = ttm_finding(root)
     assert "owes update-grub" in f["evidence"]
-    assert f["fix"].startswith("Run `ojai setup --apply` first") and "Reboot to" not in f["fix"]
+    assert f["fix"].startswith(f"Run `ojai setup --root {root} --apply` first"), f["fix"]
+    assert "Reboot to" not in f["fix"]
 
 
 def _modprobe_machine(machine, *, conf_newer: bool) -> Path:

@@ -97,10 +97,15 @@ def this_host(monkeypatch):
 
 def _capture(root: Path, dest: Path) -> tuple[dict, Scrubber]:
     r = Root(root)
-    report = diagnose(r).to_json()
+    report = rooted(diagnose(r).to_json(), root)
     scrubber = write_capture(r, environment(r), dest).scrubber
-    report["facts"]["root"] = "<root>"
     return report, scrubber
+
+
+def rooted(report: dict, root: Path) -> dict:
+    """``report`` with the machine folder's path (the facts' root, the fixes' ``--root``) as
+    ``<root>``."""
+    return json.loads(json.dumps(report).replace(str(root), "<root>"))
 
 
 def test_no_identifier_survives_and_the_replay_gives_the_same_report(machine, tmp_path, this_host):
@@ -133,8 +138,7 @@ def test_no_identifier_survives_and_the_replay_gives_the_same_report(machine, tm
     assert json.loads(texts["var/lib/ojai/state.json"])["records"]["ttm"]["boot_id"] == boot_id
     assert "HSA_OVERRIDE" not in texts[".ojai/environ"] and "TOKEN" not in texts[".ojai/environ"]
 
-    replayed = diagnose(Root(dest)).to_json()
-    replayed["facts"]["root"] = "<root>"
+    replayed = rooted(diagnose(Root(dest)).to_json(), dest)
     assert replayed["findings"] == report["findings"]
     assert replayed["result"] == report["result"]
     assert replayed == json.loads(with_stand_ins(scrubber, json.dumps(report)))

@@ -34,8 +34,10 @@ def ojai(*args: object):
 
 
 def finding(root: Path) -> dict:
+    """The Lemonade finding, the machine folder named ``M`` in its fix's commands."""
     report = json.loads(ojai("doctor", "--root", root, "--json").stdout)
-    return next(f for f in report["findings"] if f["id"] == "lemonade.version")
+    found = next(f for f in report["findings"] if f["id"] == "lemonade.version")
+    return {**found, "fix": (found["fix"] or "").replace(f" --root {root} ", " --root M ")}
 
 
 def debian_sid(machine) -> Path:
@@ -48,19 +50,20 @@ def test_missing_lemonade_on_debian_sid_offers_the_release_and_the_distribution_
     f = finding(debian_sid(machine))
     assert f["evidence"] == ("Lemonade is not installed; `ojai setup --lemonade release` or "
                              "`ojai setup --lemonade distro` installs it")
-    assert "`ojai setup --lemonade release`" in f["fix"]
-    assert "`ojai setup --lemonade distro`, from Debian's own lemonade-server package" in f["fix"]
+    assert "`ojai setup --root M --lemonade release`" in f["fix"]
+    assert "`ojai setup --root M --lemonade distro`, from Debian's own lemonade-server package" \
+        in f["fix"]
 
 
 def test_missing_lemonade_on_debian_13_offers_the_release(machine):
     f = finding(machine("strix-halo-debian13-grub-dropin"))
-    assert "`ojai setup --lemonade release`" in f["fix"]
+    assert "`ojai setup --root M --lemonade release`" in f["fix"]
     assert "--lemonade distro" not in f["fix"]  # Debian 13 has no lemonade-server package
 
 
 def test_missing_lemonade_on_ubuntu_offers_the_ppa(machine):
     f = finding(machine("ojai-fresh"))
-    assert "`ojai setup --lemonade distro`, from Lemonade's PPA" in f["fix"]
+    assert "`ojai setup --root M --lemonade distro`, from Lemonade's PPA" in f["fix"]
     assert "--lemonade release is not offered" in f["fix"]
 
 

@@ -548,18 +548,32 @@ def wait_ready(go: Path, proc: subprocess.Popen) -> int:
     return int(ready.read_text())
 
 
-@pytest.mark.parametrize("first", ["apply", "rollback"])
-def test_a_second_ojai_is_refused_before_it_plans_and_names_the_holder(machine, tmp_path, first):
+#: every point at which an apply (of cloud_box, two files and update-grub) and a rollback of
+#: it hold the machine's lock, from just after taking it (before planning) to the last step
+APPLY_POINTS = [("locked", 1), *BOUNDARIES]
+ROLLBACK_POINTS = [("locked", 1), ("restore-start", 1), ("restore-done", 1),
+                   ("restore-start", 2), ("restore-done", 2), ("handler-done", 1)]
+HELD = [pytest.param(first, stage, nth, id=f"{first}-{stage}-{nth}")
+        for first, points in (("apply", APPLY_POINTS), ("rollback", ROLLBACK_POINTS))
+        for stage, nth in points]
+
+
+@pytest.mark.parametrize("first,stage,nth", HELD)
+def test_a_second_ojai_is_refused_before_it_plans_and_names_the_holder(machine, tmp_path, first,
+                                                                       stage, nth):
+    """A first apply or rollback paused at each point where it holds the machine's lock: a
+    second apply and a second rollback are refused before they plan, naming the holder,
+    changing nothing; the first then finishes as if alone."""
     root = cloud_box(machine)
     if first == "rollback":
         assert ojai("setup", "--root", root, "--apply", "--yes", *NO_LLAMA).exit_code == 0
         args = ["rollback", "--root", str(root), "--yes"]
-        stage, holder = "restore-start", "ojai rollback"
+        holder = "ojai rollback"
     else:
         args = ["setup", "--root", str(root), "--apply", "--yes", *NO_LLAMA]
-        stage, holder = "action-start", "ojai setup --apply"
+        holder = "ojai setup --apply"
     go = tmp_path / "go"
-    proc = at(root, stage, 1, f"pause:{go}", *args, wait=False)
+    proc = at(root, stage, nth, f"pause:{go}", *args, wait=False)
     try:
         pid = wait_ready(go, proc)
         during = snapshot(root)
@@ -579,6 +593,35 @@ def test_a_second_ojai_is_refused_before_it_plans_and_names_the_holder(machine, 
     # the first one finished as if alone
     dry = ojai("setup", "--root", root, *NO_LLAMA)
     assert dry.exit_code == (0 if first == "apply" else 2), dry.output
+    assert apply_finding(root)["severity"] == "pass"
+
+
+@pytest.mark.parametrize("signal_name", ["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize("command", ["apply", "rollback"])
+def test_a_signal_while_planning_ends_with_a_sentence_and_changes_nothing(machine, command,
+                                                                           signal_name):
+    """Ctrl-C or SIGTERM once the lock is taken, before the plan or the rollback's review is
+    made: exit 130, what happened, the command to run again; nothing changed, no journal
+    entry, and the lock is free for the next ojai."""
+    root = cloud_box(machine)
+    if command == "rollback":
+        assert ojai("setup", "--root", root, "--apply", "--yes", *NO_LLAMA).exit_code == 0
+        args = ["rollback", "--root", str(root), "--yes"]
+        again = f"before anything was restored; nothing was changed; to try again: " \
+            f"ojai rollback --root {root}"
+    else:
+        args = ["setup", "--root", str(root), "--apply", "--yes", *NO_LLAMA]
+        again = f"before the first change; nothing was changed; to try again: ojai setup " \
+            f"--root {root} {' '.join(NO_LLAMA)} --apply"
+    before, entries = snapshot(root), len(journal_entries(root))
+    proc = at(root, "locked", 1, signal_name, *args)
+    assert proc.returncode == 130, (proc.returncode, proc.stdout[-2000:], proc.stderr[-2000:])
+    text = " ".join(proc.stderr.split())
+    assert f"stopped by {signal_name} {again}" in text, text
+    assert "Traceback" not in proc.stderr and "Aborted" not in proc.stderr
+    assert snapshot(root) == before and len(journal_entries(root)) == entries
+    done = ojai(*args)
+    assert done.exit_code == 0, done.output
     assert apply_finding(root)["severity"] == "pass"
 
 
@@ -647,7 +690,9 @@ def test_a_kill_during_the_nightlys_unpack_leaves_nothing_behind_for_long(machin
     assert undo.exit_code == 0, undo.output
     finding = apply_finding(root)
     assert finding["severity"] == "warn" and STAGING in finding["evidence"], finding
-    assert f"sudo rm -rf {STAGING}" in finding["fix"] and "ojai setup --apply" in finding["fix"]
+    # the whole command of the apply that was stopped, and the real path (in the machine folder)
+    assert finding["fix"].startswith(f"`ojai setup --root {root} --no-npu --apply` clears them")
+    assert f"`rm -rf {root}{STAGING}`" in finding["fix"] and "sudo" not in finding["fix"]
     done = ojai("setup", "--root", root, "--no-npu", "--apply", "--yes")
     assert done.exit_code == 0, done.output
     assert not (root / STAGING.lstrip("/")).exists()

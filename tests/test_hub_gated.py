@@ -264,19 +264,17 @@ def test_a_token_withdrawn_after_the_review_refuses_the_saved_plan_before_anythi
     assert LIMIT in (box / GRUB).read_text()
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "the refusal of a saved plan lists the download actions ojai no longer plans but not why: "
-    "the model step is blocked now (HTTP 401, HF_TOKEN); planning/compare.py "
-    "plan_differences gives a step's new status only when no action differs"))
 def test_the_refusal_of_a_saved_plan_names_the_hubs_answer_and_hf_token(box, catalog, gated,
                                                                        monkeypatch, tmp_path):
-    """What the person who applies the saved plan needs to read: that the hub now refuses
-    the token (HTTP 401) and that HF_TOKEN is what to change."""
+    """What the person who applies the saved plan needs to read: that the model step is
+    blocked now, the hub refusing the token (HTTP 401), and that HF_TOKEN is what to change;
+    before the actions that are gone because of it."""
     monkeypatch.setenv("HF_TOKEN", TOKEN)
     failed, _ = saved_then_withdrawn(box, catalog, gated, tmp_path / "plan.json", 401)
     assert failed.exit_code == 1, failed.output
     text = said(failed)
-    assert "HTTP 401" in text and "HF_TOKEN" in text, text
+    assert "step model is blocked now:" in text and "HTTP 401" in text and "HF_TOKEN" in text, text
+    assert text.index("step model is blocked now") < text.index("does not plan now"), text
 
 
 def test_the_token_hf_auth_login_stored_is_sent_at_planning_as_at_the_download(

@@ -649,6 +649,17 @@ def apply(plan: Plan, root: Root, progress: Progress, *,
             lock.release()
 
 
+def finish_command(plan: Plan) -> str | None:
+    """The whole ``ojai setup ... --apply`` command that plans again with ``plan``'s settings on
+    its machine and finishes what an apply of it left (None: settings ojai cannot read)."""
+    from pydantic import ValidationError
+
+    try:
+        return Settings.model_validate(plan.settings).command("--apply", root=plan.root)
+    except (ValidationError, TypeError, ValueError):
+        return None
+
+
 def _planned_record(plan: Plan, planned: PlannedAction) -> PlannedRecord:
     a = planned.action
     return PlannedRecord(
@@ -664,7 +675,8 @@ def _apply_locked(plan: Plan, root: Root, progress: Progress, planned: list[Plan
     from ojai_setup.planning.plan import apply_phase
 
     try:
-        journal = Journal(root, "apply", euid=euid, plan_fingerprint=plan.fingerprint.digest)
+        journal = Journal(root, "apply", euid=euid, plan_fingerprint=plan.fingerprint.digest,
+                          command=finish_command(plan))
     except JournalError as exc:
         raise ApplyError(f"{exc}; nothing was changed") from None
     result = ApplyResult(apply_id=journal.id, journal=journal.path,

@@ -128,7 +128,7 @@ class Journal:
 
     def __init__(self, root: Root, kind: Literal["apply", "rollback"], *,
                  euid: int | None = None, plan_fingerprint: str | None = None,
-                 rolls_back: str | None = None) -> None:
+                 rolls_back: str | None = None, command: str | None = None) -> None:
         self.root = root
         self.dir = state_dir(root, euid=euid)
         self._state = _load_state(self.dir)
@@ -136,7 +136,7 @@ class Journal:
             apply_id=new_apply_id(), kind=kind, ojai_version=ojai_version(),
             started=datetime.now(timezone.utc), boot_id=read_boot_id(root),
             plan_fingerprint=plan_fingerprint, previous_apply=self._state.last_apply,
-            rolls_back=rolls_back)
+            rolls_back=rolls_back, command=command)
         self._staged: dict[str, FileRecord] = {}
         try:
             ensure_dir(self.dir, DIR_MODE)

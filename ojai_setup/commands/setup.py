@@ -6,10 +6,15 @@ report (:class:`PlanReport`, :class:`SavedPlanReport`, :class:`ApplyReport`,
 from __future__ import annotations
 
 import shlex
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from datetime import timezone
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from ojai_setup.apply.faults import fault_point
 from ojai_setup.commands.terminal import SYMBOLS, Terminal
 from ojai_setup.core.root import Root
 from ojai_setup.core.status import ExitStatus
@@ -178,7 +183,7 @@ class PlanReport:
     def render(self, term: Terminal) -> None:
         from ojai_setup.commands.diffview import diff_lines
         from ojai_setup.planning.plan import unified_diff
-        from ojai_setup.planning.summary import summarize, written_files
+        from ojai_setup.planning.summary import written_files
 
         plan = self.plan
         if plan.preconditions:
@@ -417,6 +422,51 @@ class NothingToApply:
         term.print("nothing to do: every step is satisfied; nothing was changed")
 
 
+class _StopOnSignal:
+    """While ojai plans or asks before an apply or a rollback: SIGTERM stops it as Ctrl-C
+    does (a KeyboardInterrupt), so that it ends with a sentence and the lock let go, not
+    silently; :attr:`received` names the signal. The apply itself handles both on its own
+    (:class:`ojai_setup.apply.executor.ApplyInterrupted`). Only in the main thread."""
+
+    def __init__(self) -> None:
+        self.received: str | None = None
+        self._armed = True
+        self._saved: dict[int, Any] = {}
+
+    def _handler(self, signum: int, frame: object) -> None:
+        self.received = self.received or signal.Signals(signum).name
+        if self._armed:
+            raise KeyboardInterrupt(self.received)
+        # held back: the apply or the restoring has begun and is not stopped half way here
+
+    def disarm(self) -> None:
+        """From here on (the apply or the restoring starts) a signal is held back."""
+        self._armed = False
+
+    @contextmanager
+    def holding(self) -> Iterator[None]:
+        """Hold signals back while the block runs (it settles a journal), then stop if one
+        came."""
+        self._armed = False
+        try:
+            yield
+        finally:
+            self._armed = True
+        if self.received:
+            raise KeyboardInterrupt(self.received)
+
+    def __enter__(self) -> "_StopOnSignal":
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._saved[sig] = signal.signal(sig, self._handler)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, handler in self._saved.items():
+            signal.signal(sig, handler)
+        self._saved.clear()
+
+
 def run_setup(term: Terminal, root_dir: Path, settings: Settings, *, apply: bool, yes: bool,
               plan_file: Path | None, out: Path | None, show_new: bool = False,
               show: str | None = None, force_handlers: bool = True) -> int:
@@ -453,9 +503,18 @@ def run_setup(term: Terminal, root_dir: Path, settings: Settings, *, apply: bool
     except StateError as exc:
         term.error(str(exc))
         return ExitStatus.FAILED
+    again = settings.command("--apply", root=str(root_dir)) if plan_file is None else \
+        f"ojai setup --root {shlex.quote(str(root_dir))} --apply --plan " \
+        f"{shlex.quote(str(plan_file))}"
     try:
-        return _apply_locked(term, root, settings, yes=yes, plan_file=plan_file, out=out,
-                             show_new=show_new, force_handlers=force_handlers)
+        with _StopOnSignal() as stop:
+            fault_point("locked")
+            return _apply_locked(term, root, settings, yes=yes, plan_file=plan_file, out=out,
+                                 show_new=show_new, force_handlers=force_handlers, stop=stop)
+    except KeyboardInterrupt:  # while planning or asking: the apply reports its own
+        term.error(f"stopped by {stop.received or 'SIGINT'} before the first change; nothing was "
+                   f"changed; to try again: {again}")
+        return ExitStatus.INTERRUPTED
     finally:
         lock.release()
 
@@ -501,7 +560,7 @@ def _dry_run(term: Terminal, root: Root, settings: Settings, out: Path | None, *
 
 def _apply_locked(term: Terminal, root: Root, settings: Settings, *, yes: bool,
                   plan_file: Path | None, out: Path | None, show_new: bool,
-                  force_handlers: bool) -> int:
+                  force_handlers: bool, stop: _StopOnSignal | None = None) -> int:
     """``ojai setup --apply`` once the machine's lock is held: plan (or check the saved plan),
     show, ask, apply, verify, and say how it ended."""
     from ojai_setup.facts.state import JournalError, read_apply_status, read_state
@@ -572,6 +631,8 @@ def _apply_locked(term: Terminal, root: Root, settings: Settings, *, yes: bool,
 
     applied_settings = settings if plan_file is None else Settings(**plan.settings)
     try:
+        if stop is not None:
+            stop.disarm()
         result = apply_plan(plan, root, term.progress(), locked=True,
                             plan_path=str(plan_file) if plan_file else None,
                             force_handlers=force_handlers)
@@ -912,26 +973,36 @@ def run_rollback(term: Terminal, root_dir: Path, *, force: bool, yes: bool = Fal
     except StateError as exc:
         term.error(str(exc))
         return ExitStatus.FAILED
+    again = _rollback_command(root, *(["--remove-downloads"] if remove_downloads else []))
     try:
-        return _rollback_locked(term, root, force=force, yes=yes,
-                                remove_downloads=remove_downloads)
+        with _StopOnSignal() as stop:
+            fault_point("locked")
+            return _rollback_locked(term, root, force=force, yes=yes,
+                                    remove_downloads=remove_downloads, stop=stop)
+    except KeyboardInterrupt:  # while it looks or asks: the rollback reports its own
+        term.error(f"stopped by {stop.received or 'SIGINT'} before anything was restored; "
+                   f"nothing was changed; to try again: {again}")
+        return ExitStatus.INTERRUPTED
     finally:
         lock.release()
 
 
 def _rollback_locked(term: Terminal, root: Root, *, force: bool, yes: bool,
-                     remove_downloads: bool) -> int:
+                     remove_downloads: bool, stop: _StopOnSignal | None = None) -> int:
     from ojai_setup.apply.journal import RollbackError, preview_rollback, rollback
     from ojai_setup.core.errors import StateError
 
     try:
-        preview = preview_rollback(root, remove_downloads=remove_downloads, locked=True)
+        with stop.holding() if stop is not None else nullcontext():
+            preview = preview_rollback(root, remove_downloads=remove_downloads, locked=True)
     except (RollbackError, StateError, OSError) as exc:
         term.error(str(exc))
         return ExitStatus.FAILED
     if preview.settled is not None:
         term.note(preview.settled.message)
     if preview.nothing:
+        if stop is not None:
+            stop.disarm()
         term.show(RollbackReport(preview, rollback(root, term.progress(), preview=preview,
                                                    locked=True), root))
         return ExitStatus.OK
@@ -953,6 +1024,8 @@ def _rollback_locked(term: Terminal, root: Root, *, force: bool, yes: bool,
             unattended="refusing to roll back without review: no terminal to ask on. Review "
             f"the above, then run `{again} --yes`"):
         return ExitStatus.FAILED
+    if stop is not None:
+        stop.disarm()
     try:
         result = rollback(root, term.progress(), force=force, remove_downloads=remove_downloads,
                           preview=preview, locked=True)
@@ -960,4 +1033,6 @@ def _rollback_locked(term: Terminal, root: Root, *, force: bool, yes: bool,
         term.error(str(exc))
         return ExitStatus.FAILED
     term.show(RollbackReport(preview, result, root))
+    if stop is not None and stop.received:
+        term.note(f"{stop.received} came while restoring; the rollback was finished first")
     return ExitStatus.OK

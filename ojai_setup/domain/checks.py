@@ -12,6 +12,7 @@ it into a :class:`Finding`. Severities are ordered, so the overall result is the
 """
 
 import math
+import re
 import tomllib
 from collections.abc import Callable
 from enum import IntEnum
@@ -346,9 +347,27 @@ def run_checks(facts: Facts, profile: Profile) -> list[Finding]:
         else:
             sev = out.severity or spec.severity
         findings.append(Finding(id=spec.id, title=spec.title, severity=sev, evidence=out.evidence,
-                                fix=None if sev == "pass" else (out.fix or spec.fix or None),
+                                fix=None if sev == "pass" else
+                                fix_for_root(out.fix or spec.fix or None, facts.root),
                                 link=spec.link or None))
     return findings
+
+
+#: an ``ojai`` command quoted in a fix, without ``--root`` after its subcommand
+_OJAI_COMMAND = re.compile(r"`(sudo )?ojai (setup|rollback|doctor|verify|bench|tune|models)"
+                           r"(?! --root)\b")
+
+
+def fix_for_root(fix: str | None, root: str) -> str | None:
+    """``fix`` with ``--root ROOT`` in every ``ojai`` command it quotes, unless ``root`` is this
+    computer's own (``/``): the commands a person copies from doctor then act on the machine
+    doctor looked at."""
+    if not fix or root == "/":
+        return fix
+    import shlex
+
+    return _OJAI_COMMAND.sub(lambda m: f"`{m.group(1) or ''}ojai {m.group(2)} --root "
+                             f"{shlex.quote(root)}", fix)
 
 
 def known_bad_findings(facts: Facts, profile: Profile, spec: CheckSpec) -> list[Finding]:
@@ -361,7 +380,7 @@ def known_bad_findings(facts: Facts, profile: Profile, spec: CheckSpec) -> list[
                                     profile.npu, path)
     if found:
         return [Finding(id=f"{spec.id}.{m.row.id}", title=m.row.title, severity=m.row.severity,
-                        evidence=f"{m.evidence} (reported for: {m.row.covers})", fix=m.row.fix,
+                        evidence=f"{m.evidence} (reported for: {m.row.covers})", fix=fix_for_root(m.row.fix, facts.root),
                         link=m.row.source) for m in found]
     note = ("; not known here: " + ", ".join(sorted(unknown))) if unknown else ""
     return [Finding(id=spec.id, title=spec.title, severity="pass",
@@ -883,25 +902,30 @@ def _apply_state(facts: Facts, profile: Profile, params: dict) -> Outcome:
     owed = "; follow-up commands owed: " + ", ".join(status.owed) if status.owed else ""
     if status.running:
         return Outcome(ok=None, evidence="an ojai apply or rollback is running now")
+    finish = status.command or "ojai setup --apply"
     if status.interrupted:
         what = "rollback" if status.kind == "rollback" else "apply"
+        fix = (f"Run `ojai rollback` to finish undoing it (or `{finish}` to apply again); then "
+               "reboot." if what == "rollback" else f"Run `{finish}` to finish it (what is owed "
+               "runs first) or `ojai rollback` to undo it; then reboot.")
         return Outcome(ok=False, evidence=f"{what} {status.interrupted} was interrupted after "
-                       f"{status.done} of {status.total} action(s){owed}",
-                       fix="Run `ojai setup --apply` to finish it (what is owed runs first) or "
-                       "`ojai rollback` to undo it; then reboot.")
+                       f"{status.done} of {status.total} action(s){owed}", fix=fix)
     if status.owed:
         return Outcome(ok=False, evidence=f"an earlier apply stopped before its follow-up "
                        f"commands ran{owed}",
-                       fix="Run `ojai setup --apply`: it runs the owed commands first.")
+                       fix=f"Run `{finish}`: it runs the owed commands first.")
     last = f"; last apply {status.last_apply}" if status.last_apply else ""
     if status.leftovers:
+        import posixpath
         import shlex
 
+        real = [p if facts.root == "/" else posixpath.join(facts.root, p.lstrip("/"))
+                for p in status.leftovers]
         return Outcome(ok=False, severity="warn",
                        evidence="an interrupted install left " + ", ".join(status.leftovers),
-                       fix="`ojai setup --apply` clears them as it installs llama.cpp again; "
-                       "or remove them by hand: `sudo rm -rf "
-                       + " ".join(shlex.quote(p) for p in status.leftovers) + "`")
+                       fix=f"`{finish}` clears them as it installs llama.cpp again; or remove "
+                       "them by hand: `" + ("sudo " if facts.root == "/" else "") + "rm -rf "
+                       + " ".join(shlex.quote(p) for p in real) + "`")
     return Outcome(ok=True, evidence=f"no apply interrupted, nothing owed{last}")
 
 

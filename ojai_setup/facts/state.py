@@ -122,6 +122,25 @@ def install_leftovers(root: Root) -> list[str]:
     return sorted(f"{LLAMACPP_DIR}/{p.name}" for p in found)
 
 
+def _last_apply_command(journal: Path, look_at: int = 20) -> str | None:
+    """The ``ojai setup ... --apply`` command the newest apply journaled in ``journal``
+    recorded (entries are named by their start time), or None."""
+    from ojai_setup.model.journal import JournalEntry
+
+    try:
+        newest = sorted(journal.glob("*.json"), reverse=True)[:look_at]
+    except OSError:
+        return None
+    for path in newest:
+        try:
+            entry = JournalEntry.model_validate_json(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError, ValidationError):
+            continue
+        if entry.kind == "apply":
+            return entry.command
+    return None
+
+
 def read_apply_status(root: Root, *, euid: int | None = None,
                       locked: bool = False) -> ApplyStatus:
     """Whether an apply is under way, was interrupted, or left follow-up commands owed (the
@@ -136,6 +155,8 @@ def read_apply_status(root: Root, *, euid: int | None = None,
                          owed=[shlex.join(h.argv) for h in state.pending_handlers],
                          leftovers=install_leftovers(root))
     if state.running is None:
+        if status.owed or status.leftovers:
+            status.command = _last_apply_command(directory / "journal")
         return status
     status.running = not locked and lock_is_held(directory)
     status.interrupted = None if status.running else state.running
@@ -147,6 +168,8 @@ def read_apply_status(root: Root, *, euid: int | None = None,
     except (OSError, ValueError, ValidationError):
         return status
     status.kind = entry.kind
+    status.command = entry.command if entry.kind == "apply" else \
+        _last_apply_command(directory / "journal")
     status.total = len(entry.planned)
     status.done = sum(1 for p in entry.planned if p.status == "done")
     owed = {h.name: h for h in state.pending_handlers}

@@ -81,6 +81,8 @@ class JournalEntry(BaseModel):
     plan_fingerprint: str | None = None
     previous_apply: str | None = None  # the last apply when this one started
     rolls_back: str | None = None  # for a rollback: the apply it undid
+    #: for an apply: the whole ``ojai setup ... --apply`` command that finishes it (doctor's fix)
+    command: str | None = None
     #: every action of the plan, on disk before the first change
     planned: list[PlannedRecord] = []
     #: follow-up commands owed by what changed so far and not yet run

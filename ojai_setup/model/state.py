@@ -48,3 +48,6 @@ class ApplyStatus(BaseModel):
     #: what an interrupted install left in ojai's llama.cpp folder (unpack staging, a zip, a
     #: retired install, a build's temp folder), as machine paths
     leftovers: list[str] = []
+    #: the whole ``ojai setup ... --apply`` command of the apply that was interrupted or left
+    #: follow-ups owed, as its journal recorded it
+    command: str | None = None

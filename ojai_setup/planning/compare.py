@@ -82,6 +82,11 @@ def plan_differences(saved: Plan, fresh: Plan) -> list[str]:
             found.append(f"the follow-up command {name} is `{s.describe()[4:]}` in the saved "
                          f"plan, `{f.describe()[4:]}` as planned now")
     saved_steps = {r.step: r for r in saved.steps}
+    # a step that cannot be applied any more says why first: its actions are gone because of it
+    blocked = [f"step {r.step} is blocked now: {r.sentence}" for r in fresh.steps
+               if r.status == "blocked" and r.step in saved_steps
+               and saved_steps[r.step].status != "blocked"]
+    found = blocked + found
     for r in fresh.steps:
         s = saved_steps.get(r.step)
         if s is None:
