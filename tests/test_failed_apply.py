@@ -348,7 +348,7 @@ def test_a_follow_up_that_fails_before_the_boot_edit_leaves_the_boot_untouched(
     assert failed.exit_code == 1, failed.output
     text = said(failed)
     assert "`systemctl daemon-reload` failed with exit code 1" in text
-    assert "still owed (the next apply runs it first): `systemctl daemon-reload`" in text
+    assert "still owed (the next apply runs it): `systemctl daemon-reload`" in text
     assert (box / GRUB).read_bytes() == grub
     assert "the boot configuration was not touched" in text
 
@@ -372,7 +372,7 @@ def test_when_the_boot_regeneration_fails_the_dry_run_says_it_is_owed_and_exits_
     failed = ojai("setup", "--root", root, *NO_LLAMA, "--apply", "--yes")
     assert failed.exit_code == 1
     assert "the boot configuration was changed and its regeneration is owed" in said(failed)
-    assert "still owed (the next apply runs it first): `update-grub`" in said(failed)
+    assert "still owed (the next apply runs it): `update-grub`" in said(failed)
     dry = ojai("setup", "--root", root, *NO_LLAMA)
     assert dry.exit_code == 2, dry.output
     assert last_sentence(dry) == ("Plan: nothing to change, but an earlier apply left work "
@@ -435,7 +435,7 @@ def test_a_signal_at_any_boundary_ends_with_what_happened_and_both_commands(
         assert f"to undo: ojai rollback --root {root}" in err
     owed = [h["argv"] for h in state["pending_handlers"]]
     if owed:
-        assert "still owed (the next apply runs it first): `update-grub`" in err
+        assert "still owed (the next apply runs it): `update-grub`" in err
 
     if nth % 2:  # odd ones are finished by a new apply, even ones undone by rollback
         done = ojai("setup", "--root", root, "--apply", "--yes", *NO_LLAMA)

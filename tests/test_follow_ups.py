@@ -144,7 +144,7 @@ def test_no_force_handlers_leaves_the_regeneration_owed_until_the_next_apply_run
     command = REGENERATES[name]
     text = said(failed_apply(root, "--no-force-handlers"))
     assert f"apply failed: {FULL}" in text, text
-    assert f"still owed (the next apply runs it first): `{command}`" in text, text
+    assert f"still owed (the next apply runs it): `{command}`" in text, text
     assert "the boot configuration was changed and its regeneration is owed" in text, text
     assert "ran: " not in text, text
     assert f"to finish: {finish_command(root)}" in text, text
@@ -155,7 +155,7 @@ def test_no_force_handlers_leaves_the_regeneration_owed_until_the_next_apply_run
     finding = doctor(root)["ojai.apply"]
     assert finding["severity"] == "fail", finding
     assert finding["evidence"].endswith(f"follow-up commands owed: {command}"), finding
-    assert f"Run `{finish_command(root)}`: it runs the owed commands first" in finding["fix"], \
+    assert f"Run `{finish_command(root)}`: it runs the owed commands." in finding["fix"], \
         finding
     dry = ojai("setup", "--root", root, *NO_LLAMA)
     assert dry.exit_code == 2, dry.output
@@ -187,7 +187,7 @@ def test_only_the_follow_ups_of_the_edits_that_finished_run_or_are_owed(machine,
         assert "ran: `update-grub`" in text and "still owed" not in text, text
     else:
         assert ran(entry) == [] and owed(root) == ["update-grub"]
-        assert "still owed (the next apply runs it first): `update-grub`" in text, text
+        assert "still owed (the next apply runs it): `update-grub`" in text, text
     assert "update-initramfs" not in text, text
 
     done = ojai("setup", "--root", root, *NO_LLAMA, "--apply", "--yes")

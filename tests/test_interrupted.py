@@ -91,7 +91,7 @@ def test_a_killed_apply_is_reported_then_finished_by_setup(machine, stage, nth):
     assert finding["severity"] == "fail" and "was interrupted" in finding["evidence"], finding
     # the whole command of the killed apply, for this machine folder, and the one that undoes it
     assert finding["fix"] == (f"Run `ojai setup --root {root} --llamacpp none --no-npu --apply` "
-                              "to finish it (what is owed runs first) or `ojai rollback --root "
+                              "to finish it (it runs what is owed) or `ojai rollback --root "
                               f"{root}` to undo it; then reboot."), finding
     dry = ojai("setup", "--root", str(root), *ARGS)
     assert dry.exit_code == 2, dry.output

@@ -374,7 +374,7 @@ class ApplyFailureReport:
         for command, why in result.failed_handlers:
             out.append(f"failed: `{command}`: {why}")
         if result.owed:
-            out.append("still owed (the next apply runs it first): "
+            out.append("still owed (the next apply runs it): "
                        + ", ".join(f"`{h.command}`" for h in result.owed))
         boot = [p.action for p in self.plan.apply_order() if apply_phase(p.action) == "boot"]
         if boot:

@@ -906,14 +906,14 @@ def _apply_state(facts: Facts, profile: Profile, params: dict) -> Outcome:
     if status.interrupted:
         what = "rollback" if status.kind == "rollback" else "apply"
         fix = (f"Run `ojai rollback` to finish undoing it (or `{finish}` to apply again); then "
-               "reboot." if what == "rollback" else f"Run `{finish}` to finish it (what is owed "
-               "runs first) or `ojai rollback` to undo it; then reboot.")
+               "reboot." if what == "rollback" else f"Run `{finish}` to finish it (it runs what is "
+               "owed) or `ojai rollback` to undo it; then reboot.")
         return Outcome(ok=False, evidence=f"{what} {status.interrupted} was interrupted after "
                        f"{status.done} of {status.total} action(s){owed}", fix=fix)
     if status.owed:
         return Outcome(ok=False, evidence=f"an earlier apply stopped before its follow-up "
                        f"commands ran{owed}",
-                       fix=f"Run `{finish}`: it runs the owed commands first.")
+                       fix=f"Run `{finish}`: it runs the owed commands.")
     last = f"; last apply {status.last_apply}" if status.last_apply else ""
     if status.leftovers:
         import posixpath
