@@ -1,22 +1,45 @@
-"""A model download by ojai against curl, from the same loopback server.
+"""A model download by ojai against curl, from the same loopback server, unthrottled and at
+the speeds of real links.
 
-    python benchmarks/download_speed.py [--mib 1536] [--runs 3]
+    python benchmarks/download_speed.py [--mib 1536] [--runs 3] [--dir /dev/shm]
+                                        [--rate 290,580,1150] [--rate MBPS ...]
 
 A stand-in for the Hugging Face Hub and its CDN (tests/support/fake_hub.py) runs in a process
 of its own on 127.0.0.1 and serves one file of ``--mib`` MiB. Each run times ``curl`` fetching
-the CDN's URL into a file (curl does not hash), then ojai's download of the same file into a
+the CDN's URL into a file (curl does not hash), ojai's download of the same file into a
 machine folder (``execute_hub_download``: the hub's metadata, the transfer, the sha256 check,
-the rename), both into the same folder (``--dir``, default a new temp folder), in alternating
-order, each after ``sync`` so that neither waits for the other's writeback. It prints each
-median in MB/s and ojai's throughput as a fraction of curl's; the goal is at least 0.90.
+the rename), and ``curl | tee FILE | sha256sum`` (a verified download with the usual tools),
+all into the same folder (``--dir``, default a new temp folder), in alternating order, each
+after ``sync`` so that none waits for another's writeback. MB/s are 10^6 bytes a second.
 
-curl only copies bytes; ojai also takes each block's sha256 (in a thread of its own, beside
-the transfer), so on a loopback link faster than this processor's sha256 a verified download
-cannot go faster than the hash. The script therefore also prints this machine's sha256 rate
-(hashlib, the same code ojai uses), the bound ``min(curl, sha256)``, and ojai against it;
-and ojai against ``curl | tee FILE | sha256sum``, a verified download with the usual tools. On
-loopback the server's sending takes processor time from the same cores: on 2 cores, sending,
-receiving and hashing share them, where curl alone only sends and receives.
+This is done first unthrottled, then once for each ``--rate`` (MB/s; repeat the option or give
+a comma list; ``--rate 0``: none), at which the CDN paces what it sends, as a link of that
+speed would deliver it. The defaults are the TCP payload of these machines' links: 2.5 GbE
+(290), 5 GbE (580) and 10 GbE (1150); the most a 1500-byte MTU carries is 1448 of each 1538
+bytes on the wire, 94 % of the line rate (294, 588, 1177), a little less in practice. The
+pacing sleeps between pieces of about a millisecond's worth (a token bucket that holds 2 ms,
+so a late wake-up is made up and an idle link saves nothing more), in the server's send loop:
+about one wake-up a millisecond, not a spinning core (here 0.2-0.4 s of processor time per GiB
+sent at 290-1500 MB/s, where sending it unthrottled takes 0.1-0.3 s).
+
+Each row prints, as median (lowest-highest) over the runs: the asked rate; ``sent``, the rate
+the server measured sending curl's bodies (first to last byte: the pacing's accuracy); curl's
+and ojai's rates as each saw them (start to finish, so with a process start or the hub's
+metadata in it); ojai/curl, the ratio of the medians (the goal is at least 0.90), with the
+lowest and highest ratio of runs taken side by side; and the verified pipeline. A curl rate
+well below the asked one (it prints a note past 3 %) means the machine could not keep that
+pace, not that the link is slow.
+
+How to read it: a paced row is a download from a link of that speed, and its ratio says whether
+ojai keeps up with the link, which is what a user gets. The unthrottled row is a loopback link
+faster than this processor's sha256: curl only copies bytes; ojai also takes each block's
+sha256 (in a thread of its own, beside the transfer), so there a verified download cannot go
+faster than the hash, and the server's sending takes processor time from the same cores (on 2
+cores sending, receiving and hashing share them, where curl only sends and receives). The
+script therefore also prints this machine's sha256 rate (hashlib, the same code ojai uses), the
+bound ``min(curl, sha256)`` and ojai against it, and ojai against the verified pipeline.
+Other work on the machine shows as a wide spread, most in the unthrottled row, where every core
+is busy: compare medians taken on a quiet machine.
 """
 
 from __future__ import annotations
@@ -30,6 +53,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -39,19 +63,91 @@ sys.path.insert(0, str(REPO / "tests"))
 
 REPO_ID = "ojai-bench/big-GGUF"
 FILE = "model-Q4_K_M.gguf"
+#: MB/s of TCP payload on the links of these machines
+LINKS = {290.0: "2.5 GbE", 580.0: "5 GbE", 1150.0: "10 GbE"}
+#: the pacing: pieces of about a millisecond's worth, and what an idle link may save up
+PIECE_SECONDS, BURST_SECONDS = 0.001, 0.002
+PIECE_MIN, PIECE_MAX = 64 << 10, 1 << 20
+
+
+class Pacer:
+    """The CDN's pace, shared by its connections: ``rate`` bytes a second (0: as fast as the
+    socket takes them) and what the last large body took to send (bytes, seconds), with
+    :attr:`sent` set once it is known."""
+
+    def __init__(self) -> None:
+        self.rate = 0.0
+        self.last: tuple[int, float] = (0, 0.0)
+        self.sent = threading.Event()
+
+
+class PacedWriter:
+    """A handler's ``wfile`` (socketserver's ``_SocketWriter``, which ``sendall``s) that sends
+    in pieces, each when the link it stands for is free: a token bucket, by sleeping."""
+
+    def __init__(self, raw, pacer: Pacer) -> None:
+        self._raw, self._pacer = raw, pacer
+        self._due = 0.0  # when the link is free for the next byte
+
+    def write(self, data) -> int:
+        view = memoryview(data).cast("B")
+        rate = self._pacer.rate
+        start = time.perf_counter()
+        if not rate:
+            self._raw.write(view)
+        else:
+            piece = min(PIECE_MAX, max(PIECE_MIN, int(rate * PIECE_SECONDS) >> 16 << 16))
+            due = max(self._due, start - BURST_SECONDS)
+            for offset in range(0, len(view), piece):
+                wait = due - time.perf_counter()
+                if wait > 0:
+                    time.sleep(wait)
+                chunk = view[offset:offset + piece]
+                self._raw.write(chunk)
+                due += len(chunk) / rate
+            self._due = due
+        if len(view) >= 1 << 20:
+            self._pacer.last = (len(view), time.perf_counter() - start)
+            self._pacer.sent.set()
+        return len(view)
+
+    def __getattr__(self, name: str):
+        return getattr(self._raw, name)
 
 
 def serve(data_path: str, ready: str) -> None:
-    """The server process: the hub and the CDN until stdin closes."""
+    """The server process: the hub and the CDN until stdin closes, told on stdin its pace
+    (``rate BYTES/S``), that a body is coming (``expect``) and to say what it took (``last``:
+    once it is sent, which may be after the client has it all)."""
     from support.fake_hub import FakeHub
 
     hub = FakeHub()
     hub.add_path(REPO_ID, FILE, Path(data_path))
     hub.start()
+    pacer = Pacer()
+    cdn_port = int(hub.cdn_url.rsplit(":", 1)[1])
+    cdn = next(s for s in hub._servers if s.server_address[1] == cdn_port)
+
+    class Paced(cdn.RequestHandlerClass):
+        def setup(self) -> None:
+            super().setup()
+            self.wfile = PacedWriter(self.wfile, pacer)
+
+    cdn.RequestHandlerClass = Paced
     entry = hub.files[(REPO_ID, FILE)]
     Path(ready).write_text(json.dumps({"hub": hub.url, "cdn": f"{hub.cdn_url}/cdn/{entry.sha256}",
                                        "sha256": entry.sha256}))
-    sys.stdin.read()
+    for line in sys.stdin:
+        word, *value = line.split()
+        if word == "rate":
+            pacer.rate = float(value[0])
+            print("ok", flush=True)
+        elif word == "expect":
+            pacer.sent.clear()
+            print("ok", flush=True)
+        elif word == "last":
+            pacer.sent.wait(60)
+            print(json.dumps(pacer.last), flush=True)
     hub.stop()
 
 
@@ -61,16 +157,30 @@ def timed(fn) -> float:
     return time.perf_counter() - start
 
 
+def rates_of(values: list[str] | None) -> list[float]:
+    if values is None:
+        return list(LINKS)
+    rates = [float(v) for value in values for v in value.split(",") if v.strip()]
+    if any(r < 0 for r in rates):
+        raise SystemExit("--rate: MB/s, 0 or more")
+    return [r for r in dict.fromkeys(rates) if r > 0]
+
+
 def main() -> int:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--mib", type=int, default=1536)
-    parser.add_argument("--runs", type=int, default=3)
+    parser = argparse.ArgumentParser(description="ojai's model download against curl")
+    parser.add_argument("--mib", type=int, default=1536, help="the file's size (MiB)")
+    parser.add_argument("--runs", type=int, default=3, help="runs of each download at each rate")
     parser.add_argument("--dir", help="where the files go (default: a new temp folder)")
+    parser.add_argument("--rate", action="append", metavar="MBPS",
+                        help="a link speed to pace the CDN at, in MB/s (repeat it or give a "
+                             "comma list; 0: unthrottled only; default: "
+                             + ",".join(f"{r:g}" for r in LINKS) + ")")
     parser.add_argument("--serve", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:
         serve(*args.serve)
         return 0
+    rates = rates_of(args.rate)
     if shutil.which("curl") is None:
         print("curl is not installed", file=sys.stderr)
         return 1
@@ -83,14 +193,20 @@ def main() -> int:
                 f.write(block[n % 32:] + block[:n % 32])
         ready = work / "ready.json"
         server = subprocess.Popen([sys.executable, __file__, "--serve", str(data), str(ready)],
-                                  stdin=subprocess.PIPE)
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         try:
             while not ready.exists():
                 if server.poll() is not None:
                     raise SystemExit("the stand-in hub did not start")
                 time.sleep(0.05)
             info = json.loads(ready.read_text())
-            return compare(work, info, data.stat().st_size, args.runs)
+
+            def tell(line: str) -> str:
+                server.stdin.write(line + "\n")
+                server.stdin.flush()
+                return server.stdout.readline()
+
+            return compare(work, info, data.stat().st_size, args.runs, rates, tell)
         finally:
             server.stdin.close()
             server.wait(timeout=30)
@@ -98,7 +214,7 @@ def main() -> int:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def compare(work: Path, info: dict, size: int, runs: int) -> int:
+def compare(work: Path, info: dict, size: int, runs: int, rates: list[float], tell) -> int:
     os.environ["HF_ENDPOINT"] = info["hub"]
     os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
     for name in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_HUB_OFFLINE"):
@@ -123,35 +239,60 @@ def compare(work: Path, info: dict, size: int, runs: int) -> int:
     def ojai() -> None:
         assert execute_hub_download(Root(machine), action, NullProgress()) is True
 
-    curls, ojais, hasheds = [], [], []
-
     def fresh() -> None:
         out.unlink(missing_ok=True)
         shutil.rmtree(machine, ignore_errors=True)
         machine.mkdir()
-        os.sync()  # neither starts with the other's dirty pages still to write back
+        os.sync()  # none starts with another's dirty pages still to write back
 
-    for n in range(runs):  # the order alternates: curl first, then ojai first, ...
-        for which in ((curl, ojai, hashed) if n % 2 == 0 else (ojai, hashed, curl)):
-            fresh()
-            {curl: curls, ojai: ojais, hashed: hasheds}[which].append(timed(which))
-            if which is ojai:
-                assert (machine / "models" / FILE).stat().st_size == size
-    curl_rate = size / statistics.median(curls) / 1e6
+    def measure(rate: float) -> dict[str, list[float]]:
+        """MB/s of each run, by tool; ``sent``: the server's rate for curl's bodies."""
+        assert tell(f"rate {rate * 1e6}").strip() == "ok"
+        got: dict[str, list[float]] = {"curl": [], "ojai": [], "hashed": [], "sent": []}
+        for n in range(runs):  # the order alternates: curl first, then ojai first, ...
+            for which in ((curl, ojai, hashed) if n % 2 == 0 else (ojai, hashed, curl)):
+                fresh()
+                if which is curl:
+                    tell("expect")
+                got[which.__name__].append(size / timed(which) / 1e6)
+                if which is ojai:
+                    assert (machine / "models" / FILE).stat().st_size == size
+                if which is curl:
+                    sent, seconds = json.loads(tell("last"))
+                    got["sent"].append(sent / seconds / 1e6)
+        return got
+
+    table = [(0.0, measure(0.0))] + [(rate, measure(rate)) for rate in rates]
     hash_rate = sha256_rate(size)
-    ojai_rate = size / statistics.median(ojais) / 1e6
-    print(f"file: {size / 2**20:.0f} MiB, {runs} run(s) each, medians")
-    print(f"curl: {curl_rate:8.1f} MB/s  ({', '.join(f'{t:.2f}' for t in curls)} s)")
-    print(f"ojai: {ojai_rate:8.1f} MB/s  ({', '.join(f'{t:.2f}' for t in ojais)} s; "
-          "metadata, transfer, sha256, rename)")
-    hashed_rate = size / statistics.median(hasheds) / 1e6
-    print(f"curl | tee | sha256sum: {hashed_rate:.1f} MB/s  "
-          f"({', '.join(f'{t:.2f}' for t in hasheds)} s)")
-    print(f"sha256: {hash_rate:6.1f} MB/s  (hashlib on this processor, one thread)")
-    print(f"ratio ojai/curl: {ojai_rate / curl_rate:.2f} (goal >= 0.90)")
-    bound = min(curl_rate, hash_rate)
-    print(f"ratio ojai/min(curl, sha256): {ojai_rate / bound:.2f}")
-    print(f"ratio ojai/(curl | tee | sha256sum): {ojai_rate / hashed_rate:.2f}")
+
+    def spread(values: list[float]) -> str:
+        return f"{statistics.median(values):6.0f} ({min(values):.0f}-{max(values):.0f})"
+
+    print(f"file: {size / 2**20:.0f} MiB, {runs} run(s) of each at each rate; MB/s = 10^6 bytes/s, "
+          "median (lowest-highest)")
+    print(f"{'link':<12}{'asked':>6}  {'sent':<18}{'curl':<18}{'ojai':<18}{'ojai/curl':<18}"
+          "curl | tee | sha256sum")
+    notes = []
+    for rate, got in table:
+        curl_rate, ojai_rate = statistics.median(got["curl"]), statistics.median(got["ojai"])
+        paired = [o / c for o, c in zip(got["ojai"], got["curl"])]
+        name = LINKS.get(rate, "") if rate else "unthrottled"
+        print(f"{name:<12}{f'{rate:g}' if rate else '-':>6}  {spread(got['sent']):<18}"
+              f"{spread(got['curl']):<18}{spread(got['ojai']):<18}"
+              f"{ojai_rate / curl_rate:6.2f} ({min(paired):.2f}-{max(paired):.2f})  "
+              f"{spread(got['hashed'])}")
+        if rate and abs(curl_rate / rate - 1) > 0.03:
+            notes.append(f"at {rate:g} MB/s curl got {curl_rate / rate:.1%} of the asked rate: "
+                         "the machine did not keep that pace")
+    for note in notes:
+        print(note)
+    curl_rate = statistics.median(table[0][1]["curl"])
+    ojai_rate = statistics.median(table[0][1]["ojai"])
+    hashed_rate = statistics.median(table[0][1]["hashed"])
+    print(f"unthrottled: ratio ojai/curl {ojai_rate / curl_rate:.2f} (goal >= 0.90); "
+          f"sha256 {hash_rate:.0f} MB/s (hashlib on this processor, one thread); "
+          f"ojai/min(curl, sha256) {ojai_rate / min(curl_rate, hash_rate):.2f}; "
+          f"ojai/(curl | tee | sha256sum) {ojai_rate / hashed_rate:.2f}")
     return 0
 
 
