@@ -262,9 +262,8 @@ def test_ansible_force_handlers_false_leaves_the_follow_up_owed_and_the_default_
     """One play over two copies of ojai-fresh whose apply fails after the GRUB edit: the
     task with ``force_handlers: true`` (the module's default) fails with update-grub run and
     nothing owed; the one with ``force_handlers: false`` (``--no-force-handlers``) fails with
-    update-grub owed in the machine's state, which the next ``ojai setup --apply`` runs. (The
-    failed task's message is ojai's first error only: what ran and what is owed is read from
-    the machines.)"""
+    update-grub owed in the machine's state, which the next ``ojai setup --apply`` runs. The
+    failed task's result says what ran, what is owed and the commands that finish or undo."""
     exe = tmp_path / "ojai-disk-fills"
     exe.write_text(FAILING_OJAI.format(python=sys.executable))
     exe.chmod(0o755)
@@ -291,6 +290,12 @@ def test_ansible_force_handlers_false_leaves_the_follow_up_owed_and_the_default_
         assert r["msg"].startswith(f"apply failed: {FULL}"), r["msg"]
         assert r["changed"] is True and r["files_changed"] == ["/etc/default/grub"], r
         assert LIMIT in (roots[host] / GRUB).read_text()
+        assert (r["commands_ran"], r["commands_owed"]) == (
+            (["update-grub"], []) if force else ([], ["update-grub"])), r
+        assert "handlers" not in r and r["commands_failed"] == [], r  # not the plan's list
+        finish = f"ojai setup --root {roots[host]} {' '.join(NO_LLAMA)} --apply"
+        assert r["finish_command"] == finish, r
+        assert r["undo_command"] == f"ojai rollback --root {roots[host]}", r
 
     assert owed(roots["forced"]) == []
     assert ran(journal_entries(roots["forced"])[0]) == [("update-grub", 0)]

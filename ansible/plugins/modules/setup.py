@@ -136,7 +136,7 @@ options:
     description:
       - When the apply fails, still run the follow-up commands (C(update-grub), C(systemctl daemon-reload))
         of the edits that finished, so that the host is consistent.
-      - V(false) leaves them owed; the next apply runs them first.
+      - V(false) leaves them owed; the next apply runs them.
     type: bool
     default: true
 extends_documentation_fragment:
@@ -200,10 +200,30 @@ files_changed:
   elements: str
   returned: normal mode
 commands_ran:
-  description: The follow-up commands that ran (C(update-grub), an initramfs rebuild), owed ones of an earlier failed apply included.
+  description:
+    - The follow-up commands that ran (C(update-grub), an initramfs rebuild), owed ones of an earlier failed apply included.
+    - Also when the apply failed.
   type: list
   elements: str
   returned: normal mode
+commands_owed:
+  description: When the apply failed, the follow-up commands still owed (the next apply runs them), each as its command.
+  type: list
+  elements: str
+  returned: failure of the apply
+commands_failed:
+  description: When the apply failed, the follow-up commands that ran and failed.
+  type: list
+  elements: str
+  returned: failure of the apply
+finish_command:
+  description: When the apply failed, the whole C(ojai setup ... --apply) command that finishes it on the host.
+  type: str
+  returned: failure of the apply
+undo_command:
+  description: When the apply failed, the C(ojai rollback) command that undoes what it changed.
+  type: str
+  returned: failure of the apply
 handlers:
   description: Check mode, the follow-up commands that would run if something changes.
   type: list
@@ -435,11 +455,23 @@ def apply_plan(module, path):
         report = None
     if rc != EXIT_OK or report is None:
         extra = {}
-        if report is not None:
+        if report is not None:  # what the failed apply did, owes, and the commands to go on
             extra = dict(changed=report.get("changed", False),
-                         files_changed=report.get("files_changed", []))
+                         files_changed=report.get("files_changed", []),
+                         commands_ran=commands(report.get("handlers", [])),
+                         commands_owed=commands(report.get("owed", [])),
+                         commands_failed=[f.get("command") for f in
+                                          report.get("follow_ups_failed", [])],
+                         finish_command=report.get("finish_command"),
+                         undo_command=report.get("undo_command"),
+                         journal=report.get("journal"))
         raise OjaiFailure(clean_message(stderr, stdout), rc=rc, **extra)
     return report
+
+
+def commands(handlers):
+    """The commands of the report's ``handlers`` or ``owed`` (by command, else by name)."""
+    return [h.get("command") or h.get("name") for h in handlers]
 
 
 def warn_preconditions(module, plan):
@@ -483,7 +515,7 @@ def main():
             changed=bool(report.get("changed")),
             msg=report.get("message", ""),
             files_changed=files_changed,
-            commands_ran=[h.get("command") or h.get("name") for h in report.get("handlers", [])],
+            commands_ran=commands(report.get("handlers", [])),
             reboot_required=bool(report.get("reboot_required")),
             reboot_reasons=report.get("reboot_reasons", []),
             journal=report.get("journal"),
@@ -495,6 +527,8 @@ def main():
             result["diff"] = plan_diff(plan, only=files_changed) if result["changed"] else []
         module.exit_json(**result)
     except OjaiFailure as exc:
+        if "commands_ran" in exc.extra:  # an apply ran: what it ran, not what the plan listed
+            result.pop("handlers", None)
         fail(module, exc, **result)
     except Exception as exc:  # no traceback in the play output: one sentence
         module.fail_json(msg=f"ojai.ojai.setup stopped on an internal error: "
