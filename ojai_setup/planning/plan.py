@@ -426,11 +426,14 @@ def block_unrunnable(result: StepResult, root: Root, provided: set[str]) -> Step
             provided.update(PACKAGE_PROGRAMS.get(package, ()))
     if not said:
         return result
-    where = "" if root.is_host or not any("this machine does not have" in s for s in said) \
+    commands = any("this machine does not have" in s for s in said)
+    where = "" if root.is_host or not commands \
         else " (a machine directory answers commands from its captures in .ojai/commands)"
+    # a missing command says what the step would do; a missing program names its action itself
+    would = f" (it would {result.sentence})" if commands else ""
     return StepResult.blocked(result.step, f"{'; '.join(said)}{where}, so this step cannot be "
-                              f"applied (it would {result.sentence}); install what is missing "
-                              "and plan again", reads=result.reads)
+                              f"applied{would}; install what is missing and plan again",
+                              reads=result.reads)
 
 
 def remake_command(plan: Plan, plan_path: str) -> str:
