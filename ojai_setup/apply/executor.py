@@ -508,11 +508,22 @@ class ApplyInterrupted(KeyboardInterrupt):
         self.signal_name = signal_name
 
 
+class _Prefixed:
+    """A :class:`Progress` whose tasks' names start with ``prefix``."""
+
+    def __init__(self, progress: Progress, prefix: str) -> None:
+        self._progress, self._prefix = progress, prefix
+
+    def task(self, description: str, total: int | None = None):
+        return self._progress.task(self._prefix + description, total)
+
+
 class _Signals:
     """While an apply runs: SIGINT and SIGTERM stop it with :class:`ApplyInterrupted` (the
     action under way is undone by its executor, temp file removed); a second signal while the
     apply winds down (the journal closed, the report made) is held back rather than
-    interrupting that. Only in the main thread; elsewhere signals are left alone."""
+    interrupting that, except while the follow-ups of the finished edits run after the first
+    (:meth:`second_stops`). Only in the main thread; elsewhere signals are left alone."""
 
     def __init__(self) -> None:
         self.received: str | None = None
@@ -539,6 +550,10 @@ class _Signals:
         """From here on a signal no longer interrupts (the first one was or was not seen)."""
         if self.received is None:
             self.received = ""
+
+    def second_stops(self) -> None:
+        """After the first signal: the next one stops what runs now (:class:`ApplyInterrupted`)."""
+        self.received = None
 
     def __exit__(self, *exc: object) -> None:
         import signal as _signal
@@ -601,7 +616,8 @@ def apply(plan: Plan, root: Root, progress: Progress, *,
     When an action or a follow-up fails, the follow-ups of the edits that finished still run
     (``force_handlers``, as Ansible's), then the first error is raised. SIGINT and SIGTERM
     stop the apply (:class:`ApplyInterrupted`; the action under way is undone by its
-    executor) without running follow-ups: they stay owed. The exception that stopped an apply
+    executor); the follow-ups of the finished edits then run too (``force_handlers``), unless
+    a second signal comes, which leaves what is left of them owed. The exception that stopped an apply
     carries what it did (:func:`failure_of`). Every target is re-read afterwards
     (:class:`VerifyError`).
 
@@ -795,6 +811,17 @@ def _apply_locked(plan: Plan, root: Root, progress: Progress, planned: list[Plan
             failure = exc
             signal_name = exc.signal_name if isinstance(exc, ApplyInterrupted) else "SIGINT"
             error = f"stopped by {signal_name}"
+            if force_handlers and pending:
+                # the edits that finished are followed up, so the machine is consistent; a
+                # second signal leaves what is left owed, as --no-force-handlers would
+                signals.second_stops()
+                try:
+                    _force_handlers(root, pending, result, journal, run_handler,
+                                    _Prefixed(progress, f"after {signal_name} (again: leave "
+                                              "it owed): "))
+                except KeyboardInterrupt:
+                    pass
+                signals.winding_down()
         except Exception as exc:
             signals.winding_down()
             failure = exc
@@ -837,6 +864,7 @@ def _force_handlers(root: Root, pending: dict[str, HandlerRecord], result: Apply
         if shlex.join(record.argv) in tried:
             continue
         try:
+            fault_point("handler-start")
             run_handler(root, RunCommand(argv=record.argv, env=record.env), progress)
         except Exception as exc:
             journal.handler(record.model_copy(update={"exit_code": 1}))

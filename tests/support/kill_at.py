@@ -4,7 +4,8 @@
 
 ``STAGE`` is a fault point name (``journal-opened``, ``action-start``, ``before-rename``,
 ``action-done``, ``handler-start``, ``restore-start``, ...); the process is killed, as
-``kill -9`` would, the ``N``-th time it reaches that point. Nothing is cleaned up and no
+``kill -9`` would, the ``N``-th time it reaches that point. ``STAGE,LATER`` fires at ``STAGE``
+as said, then again the first time it reaches ``LATER`` after that (a second Ctrl-C). Nothing is cleaned up and no
 ``finally`` runs: what is left on the machine is what a real kill leaves.
 
 ``OJAI_TEST_AT`` does something else at that point instead:
@@ -25,18 +26,21 @@ from pathlib import Path
 
 
 def main() -> None:
-    stage, nth, *args = sys.argv[1:]
+    stages, nth, *args = sys.argv[1:]
+    stage, *later = stages.split(",")
     wanted = int(nth)
     seen = 0
     what = os.environ.get("OJAI_TEST_AT", "kill")
 
     def hook(name: str) -> None:
-        nonlocal seen
+        nonlocal seen, stage, wanted
         if name != stage:
             return
         seen += 1
         if seen != wanted:
             return
+        if later:  # then the next stage, the first time it comes
+            stage, seen, wanted = later.pop(0), 0, 1
         if what == "kill":
             os.kill(os.getpid(), signal.SIGKILL)
         elif what in ("SIGINT", "SIGTERM"):
