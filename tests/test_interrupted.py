@@ -130,13 +130,19 @@ def test_a_killed_apply_is_undone_by_rollback(machine, stage, nth):
     assert plan.exit_code == 2 and "99-ojai.cfg" in plan.stdout
 
 
-@pytest.mark.parametrize("stage", ["restore-start", "restore-done"])
-def test_a_killed_rollback_is_finished_by_the_next_rollback(machine, stage):
+#: every boundary of the rollback of that apply (two files restored, update-grub)
+ROLLBACK_BOUNDARIES = [("restore-start", 1), ("restore-done", 1), ("restore-start", 2),
+                       ("restore-done", 2), ("handler-done", 1)]
+
+
+@pytest.mark.parametrize("stage,nth", ROLLBACK_BOUNDARIES,
+                         ids=[f"{s}-{n}" for s, n in ROLLBACK_BOUNDARIES])
+def test_a_killed_rollback_is_finished_by_the_next_rollback(machine, stage, nth):
     root = fresh(machine)
     original = snapshot(root)
     assert ojai("setup", "--root", str(root), "--apply", "--yes", *ARGS).exit_code == 0
-    proc = subprocess.run([sys.executable, str(KILLER), stage, "1", "rollback", "--yes", "--root",
-                           str(root)], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run([sys.executable, str(KILLER), stage, str(nth), "rollback", "--yes",
+                           "--root", str(root)], capture_output=True, text=True, timeout=120)
     assert proc.returncode == -9, proc.stderr[-2000:]
     finding = apply_finding(root)
     assert finding["severity"] == "fail" and "rollback" in finding["evidence"]
