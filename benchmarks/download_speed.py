@@ -39,7 +39,8 @@ cores sending, receiving and hashing share them, where curl only sends and recei
 script therefore also prints this machine's sha256 rate (hashlib, the same code ojai uses), the
 bound ``min(curl, sha256)`` and ojai against it, and ojai against the verified pipeline.
 Other work on the machine shows as a wide spread, most in the unthrottled row, where every core
-is busy: compare medians taken on a quiet machine.
+is busy; ``others`` is the share of all the processors' time that went to other processes
+during the row (from /proc/stat): compare rows where it is near 0 %.
 """
 
 from __future__ import annotations
@@ -126,14 +127,20 @@ def serve(data_path: str, ready: str) -> None:
     hub.start()
     pacer = Pacer()
     cdn_port = int(hub.cdn_url.rsplit(":", 1)[1])
-    cdn = next(s for s in hub._servers if s.server_address[1] == cdn_port)
+    for server in hub._servers:
+        paced = server.server_address[1] == cdn_port
 
-    class Paced(cdn.RequestHandlerClass):
-        def setup(self) -> None:
-            super().setup()
-            self.wfile = PacedWriter(self.wfile, pacer)
+        class Handler(server.RequestHandlerClass):
+            # the stand-in writes a reply's headers and its body apart; with Nagle's algorithm
+            # a small body then waits for the client's delayed ACK, 40 ms a JSON answer here
+            disable_nagle_algorithm = True
 
-    cdn.RequestHandlerClass = Paced
+            def setup(self, paced=paced) -> None:
+                super().setup()
+                if paced:
+                    self.wfile = PacedWriter(self.wfile, pacer)
+
+        server.RequestHandlerClass = Handler
     entry = hub.files[(REPO_ID, FILE)]
     Path(ready).write_text(json.dumps({"hub": hub.url, "cdn": f"{hub.cdn_url}/cdn/{entry.sha256}",
                                        "sha256": entry.sha256}))
@@ -206,7 +213,7 @@ def main() -> int:
                 server.stdin.flush()
                 return server.stdout.readline()
 
-            return compare(work, info, data.stat().st_size, args.runs, rates, tell)
+            return compare(work, info, data.stat().st_size, args.runs, rates, tell, server.pid)
         finally:
             server.stdin.close()
             server.wait(timeout=30)
@@ -214,7 +221,23 @@ def main() -> int:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def compare(work: Path, info: dict, size: int, runs: int, rates: list[float], tell) -> int:
+def cpu_seconds(server: int) -> tuple[float, float, float] | None:
+    """Now: the seconds of processor time the machine has been busy, those of this benchmark
+    (itself, curl and the server), and the clock; None without Linux's /proc."""
+    try:
+        ticks = [int(t) for t in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+        ours = Path(f"/proc/{server}/stat").read_text().rsplit(")", 1)[1].split()[11:13]
+    except (OSError, ValueError, IndexError):
+        return None
+    tick = os.sysconf("SC_CLK_TCK")
+    now = os.times()
+    return ((sum(ticks) - ticks[3] - ticks[4]) / tick,  # all but idle and iowait
+            now.user + now.system + now.children_user + now.children_system
+            + (int(ours[0]) + int(ours[1])) / tick, time.monotonic())
+
+
+def compare(work: Path, info: dict, size: int, runs: int, rates: list[float], tell,
+            server: int) -> int:
     os.environ["HF_ENDPOINT"] = info["hub"]
     os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
     for name in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_HUB_OFFLINE"):
@@ -249,6 +272,7 @@ def compare(work: Path, info: dict, size: int, runs: int, rates: list[float], te
         """MB/s of each run, by tool; ``sent``: the server's rate for curl's bodies."""
         assert tell(f"rate {rate * 1e6}").strip() == "ok"
         got: dict[str, list[float]] = {"curl": [], "ojai": [], "hashed": [], "sent": []}
+        before = cpu_seconds(server)
         for n in range(runs):  # the order alternates: curl first, then ojai first, ...
             for which in ((curl, ojai, hashed) if n % 2 == 0 else (ojai, hashed, curl)):
                 fresh()
@@ -260,6 +284,10 @@ def compare(work: Path, info: dict, size: int, runs: int, rates: list[float], te
                 if which is curl:
                     sent, seconds = json.loads(tell("last"))
                     got["sent"].append(sent / seconds / 1e6)
+        after = cpu_seconds(server)
+        if before and after:  # the share of the processors that other work took meanwhile
+            got["others"] = [max(0.0, (after[0] - before[0]) - (after[1] - before[1]))
+                             / ((after[2] - before[2]) * (os.cpu_count() or 1))]
         return got
 
     table = [(0.0, measure(0.0))] + [(rate, measure(rate)) for rate in rates]
@@ -271,7 +299,7 @@ def compare(work: Path, info: dict, size: int, runs: int, rates: list[float], te
     print(f"file: {size / 2**20:.0f} MiB, {runs} run(s) of each at each rate; MB/s = 10^6 bytes/s, "
           "median (lowest-highest)")
     print(f"{'link':<12}{'asked':>6}  {'sent':<18}{'curl':<18}{'ojai':<18}{'ojai/curl':<18}"
-          "curl | tee | sha256sum")
+          f"{'curl | tee | sha256sum':<24}others")
     notes = []
     for rate, got in table:
         curl_rate, ojai_rate = statistics.median(got["curl"]), statistics.median(got["ojai"])
@@ -280,7 +308,8 @@ def compare(work: Path, info: dict, size: int, runs: int, rates: list[float], te
         print(f"{name:<12}{f'{rate:g}' if rate else '-':>6}  {spread(got['sent']):<18}"
               f"{spread(got['curl']):<18}{spread(got['ojai']):<18}"
               f"{ojai_rate / curl_rate:6.2f} ({min(paired):.2f}-{max(paired):.2f})  "
-              f"{spread(got['hashed'])}")
+              f"{spread(got['hashed']):<24}"
+              + (f"{got['others'][0]:5.0%}" if "others" in got else "    ?"))
         if rate and abs(curl_rate / rate - 1) > 0.03:
             notes.append(f"at {rate:g} MB/s curl got {curl_rate / rate:.1%} of the asked rate: "
                          "the machine did not keep that pace")
