@@ -142,6 +142,7 @@ def serve(data_path: str, ready: str) -> None:
 
         server.RequestHandlerClass = Handler
     entry = hub.files[(REPO_ID, FILE)]
+    entry.git_oid  # the hub's sha1 of the file, taken once on its first answer: not in a run
     Path(ready).write_text(json.dumps({"hub": hub.url, "cdn": f"{hub.cdn_url}/cdn/{entry.sha256}",
                                        "sha256": entry.sha256}))
     for line in sys.stdin:
