@@ -131,10 +131,6 @@ def serve(data_path: str, ready: str) -> None:
         paced = server.server_address[1] == cdn_port
 
         class Handler(server.RequestHandlerClass):
-            # the stand-in writes a reply's headers and its body apart; with Nagle's algorithm
-            # a small body then waits for the client's delayed ACK, 40 ms a JSON answer here
-            disable_nagle_algorithm = True
-
             def setup(self, paced=paced) -> None:
                 super().setup()
                 if paced:

@@ -133,6 +133,9 @@ class FakeGitHub:
 def _handler(state: FakeGitHub) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        # a reply's headers and body go out in two writes: without this a small body waits
+        # for the client's delayed ACK (40 ms) on a kept-alive connection
+        disable_nagle_algorithm = True
 
         def log_message(self, format: str, *args: object) -> None:  # quiet
             pass

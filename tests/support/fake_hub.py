@@ -297,6 +297,9 @@ class FakeHub:
 def _make_handler(hub: FakeHub, role: str) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        # a reply's headers and body go out in two writes: without this a small body waits
+        # for the client's delayed ACK (40 ms) on a kept-alive connection
+        disable_nagle_algorithm = True
 
         def log_message(self, format: str, *args: object) -> None:
             return None
