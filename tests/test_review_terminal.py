@@ -1,6 +1,7 @@
 """The dry run as a person sees it: in a real terminal (tmux) at 80 and 200 columns, through
 ``script``, and in a pipe, every changed line of the GRUB diff is whole on screen, and every
-step and finding that wraps keeps its hanging indent (no line of them starts at column 0)."""
+step and finding that wraps keeps its hanging indent (no line of them starts at column 0);
+and what Ctrl-C and Ctrl-D at the question to apply leave on the screen."""
 
 from __future__ import annotations
 
@@ -190,3 +191,57 @@ def test_piped_steps_wrap_the_same_without_colour(box, env_extra):
     assert all(line.startswith("  ") and len(line) <= 80 for line in lines), out
     assert any(line.startswith("          ") for line in sections["Steps"]), out  # wrapped
     assert ADDED in out.splitlines() and REMOVED in out.splitlines()
+
+
+def _answer(root: Path, tmp_path: Path, command: str, question: str, keys: str) -> tuple[str, int]:
+    """Run ``command`` in an 80-column tmux window, press ``keys`` once ``question`` is on the
+    screen, and return the screen (wrapped lines as on it) and the exit code."""
+    if shutil.which("tmux") is None:
+        pytest.fail("tmux is needed for this test (Debian package tmux; .ci/run installs it)")
+    sock, rc = str(tmp_path / "tmux.sock"), tmp_path / "rc"
+    env = {**os.environ, "TERM": "xterm-256color"}
+    env.pop("COLUMNS", None)
+    subprocess.run(["tmux", "-S", sock, "new-session", "-d", "-x", "80", "-y", "50",
+                    f"{command}; echo $? > {rc}; sleep 60"], check=True, env=env)
+
+    def screen() -> str:
+        return subprocess.run(["tmux", "-S", sock, "capture-pane", "-p", "-S", "-400"],
+                              capture_output=True, text=True, check=True).stdout
+
+    try:
+        deadline = time.monotonic() + 60
+        while question not in screen():
+            assert time.monotonic() < deadline, screen()
+            time.sleep(0.2)
+        subprocess.run(["tmux", "-S", sock, "send-keys", keys], check=True)
+        while not rc.exists() or not rc.read_text().strip():
+            assert time.monotonic() < deadline, screen()
+            time.sleep(0.2)
+        return screen(), int(rc.read_text())
+    finally:
+        subprocess.run(["tmux", "-S", sock, "kill-server"], capture_output=True)
+
+
+@pytest.mark.parametrize("keys", ["C-c", "C-d"])
+def test_ctrl_c_or_ctrl_d_at_the_question_applies_nothing_and_says_so_on_a_line_of_its_own(
+        box, tmp_path, keys):
+    """At "Apply this plan?": Ctrl-C stops with exit 130 and the whole command to try again,
+    Ctrl-D is a no (exit 1); either way the sentence starts on its own line, not after the
+    prompt, and the machine is as it was."""
+    before = (box / "etc/default/grub").read_bytes()
+    text, code = _answer(box, tmp_path, _command(box) + " --apply", "Apply this plan?", keys)
+    lines = [line.rstrip() for line in text.splitlines()]
+    if keys == "C-c":
+        assert code == 130, text
+        said = "error: stopped by SIGINT before the first change; nothing was changed; to"
+    else:
+        assert code == 1, text
+        said = "nothing was applied"
+    start = next(i for i, line in enumerate(lines) if line.startswith(said.split(";")[0]))
+    assert lines[start].startswith(said), text
+    assert "Apply this plan?" in lines[start - 1], text
+    if keys == "C-c":
+        rest = " ".join(lines[start:start + 3])
+        assert f"to try again: ojai setup --root {box} --llamacpp none --no-npu --apply" in rest, \
+            text
+    assert (box / "etc/default/grub").read_bytes() == before

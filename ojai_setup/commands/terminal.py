@@ -151,7 +151,14 @@ class Terminal:
     def confirm(self, question: str) -> bool:
         from rich.prompt import Confirm
 
-        return Confirm.ask(question, console=self.console, default=False)
+        try:
+            return Confirm.ask(question, console=self.console, default=False)
+        except KeyboardInterrupt:
+            self.console.print()  # what is said next starts on a line of its own, not after ^C
+            raise
+        except EOFError:  # Ctrl-D, or the input ended: no
+            self.console.print()
+            return False
 
     def progress(self):
         """A progress reporter for long work (downloads, builds): rich bars, or silence."""
