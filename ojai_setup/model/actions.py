@@ -11,6 +11,8 @@ from typing import Annotated, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ojai_setup.core.units import size_text
+
 
 class _Action(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -184,7 +186,7 @@ class HubDownload(_Action):
         return [self.dest]
 
     def describe(self) -> str:
-        size = f", {self.size / 2**30:.1f} GiB" if self.size else ""
+        size = f", {size_text(self.size)}" if self.size else ""
         return f"download {self.repo_id}:{self.filename} to {self.dest}{size}"
 
 

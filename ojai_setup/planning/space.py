@@ -12,10 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from ojai_setup.core.units import MIB, size_text
 from ojai_setup.planning.result import SpaceNeed, StepResult
 
-MIB = 2**20
-GIB = 2**30
 #: the share of the needed bytes added for what the estimates miss
 MARGIN_FRACTION = 0.05
 #: and room for the rest of the system: a hundredth of the filesystem, at most this
@@ -25,15 +24,6 @@ SYSTEM_ROOM_MAX = 256 * MIB
 def margin(need: int, filesystem_size: int) -> int:
     """The bytes kept free beyond ``need`` on a filesystem of ``filesystem_size`` bytes."""
     return int(need * MARGIN_FRACTION) + min(SYSTEM_ROOM_MAX, filesystem_size // 100)
-
-
-def size_text(n: int) -> str:
-    """``512 bytes``, ``42 MiB``, ``4.2 GiB``."""
-    if n >= GIB:
-        return f"{n / GIB:.1f} GiB"
-    if n >= MIB:
-        return f"{n / MIB:.0f} MiB"
-    return f"{n} bytes"
 
 
 #: what :class:`DiskLedger` needs to know of a machine folder: (filesystem id, free bytes,

@@ -16,7 +16,7 @@ from ojai_setup.domain import nightly
 from ojai_setup.model.actions import BuildFromSource
 from ojai_setup.planning.context import Context
 from ojai_setup.planning.result import SpaceNeed, StepResult
-from ojai_setup.planning.space import size_text
+from ojai_setup.core.units import size_text
 
 INSTALL_BASE = LLAMACPP_DIR
 CURRENT = LLAMACPP_CURRENT
