@@ -219,15 +219,77 @@ def test_a_download_needs_room_beyond_its_own_size(box, catalog, tmp_path, monke
                     "--models-dir and plan again"), line
 
 
+def nightly_zip(github) -> bytes:
+    from ojai_setup.domain.nightly import asset_name
+
+    return github.asset("b1311", asset_name("b1311", "gfx1150")).body
+
+
+def nightly_room(github) -> int:
+    """The zip and its files unpacked, as the zip's own directory gives them."""
+    import io
+    import zipfile
+
+    body = nightly_zip(github)
+    with zipfile.ZipFile(io.BytesIO(body)) as archive:
+        return len(body) + sum(info.file_size for info in archive.infolist())
+
+
+@pytest.mark.parametrize("ranges", [True, False], ids=["zip-directory", "no-ranges"])
+def test_the_nightlys_room_is_read_from_its_zips_directory(machine, fake_github, tmp_path,
+                                                           monkeypatch, ranges):
+    """A zip of 8 MiB of zeros and 1.25 MiB of noise is about 1.3 MiB: three times the zip
+    would fit where its files do not. The plan reads their size from the zip's directory (one
+    ranged GET of its end, nothing downloaded) and blocks; from a server that ignores ranges
+    (the whole zip would come) it estimates, and says so."""
+    from support.fake_github import Entry, make_zip
+
+    from ojai_setup.core.units import size_text
+    from ojai_setup.domain.nightly import asset_name
+    from ojai_setup.facts.github import ZIP_TAIL
+    from ojai_setup.planning.space import margin
+
+    noise, server = os.urandom(5 << 18), b"#!/bin/sh\necho 'version: 1311 (abc1234)' >&2\n"
+    body = make_zip(tmp_path / "b1311.zip", [
+        Entry("llama-server", server, 0o100755),
+        Entry("libggml-hip.so", bytes(8 << 20), 0o100755),
+        Entry("librocblas.so", noise, 0o100755)])
+    assert ZIP_TAIL < len(body) < 2 * ZIP_TAIL
+    fake_github.add_release("b1311", {asset_name("b1311", "gfx1150"): body})
+    fake_github.ranges = ranges
+    root = machine("ojai-fresh")
+    args = ["--root", root, "--no-npu"]
+    files = len(server) + (8 << 20) + len(noise)  # the three files' bytes
+    size = shutil.disk_usage(root).total
+    estimated = 3 * len(body)
+    budget = len(body) + files + margin(len(body) + files, size) - (1 << 20)
+    assert estimated + margin(estimated, size) < budget
+    monkeypatch.setenv("OJAI_DISK_BUDGET_BYTES", str(budget))
+    step = planned_step(args, "llama.cpp")
+    assert fake_github.downloads() == []  # nothing downloaded while planning
+    if ranges:
+        assert step["status"] == "blocked", step
+        assert step["sentence"].startswith(
+            f"not enough disk space in /opt/ojai/llama.cpp for llama.cpp nightly b1311: its zip "
+            f"is {size_text(len(body))} and its files take {size_text(files)} unpacked (read "
+            "from the zip's directory)"), step
+        assert [r.headers["Range"] for r in fake_github.ranged()] == [
+            f"bytes={len(body) - ZIP_TAIL}-"]  # the end of the zip, at the asset's host
+    else:  # estimated as three times the zip: that fits, and the plan says how it counted
+        assert step["status"] == "change", step
+        monkeypatch.setenv("OJAI_DISK_BUDGET_BYTES", "100")
+        line = planned_step(args, "llama.cpp")["sentence"]
+        assert "its unpacked files are taken as 2 times the zip (its directory could not be " \
+            "read)" in line, line
+
+
 def test_the_steps_on_one_filesystem_share_its_free_space(box, catalog, nightly, monkeypatch):
     """The nightly's zip and unpacked files and the model's downloads each fit alone, not both:
     the later step (the model) is blocked, saying what the earlier one takes; the nightly
     stays planned, and without it the model fits."""
-    from ojai_setup.domain.nightly import asset_name
     from ojai_setup.planning.space import margin
-    from ojai_setup.steps.llamacpp import UNPACKED_FACTOR
 
-    unpack = len(nightly.asset("b1311", asset_name("b1311", "gfx1150")).body) * UNPACKED_FACTOR
+    unpack = nightly_room(nightly)
     models = published_bytes(catalog)
     size = shutil.disk_usage(box).total
     alone = max(unpack + margin(unpack, size), models + margin(models, size))

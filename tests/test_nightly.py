@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import hashlib
+import io
 import os
 import stat
 import subprocess
+import zipfile
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -72,6 +74,12 @@ def publish(fake: FakeGitHub, tmp_path: Path, tag: str, entries: list[Entry],
     return body
 
 
+def unpacked(body: bytes) -> int:
+    """The bytes the files of the zip ``body`` take unpacked."""
+    with zipfile.ZipFile(io.BytesIO(body)) as archive:
+        return sum(info.file_size for info in archive.infolist())
+
+
 def install(root: Root, tag: str | None = None, family: str = "gfx1150") -> tuple[InstallArchive, bool]:
     action = install_action(resolve_release(None, tag, family))
     return action, execute_install_archive(root, action, RecordingProgress()).changed
@@ -121,12 +129,15 @@ def test_resolve_latest_and_by_tag(fake_github: FakeGitHub, tmp_path: Path) -> N
         tag="b1311", name="llama-b1311-ubuntu-rocm-gfx1150-x64.zip",
         url=f"{fake_github.api_base}/lemonade-sdk/llamacpp-rocm/releases/download/b1311/"
             "llama-b1311-ubuntu-rocm-gfx1150-x64.zip",
-        size=len(new), sha256=hashlib.sha256(new).hexdigest())
+        size=len(new), sha256=hashlib.sha256(new).hexdigest(), unpacked_size=unpacked(new))
     assert latest.family == "gfx1150"
+    # the zip's directory came from its end: one ranged request, nothing downloaded
+    assert [r.headers["Range"] for r in fake_github.ranged()] == ["bytes=0-"]
+    assert fake_github.downloads() == []
 
     pinned = resolve_release(fake_github.api_base, "b1310", "gfx1150")
     assert (pinned.tag, pinned.size, pinned.sha256) == ("b1310", len(old), hashlib.sha256(old).hexdigest())
-    assert [r.path for r in fake_github.requests] == [
+    assert [r.path for r in fake_github.requests if r.path.startswith("/repos/")] == [
         "/repos/lemonade-sdk/llamacpp-rocm/releases/latest",
         "/repos/lemonade-sdk/llamacpp-rocm/releases/tags/b1310",
     ]
@@ -175,7 +186,9 @@ def test_token_goes_to_the_api_only(fake_github: FakeGitHub, tmp_path: Path, roo
     api = [r for r in fake_github.requests if r.path.startswith("/repos/")]
     rest = [r for r in fake_github.requests if not r.path.startswith("/repos/")]
     assert [r.headers.get("Authorization") for r in api] == ["Bearer ghp_test"]
-    assert len(rest) == 2  # the download URL and the asset host it redirects to
+    # the download URL and the asset host it redirects to, for the zip's end while planning
+    # and for the whole zip
+    assert len(rest) == 4
     assert all("Authorization" not in r.headers for r in rest)
 
 
@@ -468,3 +481,17 @@ def test_crash_before_rename_keeps_previous(fake_github: FakeGitHub, tmp_path: P
     assert_previous_intact(root, installed)
     assert apply(plan, root, NullProgress(), euid=0).actions[0].changed
     assert current_target(root) == "b1312-gfx1150"
+
+
+def test_the_unpacked_size_is_none_when_the_zips_end_says_nothing(fake_github: FakeGitHub,
+                                                                  tmp_path: Path) -> None:
+    """Planning reads a nightly's unpacked size from the directory at its zip's end; where
+    there is none to read (not a zip, a server that cannot be reached, a directory beyond the
+    part fetched) it says None, and the plan estimates."""
+    body = publish(fake_github, tmp_path, "b1311", small_build())
+    url = resolve_release(None, None, "gfx1150").url
+    assert github.zip_unpacked_size(url, len(body)) == unpacked(body)
+    assert github.zip_unpacked_size(url, len(body), tail=16) is None  # the directory is longer
+    fake_github.asset("b1311", asset_name("b1311", "gfx1150")).body = b"not a zip" * 100
+    assert github.zip_unpacked_size(url, 900) is None
+    assert github.zip_unpacked_size("http://127.0.0.1:9/x.zip", len(body)) is None

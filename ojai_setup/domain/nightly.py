@@ -73,6 +73,9 @@ class NightlyAsset(BaseModel):
     url: str
     size: int
     sha256: str
+    #: the bytes its files take once unpacked, read at planning from the zip's own directory
+    #: at its end (None: not known, then estimated from ``size``)
+    unpacked_size: int | None = None
 
     @property
     def family(self) -> str:

@@ -5,12 +5,14 @@ sha256 digest GitHub states for each asset."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
 import urllib.error
 import urllib.parse
 import urllib.request
+import zipfile
 from collections.abc import Mapping
 
 from ojai_setup.core.paths import USER_AGENT
@@ -80,7 +82,70 @@ def _pick_asset(release: dict, family: str) -> NightlyAsset:
             f"(see {RELEASES_PAGE}/tag/{tag}); pick another tag or build from source")
     checked = release_file(asset, wanted, tag, kind="an archive", error=NightlyError)
     return NightlyAsset(tag=tag, name=wanted, url=checked.url, size=checked.size,
-                        sha256=checked.sha256)
+                        sha256=checked.sha256,
+                        unpacked_size=zip_unpacked_size(checked.url, checked.size))
+
+
+#: how much of a zip's end is fetched to read its directory (a nightly's has a few hundred
+#: entries: tens of KiB)
+ZIP_TAIL = 1 << 20
+
+
+class _Tail(io.RawIOBase):
+    """A file of ``size`` bytes of which only the last ``len(data)`` are known: enough for
+    :mod:`zipfile` to read the directory at a zip's end; reading anywhere else fails."""
+
+    def __init__(self, size: int, data: bytes) -> None:
+        self._size, self._data, self._pos = size, data, 0
+        self._start = size - len(data)
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._size}[whence]
+        self._pos = base + offset
+        return self._pos
+
+    def readinto(self, buffer) -> int:
+        if self._pos < self._start:
+            raise OSError("outside the fetched end of the zip")
+        chunk = self._data[self._pos - self._start:self._pos - self._start + len(buffer)]
+        buffer[:len(chunk)] = chunk
+        self._pos += len(chunk)
+        return len(chunk)
+
+
+def zip_unpacked_size(url: str, size: int, *, tail: int = ZIP_TAIL) -> int | None:
+    """The bytes the files of the zip at ``url`` (``size`` bytes) take unpacked, read from its
+    directory at its end with one ranged GET, nothing unpacked or run; None when that cannot be
+    had (no range support, a directory larger than ``tail``, not a zip, unreachable): the
+    caller then estimates."""
+    if size <= 0:
+        return None
+    want = min(size, tail)
+    request = urllib.request.Request(url, headers={"User-Agent": USER_AGENT,
+                                                   "Range": f"bytes={size - want}-"})
+    try:
+        with urllib.request.urlopen(request, timeout=API_TIMEOUT) as response:
+            if response.status != 206 and size > want:
+                return None  # the whole zip would come: not at planning
+            data = response.read(want + 1)
+    except (urllib.error.URLError, OSError, ValueError):
+        return None
+    if len(data) != want:
+        return None
+    try:
+        with zipfile.ZipFile(_Tail(size, data)) as archive:
+            return sum(info.file_size for info in archive.infolist())
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError):
+        return None
 
 
 def _get_json(url: str, *, what: str, repo: str = REPO, page: str = RELEASES_PAGE,

@@ -11,22 +11,39 @@ import re
 from pathlib import Path, PurePosixPath
 
 from ojai_setup.core.paths import LLAMA_SERVER, LLAMACPP_CURRENT, LLAMACPP_DIR
+from ojai_setup.core.units import size_text
 from ojai_setup.core.root import Root
 from ojai_setup.domain import nightly
 from ojai_setup.model.actions import BuildFromSource
 from ojai_setup.planning.context import Context
 from ojai_setup.planning.result import SpaceNeed, StepResult
-from ojai_setup.core.units import size_text
 
 INSTALL_BASE = LLAMACPP_DIR
 CURRENT = LLAMACPP_CURRENT
 SERVER = LLAMA_SERVER
 
 
-#: the room a nightly needs, in zip sizes: the zip, and its unpacked files taken as twice the
-#: zip (a lower bound, so that the dry run blocks only what cannot fit; unpacking itself still
-#: stops past ARCHIVE_EXPANSION times the zip)
+#: the room a nightly needs, in zip sizes, when its zip's directory cannot be read at planning:
+#: the zip, and its unpacked files taken as twice the zip (a lower bound, so that the dry run
+#: blocks only what cannot fit; unpacking itself still stops past ARCHIVE_EXPANSION times the zip)
 UNPACKED_FACTOR = 3
+
+
+def _nightly_space(asset: nightly.NightlyAsset) -> SpaceNeed:
+    """The room a nightly takes while it is installed: its zip and its unpacked files, as the
+    zip's directory gives them, else estimated (:data:`UNPACKED_FACTOR`)."""
+    if asset.unpacked_size is not None:
+        files = asset.unpacked_size
+        said = (f"its zip is {size_text(asset.size)} and its files take "
+                f"{size_text(files)} unpacked (read from the zip's directory)")
+    else:
+        files = asset.size * (UNPACKED_FACTOR - 1)
+        said = (f"its zip is {size_text(asset.size)}, and its unpacked files are taken as "
+                f"{UNPACKED_FACTOR - 1} times the zip (its directory could not be read)")
+    return SpaceNeed(folder=INSTALL_BASE, bytes=asset.size + files,
+                     what=f"llama.cpp nightly {asset.tag}",
+                     detail=f"{said}: {size_text(asset.size + files)} in all",
+                     fix="or keep the installed build with --llamacpp none")
 
 
 def _label(text: str) -> str:
@@ -112,15 +129,7 @@ class LlamacppStep:
                 f"in {action.dest}", reads=(action.dest, CURRENT))
         return StepResult.change(self.name, f"install llama.cpp nightly {asset.tag} for {family} "
                                  f"({asset.size / 2**20:.0f} MiB, sha256 checked before unpacking)",
-                                 [action], space=(SpaceNeed(
-                                     folder=INSTALL_BASE, bytes=asset.size * UNPACKED_FACTOR,
-                                     what=f"llama.cpp nightly {asset.tag}",
-                                     detail=f"its zip is {size_text(asset.size)}, and with its "
-                                     f"unpacked files (taken as {UNPACKED_FACTOR - 1} times the "
-                                     f"zip) it needs at least "
-                                     f"{size_text(asset.size * UNPACKED_FACTOR)}",
-                                     fix="or keep the installed build with --llamacpp none"),)
-                                 if asset.size else ())
+                                 [action], space=(_nightly_space(asset),) if asset.size else ())
 
     def _source(self, ctx: Context) -> StepResult:
         try:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import stat
 import struct
 import threading
@@ -62,6 +63,9 @@ class FakeGitHub:
     releases: dict[str, dict[str, FakeAsset]] = field(default_factory=dict)
     latest: str | None = None
     requests: list[RecordedRequest] = field(default_factory=list)
+    #: answer ``Range: bytes=N-`` with 206 and that part, as GitHub's asset storage does
+    #: (False: a server that ignores ranges and sends the whole body)
+    ranges: bool = True
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
@@ -85,8 +89,13 @@ class FakeGitHub:
         return self.releases[f"{repo}@{tag}"][name]
 
     def downloads(self) -> list[RecordedRequest]:
-        """Requests that fetched asset bytes."""
-        return [r for r in self.requests if r.path.startswith("/assets/")]
+        """Requests that fetched a whole asset (not the end of a zip that planning reads)."""
+        return [r for r in self.requests if r.path.startswith("/assets/")
+                and "Range" not in r.headers]
+
+    def ranged(self) -> list[RecordedRequest]:
+        """Requests for the end of an asset (``Range: bytes=N-``)."""
+        return [r for r in self.requests if r.path.startswith("/assets/") and "Range" in r.headers]
 
     # -- answers ----------------------------------------------------------------------------
     def release_json(self, key: str) -> dict:
@@ -178,6 +187,17 @@ def _handler(state: FakeGitHub) -> type[BaseHTTPRequestHandler]:
             self.wfile.write(body)
 
         def _bytes(self, asset: FakeAsset) -> None:
+            wanted = re.fullmatch(r"bytes=(\d+)-", self.headers.get("Range") or "")
+            if wanted and state.ranges and int(wanted[1]) < len(asset.body):
+                part = asset.body[int(wanted[1]):]  # as GitHub's asset storage answers it
+                self.send_response(206)
+                self.send_header("Content-Type", "application/octet-stream")
+                self.send_header("Content-Range",
+                                 f"bytes {wanted[1]}-{len(asset.body) - 1}/{len(asset.body)}")
+                self.send_header("Content-Length", str(len(part)))
+                self.end_headers()
+                self.wfile.write(part)
+                return
             self.send_response(200)
             self.send_header("Content-Type", "application/octet-stream")
             self.send_header("Content-Length", str(len(asset.body)))
