@@ -303,7 +303,7 @@ def setup(
         "--power", help="performance: set the platform profile to performance, persistently, the way this machine manages it (tuned, power-profiles-daemon, or a small unit); none: leave it.")] = "none",
     example: ExampleOpt = None,
     force_handlers: Annotated[bool, typer.Option(
-        "--force-handlers/--no-force-handlers", help="With --apply: when an apply fails, still run the follow-up commands (update-grub, systemctl daemon-reload) of the edits that finished, so the machine is consistent; --no-force-handlers leaves them owed.")] = True,
+        "--force-handlers/--no-force-handlers", help="With --apply: when an apply fails or a signal stops it, still run the follow-up commands (update-grub, systemctl daemon-reload) of the edits that finished, so the machine is consistent; --no-force-handlers leaves them owed.")] = True,
 ) -> None:
     """Plan the setup of this machine as a dry run, or apply it with --apply.
 

@@ -857,7 +857,7 @@ def _owed_note(status) -> str:
                 + ". `ojai setup --apply` finishes it first; `ojai rollback` undoes it.")
     if owed:
         return (f"Follow-up commands of an earlier apply are still due: {owed}. "
-                "`ojai setup --apply` runs them first.")
+                "`ojai setup --apply` runs them.")
     return ""
 
 

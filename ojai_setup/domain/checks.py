@@ -380,8 +380,9 @@ def known_bad_findings(facts: Facts, profile: Profile, spec: CheckSpec) -> list[
                                     profile.npu, path)
     if found:
         return [Finding(id=f"{spec.id}.{m.row.id}", title=m.row.title, severity=m.row.severity,
-                        evidence=f"{m.evidence} (reported for: {m.row.covers})", fix=fix_for_root(m.row.fix, facts.root),
-                        link=m.row.source) for m in found]
+                        evidence=f"{m.evidence} (reported for: {m.row.covers})",
+                        fix=fix_for_root(m.row.fix, facts.root), link=m.row.source)
+                for m in found]
     note = ("; not known here: " + ", ".join(sorted(unknown))) if unknown else ""
     return [Finding(id=spec.id, title=spec.title, severity="pass",
                     evidence=f"none of the {count} rows of checks/tables/{TABLE} matches this "

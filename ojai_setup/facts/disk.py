@@ -56,7 +56,9 @@ def filesystem(folder: Path) -> Filesystem:
     """Which filesystem ``folder`` is on, how big it is and how much of it is free."""
     found = _existing(folder)
     usage = shutil.disk_usage(found)
-    return Filesystem(device=os.stat(found).st_dev, free=free_bytes(found), size=usage.total)
+    budget = _disk_budget(None)
+    return Filesystem(device=os.stat(found).st_dev, size=usage.total,
+                      free=usage.free if budget is None else min(usage.free, budget))
 
 
 def partial_bytes(dest: Path) -> int:

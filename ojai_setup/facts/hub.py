@@ -10,7 +10,6 @@ import os
 import urllib.error
 import urllib.parse
 import urllib.request
-from pathlib import Path
 
 from ojai_setup.core.errors import RemoteError
 from ojai_setup.core.paths import USER_AGENT
@@ -34,9 +33,9 @@ def hub_serves(repo_id: str, filename: str, revision: str | None = None) -> None
     url = (f"{endpoint}/{urllib.parse.quote(repo_id)}/resolve/"
            f"{urllib.parse.quote(revision or 'main', safe='')}/{urllib.parse.quote(filename)}")
     headers = {"User-Agent": USER_AGENT}
-    token = _token()
+    token = _authorization()
     if token:
-        headers["Authorization"] = f"Bearer {token}"
+        headers["Authorization"] = token
     opener = urllib.request.build_opener(_NoRedirect)
     try:
         with opener.open(urllib.request.Request(url, headers=headers, method="HEAD"),
@@ -57,23 +56,14 @@ def hub_serves(repo_id: str, filename: str, revision: str | None = None) -> None
         raise RemoteError(f"cannot reach {endpoint} for {where} ({reason})") from None
 
 
-def _token() -> str | None:
-    """The token huggingface_hub sends with its requests, and so ojai's download: ``HF_TOKEN``
-    (or the older ``HUGGING_FACE_HUB_TOKEN``), else the one ``hf auth login`` stored
-    (``HF_TOKEN_PATH``, by default ``$HF_HOME/token``); none at all when
-    ``HF_HUB_DISABLE_IMPLICIT_TOKEN`` is set. (huggingface_hub.constants reads those variables
-    once, when it is first imported; it is imported here only when the hub is asked.)"""
-    from huggingface_hub import constants
+def _authorization() -> str | None:
+    """The ``Authorization`` header huggingface_hub sends with its requests, and so ojai's
+    download: ``Bearer`` and ``HF_TOKEN``, else the token ``hf auth login`` stored; none when
+    ``HF_HUB_DISABLE_IMPLICIT_TOKEN`` is set. (huggingface_hub is imported here only when the hub
+    is asked.)"""
+    from huggingface_hub.utils import build_hf_headers
 
-    if constants.HF_HUB_DISABLE_IMPLICIT_TOKEN:
-        return None
-    token = os.environ.get("HF_TOKEN") or os.environ.get("HUGGING_FACE_HUB_TOKEN")
-    if token is None:
-        try:
-            token = Path(constants.HF_TOKEN_PATH).read_text(encoding="utf-8")
-        except OSError:
-            return None
-    return token.replace("\r", "").replace("\n", "").strip() or None
+    return build_hf_headers().get("authorization")
 
 
 def refusal(status: int, token_sent: bool) -> str:

@@ -28,6 +28,7 @@ from ojai_setup.core.paths import PRIVATE_FILE_MODE
 from ojai_setup.core.root import Root
 from ojai_setup.core.status import ExitStatus
 from ojai_setup.domain.checks import Finding
+from ojai_setup.facts.disk import filesystem
 from ojai_setup.model.actions import Action, RunCommand, WriteFile
 from ojai_setup.model.settings import Settings
 from ojai_setup.planning.result import Step, StepResult
@@ -322,7 +323,7 @@ def make_plan(ctx: PlanInputs, steps: Sequence[Step]) -> Plan:
     handlers: dict[str, RunCommand] = {}
     paths: list[str] = []
     provided: set[str] = set()
-    ledger = DiskLedger(lambda folder: _filesystem(ctx.root, folder))
+    ledger = DiskLedger(lambda folder: filesystem(ctx.root.resolve(folder)))
     for step in steps:
         seen = len(ctx.root.reads)
         result = step.plan(ctx)
@@ -352,13 +353,6 @@ def make_plan(ctx: PlanInputs, steps: Sequence[Step]) -> Plan:
         fingerprint=Fingerprint(ojai_version=version, facts_sha256=facts_digest(ctx.facts),
                                 files=files),
     )
-
-
-def _filesystem(root: Root, folder: str) -> tuple[int, int, int]:
-    from ojai_setup.facts.disk import filesystem
-
-    found = filesystem(root.resolve(folder))
-    return found.device, found.free, found.size
 
 
 #: programs a package that a plan installs brings (a later command of the plan may run them)
@@ -401,10 +395,10 @@ def block_unrunnable(result: StepResult, root: Root, provided: set[str]) -> Step
     if result.status != "change":
         return result
     said: list[str] = []
+    command_missing = False
 
-    def missing(program: str, text: str) -> None:
-        hint = PROGRAM_HINTS.get(program.split(" or ")[0])
-        line = text + (f" ({hint})" if hint else "")
+    def missing(text: str, hint: str) -> None:
+        line = text + (f" ({PROGRAM_HINTS[hint]})" if hint in PROGRAM_HINTS else "")
         if line not in said:
             said.append(line)
 
@@ -414,23 +408,23 @@ def block_unrunnable(result: StepResult, root: Root, provided: set[str]) -> Step
         for command in commands:
             program = command.argv[0]
             if program not in provided and root.which(program) is None:
-                missing(program, f"`{shlex.join(command.argv)}` needs {program}, which this "
-                        "machine does not have")
+                command_missing = True
+                missing(f"`{shlex.join(command.argv)}` needs {program}, which this machine "
+                        "does not have", program)
         for choices in action.host_programs():
             if not any(p in provided or root.host_which(p) for p in choices):
-                names = " or ".join(choices)
-                missing(names, f"to {action.describe()}, ojai runs {names} on this computer"
-                        + ("" if root.is_host else " (against the machine folder)")
-                        + f", and {'neither is' if len(choices) == 2 else 'none is' if len(choices) > 2 else 'it is not'} installed")
+                none = {1: "it is not", 2: "neither is"}.get(len(choices), "none is")
+                missing(f"to {action.describe()}, ojai runs {' or '.join(choices)} on this "
+                        "computer" + ("" if root.is_host else " (against the machine folder)")
+                        + f", and {none} installed", choices[0])
         for package in _installs(action):
             provided.update(PACKAGE_PROGRAMS.get(package, ()))
     if not said:
         return result
-    commands = any("this machine does not have" in s for s in said)
-    where = "" if root.is_host or not commands \
-        else " (a machine directory answers commands from its captures in .ojai/commands)"
+    where = " (a machine directory answers commands from its captures in .ojai/commands)" \
+        if command_missing and not root.is_host else ""
     # a missing command says what the step would do; a missing program names its action itself
-    would = f" (it would {result.sentence})" if commands else ""
+    would = f" (it would {result.sentence})" if command_missing else ""
     return StepResult.blocked(result.step, f"{'; '.join(said)}{where}, so this step cannot be "
                               f"applied{would}; install what is missing and plan again",
                               reads=result.reads)

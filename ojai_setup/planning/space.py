@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ojai_setup.core.units import MIB, size_text
+from ojai_setup.facts.disk import Filesystem
 from ojai_setup.planning.result import SpaceNeed, StepResult
 
 #: the share of the needed bytes added for what the estimates miss
@@ -26,9 +27,9 @@ def margin(need: int, filesystem_size: int) -> int:
     return int(need * MARGIN_FRACTION) + min(SYSTEM_ROOM_MAX, filesystem_size // 100)
 
 
-#: what :class:`DiskLedger` needs to know of a machine folder: (filesystem id, free bytes,
-#: filesystem size); an OSError when it cannot tell
-Lookup = Callable[[str], "tuple[int, int, int]"]
+#: the filesystem a machine folder is on (:func:`ojai_setup.facts.disk.filesystem` of it under
+#: the root); an OSError when it cannot tell
+Lookup = Callable[[str], Filesystem]
 
 
 class DiskLedger:
@@ -47,19 +48,20 @@ class DiskLedger:
         adds: list[tuple[int, SpaceNeed]] = []
         for need in result.space:
             try:
-                device, free, size = self._lookup(need.folder)
+                fs = self._lookup(need.folder)
             except OSError as exc:
                 return StepResult.blocked(result.step, f"cannot tell the free space in "
                                           f"{need.folder}: {exc.strerror or exc}",
                                           reads=result.reads)
-            earlier = self._taken.get(device, []) + [(result.step, n) for d, n in adds
-                                                     if d == device]
+            earlier = self._taken.get(fs.device, []) + [(result.step, n) for d, n in adds
+                                                        if d == fs.device]
             total = sum(n.bytes for _, n in earlier) + need.bytes
-            keep = margin(total, size)
-            if total + keep > free:
-                return StepResult.blocked(result.step, _sentence(need, earlier, total, keep, free),
+            keep = margin(total, fs.size)
+            if total + keep > fs.free:
+                return StepResult.blocked(result.step,
+                                          _sentence(need, earlier, total, keep, fs.free),
                                           reads=result.reads)
-            adds.append((device, need))
+            adds.append((fs.device, need))
         for device, need in adds:
             self._taken.setdefault(device, []).append((result.step, need))
         return result

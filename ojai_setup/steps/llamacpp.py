@@ -11,8 +11,8 @@ import re
 from pathlib import Path, PurePosixPath
 
 from ojai_setup.core.paths import LLAMA_SERVER, LLAMACPP_CURRENT, LLAMACPP_DIR
-from ojai_setup.core.units import size_text
 from ojai_setup.core.root import Root
+from ojai_setup.core.units import size_text
 from ojai_setup.domain import nightly
 from ojai_setup.model.actions import BuildFromSource
 from ojai_setup.planning.context import Context

@@ -4,10 +4,10 @@ prove they belong together (n-gram drafting has no pair to prove)."""
 from __future__ import annotations
 
 from ojai_setup.core.paths import GIB
+from ojai_setup.core.units import size_text as _size
 from ojai_setup.domain.routes import route_names
 from ojai_setup.planning.context import Context
 from ojai_setup.planning.result import SpaceNeed, StepResult
-from ojai_setup.core.units import size_text as _size
 
 
 class ModelStep:
