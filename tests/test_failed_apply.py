@@ -15,6 +15,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -311,6 +312,32 @@ def test_the_steps_on_one_filesystem_share_its_free_space(box, catalog, nightly,
     monkeypatch.setenv("OJAI_DISK_BUDGET_BYTES", str(alone))
     assert planned_step(args, "model")["status"] == "blocked"  # both still do not fit
     assert planned_step([*args, "--llamacpp", "none"], "model")["status"] == "change"
+
+
+def test_steps_on_different_filesystems_do_not_share_free_space(box, catalog, nightly,
+                                                                monkeypatch, tmp_path):
+    """The same nightly and model as above, with the models folder on another filesystem (a
+    tmpfs, through a link in the machine folder): each filesystem has room for what goes on
+    it, so both steps are planned; only the same filesystem adds the needs up."""
+    from ojai_setup.planning.space import margin
+
+    shm = Path("/dev/shm")
+    if not shm.is_dir() or os.stat(shm).st_dev == os.stat(box).st_dev:
+        pytest.fail("this test needs /dev/shm on a filesystem of its own (a tmpfs)")
+    elsewhere = Path(tempfile.mkdtemp(dir=shm))
+    try:
+        (box / MODELS).parent.mkdir(parents=True, exist_ok=True)
+        (box / MODELS).symlink_to(elsewhere)
+        unpack, models = nightly_room(nightly), published_bytes(catalog)
+        alone = max(unpack + margin(unpack, shutil.disk_usage(box).total),
+                    models + margin(models, shutil.disk_usage(elsewhere).total))
+        assert alone < unpack + models + margin(unpack + models, shutil.disk_usage(box).total)
+        monkeypatch.setenv("OJAI_DISK_BUDGET_BYTES", str(alone))
+        args = ["--root", box, "--no-npu", "--catalog", catalog, "--model", ROUTE]
+        assert planned_step(args, "llama.cpp")["status"] == "change"
+        assert planned_step(args, "model")["status"] == "change"
+    finally:
+        shutil.rmtree(elsewhere)
 
 
 def closed_port() -> int:
