@@ -298,9 +298,10 @@ def test_lazy_mode_refused_on_a_build_without_it() -> None:
 
 def test_plain_turns_drafting_off_the_way_the_binary_says() -> None:
     assert UPSTREAM.drafting_off() == ("--spec-type", "none")
-    # a build with --no-spec-type (the open upstream PR that drafts by default adds it)
-    no_spec = UPSTREAM.model_copy(update={"options": (*UPSTREAM.options, *parse_help(
-        "--no-spec-type                          disable speculative decoding\n").options)})
+    # a build with a bare --no-spec-type
+    no_spec = parse_help((DATA / "upstream-b11434-cpu-help.txt").read_text() +
+                         "--no-spec-type                          disable speculative decoding\n")
+    assert no_spec.no_spec_type == "flag"
     assert render_args(Route(name="q", model=MAIN), no_spec)[-1] == "--no-spec-type"
     # a build without speculation has nothing to turn off
     assert OLD.drafting_off() == () and render_args(Route(name="q", model=MAIN), OLD)[-1] == "8080"
@@ -356,3 +357,101 @@ def test_real_binary_accepts_rendered_args(case: str, llama_server_bin: Path,
         assert marker not in out, out
     assert f"failed to open GGUF file '{route.model}'" in out, out
     assert "exiting due to model loading error" in out, out
+
+
+# -- a build that drafts by default (llama.cpp PR #28391) --------------------------------------
+#: the help of build 11434 with PR #28391's three options (tests/data/llama-help/SOURCES.md)
+DEFAULT_NGRAM = _dialect("pr28391-default-ngram-mod-help.txt")
+#: Debian sid's llama.cpp-tools, build 11669, as it prints its help
+DEBIAN = parse_help((Path(__file__).parent / "data" / "captures" / "debian-sid" /
+                     "llama-server-help.txt").read_text(encoding="utf-8"))
+
+
+def drafted_kinds(args: list[str], dialect: Dialect) -> set[str]:
+    """The types a server given ``args`` drafts with, by the rules its help states: it starts
+    from its default types; ``--spec-type none`` clears them; any other ``--spec-type`` adds to
+    the defaults where the build has some (PR #28391) and replaces them where it has none
+    (b11434, 11669); ``--no-spec-type TYPE`` removes TYPE, a bare ``--no-spec-type`` all."""
+    kinds = set(dialect.spec_type_default)
+    for i, arg in enumerate(args):
+        value = args[i + 1] if i + 1 < len(args) else ""
+        if arg == "--spec-type":
+            given = set(value.split(","))
+            kinds = set() if given == {"none"} else (kinds | given if dialect.spec_type_default
+                                                     else given)
+        elif arg == "--no-spec-type":
+            if dialect.no_spec_type == "value":
+                assert not value.startswith("-"), f"--no-spec-type would read {value!r} as its type"
+                kinds -= set(value.split(","))
+            else:
+                kinds = set()
+    return kinds
+
+
+def test_the_help_says_what_drafts_by_default_and_how_to_remove_it() -> None:
+    assert DEFAULT_NGRAM.spec_type_default == ("ngram-mod",)
+    assert DEFAULT_NGRAM.no_spec_type == "value"
+    assert DEFAULT_NGRAM.option("--no-spec-type").takes_value == "required"
+    assert DEFAULT_NGRAM.option("--flash-attn").takes_value == "optional"
+    assert "drafts by default: ngram-mod (added to any --spec-type)" in DEFAULT_NGRAM.summary_lines()
+    for real in (UPSTREAM, DEBIAN):
+        assert real.spec_type_default == () and real.no_spec_type is None
+
+
+@pytest.mark.parametrize("dialect", [UPSTREAM, DEBIAN, DEFAULT_NGRAM],
+                         ids=["b11434", "debian-11669", "pr28391"])
+@pytest.mark.parametrize("case", list(UPSTREAM_CASES))
+def test_each_route_drafts_exactly_its_kinds(case: str, dialect: Dialect) -> None:
+    """Plain routes draft nothing and drafted routes exactly what they name, on the real builds
+    and on one that drafts ngram-mod by default, where --spec-type draft-mtp alone would draft
+    ngram-mod as well."""
+    route, _ = UPSTREAM_CASES[case]
+    args = render_args(route, dialect)
+    want = set() if route.spec_type == "none" else set(route.spec_types)
+    assert drafted_kinds(args, dialect) == want, args
+
+
+def test_the_default_chain_is_left_out_where_the_route_does_not_name_it() -> None:
+    route, _ = UPSTREAM_CASES["mtp heads in the main file"]
+    args = render_args(route, DEFAULT_NGRAM)
+    at = args.index("--no-spec-type")
+    assert args[at:at + 2] == ["--no-spec-type", "ngram-mod"]
+    chained, _ = UPSTREAM_CASES["chained: MTP heads and ngram-mod"]
+    assert "--no-spec-type" not in render_args(chained, DEFAULT_NGRAM)
+    assert render_args(Route(name="q", model=MAIN), DEFAULT_NGRAM)[-2:] == ["--spec-type", "none"]
+
+
+def test_no_spec_type_with_a_value_turns_off_the_defaults_where_none_is_no_type() -> None:
+    no_none = DEFAULT_NGRAM.model_copy(update={
+        "spec_types": tuple(t for t in DEFAULT_NGRAM.spec_types if t != "none")})
+    args = render_args(Route(name="q", model=MAIN), no_none)
+    assert args[-2:] == ["--no-spec-type", "ngram-mod"] and drafted_kinds(args, no_none) == set()
+
+
+def test_a_build_that_drafts_by_default_with_no_way_out_is_refused() -> None:
+    stuck = DEFAULT_NGRAM.model_copy(update={
+        "no_spec_type": None,
+        "options": tuple(o for o in DEFAULT_NGRAM.options if "--no-spec-type" not in o.names)})
+    with pytest.raises(UnsupportedRoute, match="adds draft-mtp to its default ngram-mod"):
+        render_args(UPSTREAM_CASES["mtp heads in the main file"][0], stuck)
+
+
+def test_every_flag_is_given_a_value_exactly_when_its_help_shows_one() -> None:
+    # a build whose --alias were a bare flag would read the route's name as an argument
+    bare_alias = parse_help((DATA / "upstream-b11434-cpu-help.txt").read_text().replace(
+        "-a,    --alias STRING  ", "-a,    --alias         "))
+    assert bare_alias.option("--alias").takes_value == "no"
+    with pytest.raises(UnsupportedRoute, match="--alias: .* takes no value \\(model alias\\)"):
+        render_args(Route(name="q", model=MAIN), bare_alias)
+    # and one whose --no-spec-type needs a type but lists no default types cannot be given bare
+    typed = parse_help((DATA / "upstream-b11434-cpu-help.txt").read_text().replace(
+        "none,draft-simple,", "draft-simple,") +
+        "--no-spec-type TYPE                     types to remove\n")
+    assert typed.drafting_off() == ()
+
+
+def test_plain_arm_on_a_build_that_drafts_by_default() -> None:
+    route, _ = UPSTREAM_CASES["mtp sidecar"]
+    plain = plain_arm_args(render_args(route, DEFAULT_NGRAM), DEFAULT_NGRAM)
+    assert "--no-spec-type" not in plain and plain[-2:] == ["--spec-type", "none"]
+    assert drafted_kinds(plain, DEFAULT_NGRAM) == set()

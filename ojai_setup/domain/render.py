@@ -226,7 +226,19 @@ class _Renderer:
         return found
 
     def add(self, what: str, names: tuple[str, ...], *values: str) -> None:
-        self.args += [self.flag(what, *names), *values]
+        """``names``' live spelling and ``values``, checked against what the help says the
+        option reads: a bare flag given a value would take it as the next argument's, an
+        option that needs a value would take the next flag as its value."""
+        flag = self.flag(what, *names)
+        opt = self.dialect.option(flag)
+        takes = opt.takes_value if opt is not None else "no"
+        if values and takes == "no":
+            raise self.refuse(flag, f"takes no value ({what}), so it would read "
+                              f"{values[0]!r} as an argument of its own")
+        if not values and takes == "required":
+            raise self.refuse(flag, f"takes a value ({opt.value_hint}: {what}), so it would "
+                              "read the next argument as its value")
+        self.args += [flag, *values]
 
     def render(self) -> list[str]:
         r, d = self.route, self.dialect
@@ -235,7 +247,7 @@ class _Renderer:
                               "full --help first")
         self.add("main model", ("--model", "-m"), r.model)
         if d.has("--alias"):
-            self.args += ["--alias", r.name]
+            self.add("model alias", ("--alias",), r.name)
         self.add("listen address", ("--host",), r.host)
         self.add("listen port", ("--port",), str(r.port))
         if r.ctx_size is not None:
@@ -315,7 +327,12 @@ class _Renderer:
     def _speculative(self) -> None:
         r, d = self.route, self.dialect
         if r.spec_type == "none":
-            self.args += list(d.drafting_off())
+            off = d.drafting_off()
+            if off:
+                self.add("drafting off", (off[0],), *off[1:])
+            elif d.spec_type_default:
+                raise self.refuse("--spec-type", f"drafts with {','.join(d.spec_type_default)} "
+                                  "by default and has no way to turn it off")
             return
         types = r.spec_types
         if len(types) > 1 and d.has("--spec-type") and not d.spec_type_list:
@@ -334,7 +351,16 @@ class _Renderer:
         if r.draft_model:
             self.add("draft model", DRAFT_MODEL_FLAGS, r.draft_model)
         if d.has("--spec-type"):
-            self.args += ["--spec-type", r.spec_type]
+            self.add("speculative type", ("--spec-type",), r.spec_type)
+            beside = d.default_types_beside(types)
+            if beside:
+                # a build that drafts by default adds --spec-type's types to its own: remove
+                # those the route does not name, so that it drafts exactly its kinds
+                if d.no_spec_type != "value":
+                    raise self.refuse("--spec-type", f"adds {r.spec_type} to its default "
+                                      f"{','.join(beside)} and has no --no-spec-type TYPE "
+                                      "to leave that out")
+                self.add("default drafting left out", ("--no-spec-type",), ",".join(beside))
         if r.draft_n_max is not None:
             self.add("draft length", DRAFT_N_MAX_FLAGS, str(r.draft_n_max))
         if r.draft_n_min is not None:

@@ -128,6 +128,15 @@ class HelpOption(BaseModel):
     def removed(self) -> bool:
         return self.help.lstrip().lower().startswith(REMOVED_MARKER)
 
+    @property
+    def takes_value(self) -> Literal["no", "optional", "required"]:
+        """Whether the option reads the next argument, as its value hint says: none (a bare
+        flag), ``[on|off|auto]`` (optional: upstream brackets a value that may be left out), or
+        any other hint (``N``, ``TYPE``, a list of choices: required)."""
+        if not self.value_hint:
+            return "no"
+        return "optional" if self.value_hint.startswith("[") else "required"
+
 
 class Dialect(BaseModel):
     """The command-line dialect of one ``llama-server`` binary."""
@@ -151,6 +160,14 @@ class Dialect(BaseModel):
     #: ``--spec-type`` takes a comma list of types that draft together (its help says "list of
     #: types"); False for a build that takes one type
     spec_type_list: bool = False
+    #: the types a server drafts with when ``--spec-type`` is not given, as its help's
+    #: ``(default: ...)`` says; () for ``none`` (b11434). A build that drafts by default adds a
+    #: given ``--spec-type`` to these (llama.cpp PR #28391: ``--spec-type draft-mtp`` drafts
+    #: ``ngram-mod,draft-mtp``)
+    spec_type_default: tuple[str, ...] = ()
+    #: ``--no-spec-type``: ``flag`` (bare: drafting off), ``value`` (``--no-spec-type TYPE``:
+    #: removes TYPE from the default types, PR #28391), None: no such option
+    no_spec_type: Literal["flag", "value"] | None = None
     #: ``value``: ``-fa on|off|auto``; ``flag``: a bare ``-fa``; None: no flash-attention option
     flash_attn: Literal["value", "flag"] | None = None
     #: argument errors printed alongside the listing (``error while handling argument ...``)
@@ -191,14 +208,25 @@ class Dialect(BaseModel):
         return all(p in self.spec_types for p in parts)
 
     def drafting_off(self) -> tuple[str, ...]:
-        """The arguments that turn drafting off explicitly: ``--no-spec-type`` where the
-        binary has it, else ``--spec-type none`` where ``none`` is a type it lists; () for a
-        binary with neither (it has no speculation to turn off, or no way to say so)."""
-        if self.has("--no-spec-type"):
+        """The arguments that turn drafting off explicitly: a bare ``--no-spec-type`` where
+        the binary has one, else ``--spec-type none`` where ``none`` is a type it lists (a lone
+        ``none`` clears the default types too), else ``--no-spec-type`` with the default types
+        where it takes a type; () for a binary with none of these (it has no speculation to
+        turn off, or no way to say so)."""
+        if self.no_spec_type == "flag":
             return ("--no-spec-type",)
         if self.spec_types and "none" in self.spec_types:
             return ("--spec-type", "none")
+        if self.no_spec_type == "value" and self.spec_type_default:
+            return ("--no-spec-type", ",".join(self.spec_type_default))
         return ()
+
+    def default_types_beside(self, types: tuple[str, ...]) -> tuple[str, ...]:
+        """The default types a build would draft with beside ``types`` given to
+        ``--spec-type`` (it adds them to its defaults): those a route must remove."""
+        if "none" in types:
+            return ()
+        return tuple(t for t in self.spec_type_default if t != "none" and t not in types)
 
     def ngram_knobs(self, spec_type: str) -> dict[str, str]:
         """The knobs the n-gram type ``spec_type`` reads, each with its live flag:
@@ -254,6 +282,9 @@ class Dialect(BaseModel):
             lines.append(f"MTP: {mtp}")
             lines.append("chained types: " + ("yes (--spec-type takes a comma list)"
                                               if self.spec_type_list else "no (one type at a time)"))
+            if self.spec_type_default:
+                lines.append("drafts by default: " + ", ".join(self.spec_type_default)
+                             + " (added to any --spec-type)")
             off = self.drafting_off()
             lines.append("drafting off: " + (" ".join(off) if off else "no way to say it"))
         draft = [f for f in (self.draft_model_flag, self.draft_n_max_flag, self.draft_n_min_flag) if f]
@@ -386,6 +417,27 @@ def _spec_type_list(opt: HelpOption | None) -> bool:
     return opt is not None and not opt.removed and bool(_SPEC_TYPE_LIST.search(" ".join(opt.help.split())))
 
 
+_DEFAULT = re.compile(r"\(default:\s*([^);]*)[);]")
+
+
+def _spec_type_default(opt: HelpOption | None) -> tuple[str, ...]:
+    """``(default: ngram-mod)`` in ``--spec-type``'s help: the types drafted when it is not
+    given; () for ``none`` or when the help does not say."""
+    if opt is None or opt.removed:
+        return ()
+    m = _DEFAULT.search(" ".join(opt.help.split()))
+    if not m:
+        return ()
+    types = tuple(t.strip().strip("'\"") for t in m.group(1).split(",") if t.strip())
+    return () if types in ((), ("none",)) else types
+
+
+def _no_spec_type(opt: HelpOption | None) -> Literal["flag", "value"] | None:
+    if opt is None or opt.removed:
+        return None
+    return "flag" if opt.takes_value == "no" else "value"
+
+
 def _flash_attn(opt: HelpOption | None) -> Literal["value", "flag"] | None:
     if opt is None or opt.removed:
         return None
@@ -417,6 +469,8 @@ def parse_help(text: str, version: LlamaVersion | None = None) -> Dialect:
         load_modes=_load_modes(find("--load-mode", "-lm")),
         lazy_modes=_lazy_modes(find("--lazy-mode", "-lzm")),
         spec_type_list=_spec_type_list(find("--spec-type")),
+        spec_type_default=_spec_type_default(find("--spec-type")),
+        no_spec_type=_no_spec_type(find("--no-spec-type")),
         flash_attn=_flash_attn(find("--flash-attn", "-fa")),
         errors=errors,
     )
