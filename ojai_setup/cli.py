@@ -285,6 +285,8 @@ def setup(
     llamacpp_ref: Annotated[Optional[str], typer.Option("--llamacpp-ref", help="Git ref to build with --llamacpp source.")] = None,
     backend: Annotated[Optional[Backend], typer.Option("--backend", help="Source build backend (default: hip when ROCm is installed).")] = None,
     gpu_target: Annotated[Optional[str], typer.Option("--gpu-target", help="GPU target(s) of a HIP source build, e.g. gfx1150 or gfx1150,gfx1151 (default: the GPU's own).")] = None,
+    cmake_define: Annotated[Optional[list[str]], typer.Option(
+        "--cmake-define", metavar="KEY=VALUE", help="With --llamacpp source: pass -DKEY=VALUE to CMake's configure (repeatable), e.g. GGML_HIP_ROCWMMA_FATTN=ON; a different set of definitions is a different build, in a folder of its own. The options ojai sets itself (GGML_HIP, GPU_TARGETS, CMAKE_BUILD_TYPE, ...) are refused.")] = None,
     model: Annotated[Optional[str], typer.Option("--model", help="Add the download, pairing check and launch files for this catalog route (see `ojai models`).")] = None,
     models_dir: Annotated[Optional[str], typer.Option("--models-dir", help="Where models are stored (default /var/lib/ojai/models).")] = None,
     host: Annotated[str, typer.Option("--host", help="Address the servers ojai writes listen on (an IP address or host name; anything but loopback is shown as a warning in the plan).")] = "127.0.0.1",
@@ -330,7 +332,8 @@ def setup(
         fields = dict(profile=_value(profile), gpu_memory_gib=gpu_memory, ttm_via=ttm_via,
                       llamacpp=_value(llamacpp),
                       llamacpp_tag=llamacpp_tag, llamacpp_ref=llamacpp_ref,
-                      llamacpp_backend=_value(backend), gpu_target=gpu_target, model=model,
+                      llamacpp_backend=_value(backend), gpu_target=gpu_target,
+                      cmake_defines=tuple(cmake_define or ()), model=model,
                       host=host, port=port, systemd=systemd,
                       npu=npu, user_catalog=catalog, lemonade_downloads=lemonade_downloads,
                       lemonade=lemonade, lemonade_tag=lemonade_tag, power=power,

@@ -47,7 +47,9 @@ def in_chroot(build: HipBuild, argv: list[str], **kw) -> sid.subprocess.Complete
 def test_install_layout_record_and_link(hip_build: HipBuild, llama_server_bin: Path) -> None:
     action = hip_build.action
     assert (action.backend, action.gpu_target) == ("hip", GPU_TARGET)
-    assert action.dest == "/opt/ojai/llama.cpp/src-b11434-hip-gfx1150"
+    # the test build's definitions (tests/support/hip.py, CMAKE_DEFINES): a build of its own
+    assert action.cmake_args == ("-DGGML_CUDA_FA=OFF", "-DGGML_CUDA_FA_QUANTS=f16-f16")
+    assert re.fullmatch(r"/opt/ojai/llama\.cpp/src-b11434-hip-gfx1150-d[0-9a-f]{8}", action.dest)
     link = hip_build.root.resolve(action.link)
     assert link.is_symlink() and link.resolve() == hip_build.dest.resolve()
     record = read_install_record(hip_build.root, action.dest)
@@ -56,7 +58,9 @@ def test_install_layout_record_and_link(hip_build: HipBuild, llama_server_bin: P
     assert record.version.startswith("version: 0.6.0-dev (build 11434, commit")
     assert "-DGGML_HIP=ON" in record.cmake_args
     assert "-DGPU_TARGETS=gfx1150" in record.cmake_args
-    assert record.extra_cmake_args == ()  # the plan's action, nothing added for the test
+    # the plan's definitions, passed last to configure; nothing added by the test itself
+    assert record.extra_cmake_args == action.cmake_args
+    assert record.cmake_args[-2:] == action.cmake_args
     assert record.build_seconds and record.build_bytes and record.cores
     # the same layout as the CPU build: the binary, its libraries beside it, the record
     cpu = json.loads((llama_server_bin.parent / INSTALL_RECORD).read_text())
@@ -117,8 +121,8 @@ def test_the_measured_cost_the_plan_states(hip_build: HipBuild) -> None:
 def test_libraries_resolve_beside_the_binary_and_in_rocm(hip_build: HipBuild) -> None:
     ldd = in_chroot(hip_build, ["ldd", SERVER_IN]).stdout
     assert "not found" not in ldd
-    assert re.search(r"libggml-hip\.so\.0 => /opt/ojai/llama\.cpp/(current|src-b11434-hip-gfx1150)"
-                     r"/libggml-hip\.so\.0", ldd), ldd
+    assert re.search(r"libggml-hip\.so\.0 => /opt/ojai/llama\.cpp/"
+                     r"(current|src-b11434-hip-gfx1150-d[0-9a-f]{8})/libggml-hip\.so\.0", ldd), ldd
     ldd_hip = in_chroot(hip_build, ["ldd", f"{hip_build.action.dest}/libggml-hip.so.0"]).stdout
     assert re.search(r"libamdhip64\.so\.\d+ => /usr/lib/x86_64-linux-gnu/", ldd_hip), ldd_hip
     assert re.search(r"libhipblas\.so\.\d+ => /usr/lib/x86_64-linux-gnu/", ldd_hip), ldd_hip

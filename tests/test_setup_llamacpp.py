@@ -382,6 +382,109 @@ def test_source_build_failure_keeps_the_nightly_install(machine, releases, tmp_p
     assert os.readlink(root / BASE.lstrip("/") / "current") == "b1311-gfx1150"
 
 
+# -- extra CMake definitions (--cmake-define) ------------------------------------------------
+HIP_SOURCE = ("--llamacpp", "source", "--llamacpp-ref", "b11434")
+
+
+def test_cmake_defines_are_planned_shown_and_make_a_build_of_their_own(machine):
+    root = give_hip_toolchain(machine("ojai-fresh"))
+    plain = step(plan_json(root, *HIP_SOURCE))["actions"][0]
+    assert plain["cmake_args"] == [] and plain["dest"] == f"{BASE}/src-b11434-hip-gfx1150"
+    defines = ("--cmake-define", "GGML_CUDA_FA_QUANTS=f16-f16", "--cmake-define", "GGML_CUDA_FA=OFF")
+    s = step(plan_json(root, *HIP_SOURCE, *defines))
+    [action] = s["actions"]
+    # sorted by name: their order does not matter to CMake, so the same set is the same build
+    assert action["cmake_args"] == ["-DGGML_CUDA_FA=OFF", "-DGGML_CUDA_FA_QUANTS=f16-f16"]
+    assert action["dest"].startswith(f"{BASE}/src-b11434-hip-gfx1150-d")
+    assert "with -DGGML_CUDA_FA=OFF -DGGML_CUDA_FA_QUANTS=f16-f16" in s["sentence"]
+    assert "as measured without the extra definitions" in s["sentence"]
+    swapped = step(plan_json(root, *HIP_SOURCE, *defines[2:], *defines[:2]))["actions"][0]
+    assert swapped == action
+    other = step(plan_json(root, *HIP_SOURCE, *defines[:2]))["actions"][0]
+    assert other["dest"] not in (action["dest"], plain["dest"])
+    shown = flat(ojai("setup", "--root", str(root), "--no-npu", *HIP_SOURCE, *defines).stdout)
+    assert ("build llama-server (hip, gfx1150) from https://github.com/ggml-org/llama.cpp with "
+            f"-DGGML_CUDA_FA=OFF -DGGML_CUDA_FA_QUANTS=f16-f16 into {action['dest']}") in shown
+
+
+@pytest.mark.parametrize(("define", "says"), [
+    ("GGML_HIP=OFF", "--cmake-define GGML_HIP=OFF: GGML_HIP is set by ojai itself (the backend "
+                     "comes from --backend); leave it out"),
+    ("GGML_VULKAN=ON", "GGML_VULKAN is set by ojai itself (the backend comes from --backend)"),
+    ("GPU_TARGETS=gfx1100", "GPU_TARGETS is set by ojai itself (the targets come from "
+                            "--gpu-target)"),
+    ("CMAKE_BUILD_TYPE=Debug", "CMAKE_BUILD_TYPE is set by ojai itself (ojai builds Release)"),
+    ("GGML_CUDA_FA", "--cmake-define GGML_CUDA_FA: is not KEY=VALUE"),
+    ("9LIVES=1", "'9LIVES' is not a CMake variable name"),
+    ("GGML-CUDA-FA=OFF", "'GGML-CUDA-FA' is not a CMake variable name"),
+    ("X=$(reboot)", "the value of X holds '$()': a value may hold letters, digits and "
+                    "_ . , : / + = @ % -, no spaces, quotes or shell metacharacters"),
+    ("X=a;touch /tmp/x", "the value of X holds ' ;'"),
+    ("X=`id`", "the value of X holds '`'"),
+])
+def test_a_cmake_define_ojai_does_not_pass_on_is_refused(machine, define, says):
+    root = give_hip_toolchain(machine("ojai-fresh"))
+    result = ojai("setup", "--root", str(root), "--no-npu", *HIP_SOURCE, "--cmake-define", define)
+    assert result.exit_code == 64, result.output
+    assert says in flat(result.stderr)
+
+
+def test_cmake_defines_given_twice_or_without_a_source_build(machine):
+    root = give_hip_toolchain(machine("ojai-fresh"))
+    twice = ojai("setup", "--root", str(root), "--no-npu", *HIP_SOURCE,
+                 "--cmake-define", "GGML_CUDA_FA=OFF", "--cmake-define", "GGML_CUDA_FA=ON")
+    assert twice.exit_code == 64
+    assert "GGML_CUDA_FA is given twice (GGML_CUDA_FA=OFF, GGML_CUDA_FA=ON)" in flat(twice.stderr)
+    nightly = ojai("setup", "--root", str(root), "--no-npu", "--cmake-define", "GGML_CUDA_FA=OFF")
+    assert nightly.exit_code == 64
+    assert ("--cmake-define GGML_CUDA_FA=OFF: CMake definitions are for a source build; add "
+            "--llamacpp source") in flat(nightly.stderr)
+
+
+def test_cmake_defines_round_trip_through_the_command_line():
+    from ojai_setup.model.settings import Settings
+
+    settings = Settings(llamacpp="source", cmake_defines=("B_OPT=1", "A_OPT=x/y"))
+    assert settings.cmake_defines == ("A_OPT=x/y", "B_OPT=1")
+    assert settings.options() == ["--llamacpp", "source", "--cmake-define", "A_OPT=x/y",
+                                  "--cmake-define", "B_OPT=1"]
+    assert "--cmake-define A_OPT=x/y --cmake-define B_OPT=1" in settings.command()
+
+
+def test_a_cmake_define_reaches_configure_and_the_install_record(machine, tmp_path):
+    """A real CMake build of the tiny project, whose build number is its FAKE_OFFSET variable."""
+    root = machine("ojai-fresh")
+    src = write_fake_source(root / "srv" / "llama.cpp")
+    (src / "CMakeLists.txt").write_text(CMAKE + 'set(FAKE_OFFSET 0 CACHE STRING "")\n'
+                                        "target_compile_definitions(llama PRIVATE "
+                                        "OFFSET=${FAKE_OFFSET})\n")
+    (src / "lib.c").write_text("int llama_offset(void) { return OFFSET; }\n")
+    (root / "srv" / "src.tar.gz").parent.mkdir(exist_ok=True)
+    with tarfile.open(root / "srv" / "src.tar.gz", "w:gz") as tar:
+        tar.add(src, arcname="fake-llama")
+    args = ("--llamacpp", "source", "--backend", "cpu", "--llamacpp-src", "/srv/src.tar.gz")
+    defined = (*args, "--cmake-define", "FAKE_OFFSET=5")
+    [action] = step(plan_json(root, *defined))["actions"]
+    first = apply(root, *defined)
+    assert first.exit_code == 0, first.output
+    real = root / action["dest"].lstrip("/")
+    out = subprocess.run([str(real / "llama-server")], capture_output=True, text=True, timeout=30)
+    assert "(build 12, commit fake123)" in out.stderr  # 7 + 5: the definition reached CMake
+    record = json.loads((real / "ojai-install.json").read_text())
+    assert record["extra_cmake_args"] == ["-DFAKE_OFFSET=5"]
+    assert record["cmake_args"][-1] == "-DFAKE_OFFSET=5"
+    again = apply(root, *defined)
+    assert again.exit_code == 0 and "nothing to do" in again.stdout
+    # without it: another build, in its own folder; the defined one stays
+    plain = apply(root, *args)
+    assert plain.exit_code == 0, plain.output
+    assert os.readlink(root / BASE.lstrip("/") / "current") == "src-src-cpu"
+    out = subprocess.run([str(root / BASE.lstrip("/") / "current" / "llama-server")],
+                         capture_output=True, text=True, timeout=30)
+    assert "(build 7, commit fake123)" in out.stderr
+    assert (real / "llama-server").is_file()
+
+
 # -- offline ----------------------------------------------------------------------------------
 def _dead_api(monkeypatch) -> str:
     with socket.socket() as s:  # a port on which nothing listens

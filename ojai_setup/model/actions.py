@@ -165,7 +165,10 @@ class BuildFromSource(_Action):
                 ("make", "ninja")) + git
 
     def describe(self) -> str:
-        return f"build llama-server ({self.backend}{', ' + self.gpu_target if self.gpu_target else ''}) from {self.source} into {self.dest}"
+        extra = f" with {' '.join(self.cmake_args)}" if self.cmake_args else ""
+        return (f"build llama-server ({self.backend}"
+                f"{', ' + self.gpu_target if self.gpu_target else ''}) from {self.source}"
+                f"{extra} into {self.dest}")
 
 
 class HubDownload(_Action):

@@ -1,12 +1,13 @@
 """What the user asked ``ojai setup`` for: options of the command line, as one model."""
 
 import re
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ojai_setup.core.address import check_host
 from ojai_setup.core.paths import DEFAULT_MODELS_DIR, FLM_PORT
+from ojai_setup.model.cmake import check_define, check_defines
 
 
 class Settings(BaseModel):
@@ -26,6 +27,9 @@ class Settings(BaseModel):
     llamacpp_backend: Literal["hip", "cpu"] | None = None  # None: hip where ROCm is, else cpu
     #: GPU target(s) of a HIP source build (gfx1150, or gfx1150,gfx1151); None: the GPU's own
     gpu_target: str | None = None
+    #: extra CMake definitions (KEY=VALUE) of a source build, sorted by key
+    #: (:mod:`ojai_setup.model.cmake`); part of the build's identity
+    cmake_defines: tuple[Annotated[str, AfterValidator(check_define)], ...] = ()
     model: str | None = None
     models_dir: str = DEFAULT_MODELS_DIR
     user_catalog: str | None = None
@@ -82,6 +86,18 @@ class Settings(BaseModel):
                              "--lemonade release installs; add --lemonade release")
         return self
 
+    @field_validator("cmake_defines")
+    @classmethod
+    def _cmake_defines(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        return check_defines(value)
+
+    @model_validator(mode="after")
+    def _defines_need_a_source_build(self) -> "Settings":
+        if self.cmake_defines and self.llamacpp != "source":
+            raise ValueError(f"--cmake-define {self.cmake_defines[0]}: CMake definitions are "
+                             "for a source build; add --llamacpp source")
+        return self
+
     @field_validator("gpu_target")
     @classmethod
     def _gpu_targets(cls, value: str | None) -> str | None:
@@ -98,7 +114,11 @@ class Settings(BaseModel):
         opts: list[str] = []
         for field, flag in OPTIONS:
             value = getattr(self, field)
-            if value != getattr(default, field):
+            if value == getattr(default, field):
+                continue
+            if isinstance(value, tuple):  # a repeatable option: once for each value
+                opts.extend(word for v in value for word in (flag, str(v)))
+            else:
                 opts.extend([flag] if isinstance(value, bool) else [flag, str(value)])
         return opts
 
@@ -124,6 +144,7 @@ OPTIONS: tuple[tuple[str, str], ...] = (
     ("llamacpp_ref", "--llamacpp-ref"),
     ("llamacpp_backend", "--backend"),
     ("gpu_target", "--gpu-target"),
+    ("cmake_defines", "--cmake-define"),
     ("model", "--model"),
     ("models_dir", "--models-dir"),
     ("host", "--host"),

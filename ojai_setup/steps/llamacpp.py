@@ -6,6 +6,7 @@ atomically, so a failed install leaves the previous one working.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 from pathlib import Path, PurePosixPath
@@ -15,6 +16,7 @@ from ojai_setup.core.root import Root
 from ojai_setup.core.units import size_text
 from ojai_setup.domain import nightly
 from ojai_setup.model.actions import BuildFromSource
+from ojai_setup.model.cmake import cmake_args
 from ojai_setup.planning.context import Context
 from ojai_setup.planning.result import SpaceNeed, StepResult
 
@@ -67,10 +69,14 @@ def source_action(ctx: Context) -> BuildFromSource:
     # several targets (gfx1150,gfx1151) name the folder with dashes
     dest = f"{INSTALL_BASE}/src-{_label(name)}-{backend}" + (
         f"-{target.replace(',', '-')}" if target else "")
+    extra = cmake_args(settings.cmake_defines)
+    if extra:  # another set of definitions is another build: a folder of its own
+        dest += "-d" + hashlib.sha256("\n".join(extra).encode()).hexdigest()[:8]
     return BuildFromSource(
-        source=src, ref=settings.llamacpp_ref, backend=backend, gpu_target=target, dest=dest,
-        link=CURRENT, needs_root=True,
-        reason=f"build llama-server ({backend}{', ' + target if target else ''}) from {src}")
+        source=src, ref=settings.llamacpp_ref, backend=backend, gpu_target=target,
+        cmake_args=extra, dest=dest, link=CURRENT, needs_root=True,
+        reason=f"build llama-server ({backend}{', ' + target if target else ''}) from {src}"
+        + (f" with {' '.join(extra)}" if extra else ""))
 
 
 class LlamacppStep:
@@ -146,12 +152,14 @@ class LlamacppStep:
         from ..domain.costs import disk_need, estimate
 
         need = disk_need(action.backend, action.gpu_target)
+        cost = estimate(action.backend, action.gpu_target)
+        if action.cmake_args:  # the figures are those of the build ojai makes by itself
+            cost += ", as measured without the extra definitions"
         return StepResult.change(
-            self.name, f"{action.reason} ({estimate(action.backend, action.gpu_target)}"
-            "; progress is shown)", [action], space=(SpaceNeed(
+            self.name, f"{action.reason} ({cost}; progress is shown)", [action],
+            space=(SpaceNeed(
                 folder=INSTALL_BASE, bytes=need, what="building llama-server",
-                detail=f"the build needs about {size_text(need)} "
-                f"({estimate(action.backend, action.gpu_target)})"),) if need else ())
+                detail=f"the build needs about {size_text(need)} ({cost})"),) if need else ())
 
 
 def _newest_mtime_ns(folder: Path) -> int:

