@@ -60,7 +60,7 @@ def test_every_row_cites_a_public_source_and_has_a_test_here():
 def test_a_bad_row_is_an_error_naming_the_file_and_row(tmp_path: Path):
     bad = tmp_path / "known-bad.toml"
     bad.write_text('[[row]]\nid = "x"\ntitle = "t"\nsource = "http://example.invalid"\n'
-                   'covers = "c"\nfix = "f"\nwhen = { kernel_min = "6.18" }\n')
+                   'date = "2026-01-01"\ncovers = "c"\nfix = "f"\nwhen = { kernel_min = "6.18" }\n')
     with pytest.raises(KnownBadError, match=r"known-bad.toml: row 1 \(x\):.*https://"):
         load_rows(bad)
 
@@ -155,28 +155,118 @@ def test_without_a_kernel_log_the_row_says_it_could_not_look(machine):
     assert only["severity"] == "pass" and "not known here: the kernel log" in only["evidence"]
 
 
-def test_rocm_build_on_gfx1151_warns_of_long_prompts(machine, monkeypatch):
-    """An ojai-installed ROCm llama-server (build 11434's real --version and --help, answered
-    from the captures) on the Strix Halo box."""
-    monkeypatch.delenv("OJAI_RUN_ROOT_PROGRAMS")
-    root = machine("strix-halo-dkms")
+def ojai_llama_server(root: Path, build: int, record: dict) -> None:
+    """An ojai-installed llama-server answering build 11434's real --version (with ``build`` for
+    its build number: 10566 is the build llama.cpp#28211 reproduced the bug on) and --help."""
     server = root / "opt/ojai/llama.cpp/current/llama-server"
-    server.parent.mkdir(parents=True)
+    server.parent.mkdir(parents=True, exist_ok=True)
     server.write_text("")
     server.chmod(0o755)
     argv = "/opt/ojai/llama.cpp/current/llama-server"
-    answer(root, [argv, "--version"],
-           stderr=(LLAMA_HELP / "upstream-b11434-cpu-version.txt").read_text())
+    version = (LLAMA_HELP / "upstream-b11434-cpu-version.txt").read_text()
+    answer(root, [argv, "--version"], stderr=version.replace("build 11434", f"build {build}"))
     answer(root, [argv, "--help"], (LLAMA_HELP / "upstream-b11434-cpu-help.txt").read_text())
-    record = server.parent / "ojai-install.json"
-    record.write_text(json.dumps({"tag": "b1311", "family": "gfx1151", "asset": "a.zip",
-                                  "url": "https://example.invalid/a.zip", "sha256": "0" * 64,
-                                  "files_digest": "0" * 64}))  # a nightly: Lemonade's ROCm build
+    (server.parent / "ojai-install.json").write_text(json.dumps(record))
+
+
+NIGHTLY = {"tag": "b1311", "family": "gfx1151", "asset": "a.zip",
+           "url": "https://example.invalid/a.zip", "sha256": "0" * 64, "files_digest": "0" * 64}
+
+
+def test_rocm_build_on_gfx1151_returns_wrong_output_between_its_bounds(machine, monkeypatch):
+    """An ojai-installed ROCm llama-server (a nightly: Lemonade's ROCm build) on the Strix Halo
+    box: build 10566 is inside the row's bounds, build 11434 (integrated = false for every
+    device) is past its upper one, and a CPU build is no HIP build."""
+    monkeypatch.delenv("OJAI_RUN_ROOT_PROGRAMS")
+    root = machine("strix-halo-dkms")
+    ojai_llama_server(root, 10566, NIGHTLY)
     found = known_bad(root)["known-bad.rocm-long-prompt-gfx1151"]
-    assert "llama-server hip build 11434" in found["evidence"]
-    assert found["link"] == "https://github.com/lemonade-sdk/lemonade/issues/3610"
-    record.write_text(json.dumps({"backend": "cpu"}))  # a CPU source build
+    assert "llama-server hip build 10566" in found["evidence"]
+    assert "512 tokens" in found["title"]
+    assert found["link"] == "https://github.com/ggml-org/llama.cpp/issues/28211"
+    ojai_llama_server(root, 11434, NIGHTLY)
     assert "known-bad.rocm-long-prompt-gfx1151" not in known_bad(root)
+    ojai_llama_server(root, 10566, {"backend": "cpu"})  # a CPU source build
+    assert "known-bad.rocm-long-prompt-gfx1151" not in known_bad(root)
+
+
+def test_rocm_build_on_gfx1150_returns_wrong_output_too(machine, monkeypatch):
+    """The same builds on the OJAI box's gfx1150 (noamsto/nix-amd-ai#130), which the gfx1151
+    row never reported."""
+    monkeypatch.delenv("OJAI_RUN_ROOT_PROGRAMS")
+    root = machine("ojai-fresh")
+    ojai_llama_server(root, 10566, {**NIGHTLY, "family": "gfx1150"})
+    found = known_bad(root)
+    assert "known-bad.rocm-long-prompt-gfx1151" not in found
+    row = found["known-bad.rocm-host-buffer-gfx1150"]
+    assert "GPU gfx1150" in row["evidence"] and "hip build 10566" in row["evidence"]
+    assert row["link"] == "https://github.com/noamsto/nix-amd-ai/issues/130"
+    ojai_llama_server(root, 11434, {**NIGHTLY, "family": "gfx1150"})
+    assert "known-bad.rocm-host-buffer-gfx1150" not in known_bad(root)
+
+
+def test_therock_nightlies_of_the_0609_to_0612_window(machine):
+    """ROCm/TheRock#5763: a TheRock nightly of that window in /opt/rocm on the Strix Halo box;
+    0608 and 0613 are outside it."""
+    root = machine("strix-halo-dkms")
+    version = root / "opt/rocm/.info/version"
+    for inside in ("7.14.0a20260609", "7.14.0a20260612"):
+        version.write_text(inside + "\n")
+        found = known_bad(root)["known-bad.therock-nightly-hsa-init-segfault"]
+        assert f"ROCm {inside}" in found["evidence"] and found["severity"] == "fail"
+    for outside in ("7.14.0a20260608", "7.14.0a20260613"):
+        version.write_text(outside + "\n")
+        assert "known-bad.therock-nightly-hsa-init-segfault" not in known_bad(root)
+
+
+def test_the_withdrawn_nightly_b1293_installed(machine, monkeypatch):
+    monkeypatch.delenv("OJAI_RUN_ROOT_PROGRAMS")
+    root = machine("strix-halo-dkms")
+    ojai_llama_server(root, 11434, {**NIGHTLY, "tag": "b1293"})
+    found = known_bad(root)["known-bad.llamacpp-rocm-b1293-withdrawn"]
+    assert "llama.cpp nightly b1293 installed" in found["evidence"]
+    assert found["link"] == "https://github.com/lemonade-sdk/llamacpp-rocm/issues/110"
+    ojai_llama_server(root, 11434, {**NIGHTLY, "tag": "b1292"})
+    assert "known-bad.llamacpp-rocm-b1293-withdrawn" not in known_bad(root)
+
+
+def test_fastflowlm_after_0_9_44_on_krackan_point(machine):
+    """ROCm/FastFlowLM#655: the OJAI box's folder with the Krackan iGPU's PCI id (0x1114,
+    gfx1152: checks/tables/igpus.toml) and FastFlowLM's version as `flm version` gives it."""
+    root = machine("ojai-fresh")
+    (root / "sys/class/drm/card1/device/device").write_text("0x1114\n")
+    answer(root, ["flm", "version"], "FLM v0.9.45\n")
+    found = known_bad(root)["known-bad.flm-krackan-hwctx"]
+    assert "GPU gfx1152" in found["evidence"] and "FastFlowLM FLM v0.9.45" in found["evidence"]
+    answer(root, ["flm", "version"], "FLM v0.9.44\n")
+    assert "known-bad.flm-krackan-hwctx" not in known_bad(root)
+    (root / "sys/class/drm/card1/device/device").write_text("0x150e\n")  # gfx1150
+    answer(root, ["flm", "version"], "FLM v0.9.45\n")
+    assert "known-bad.flm-krackan-hwctx" not in known_bad(root)
+
+
+def test_krackan_point_is_not_told_to_take_a_nightly_that_does_not_exist(machine):
+    root = machine("ojai-fresh")
+    (root / "sys/class/drm/card1/device/device").write_text("0x1114\n")
+    report = diagnose(Root(root))
+    gpu = next(f for f in report.findings if f.id == "gpu.target")
+    assert gpu.severity == "fail" and "want gfx1152" in gpu.evidence
+    assert "no nightly build for gfx1152" in gpu.fix and "#24129" in gpu.fix
+    assert "nightly build, which bundles" not in gpu.fix
+
+
+def test_every_row_is_dated_and_the_newest_date_is_what_doctor_knows(machine):
+    from ojai_setup.domain.known_bad import knowledge_date
+
+    rows = load_rows(TABLE)
+    newest = max(r.date for r in rows)
+    assert knowledge_date(TABLE) == newest == "2026-09-17"
+    root = machine("ojai-fresh")
+    assert diagnose(Root(root)).knowledge_date == newest
+    text = CliRunner().invoke(app, ["doctor", "--root", str(root)]).output
+    assert f"knows of reports up to {newest}" in " ".join(text.split())
+    data = json.loads(CliRunner().invoke(app, ["doctor", "--root", str(root), "--json"]).stdout)
+    assert data["knowledge_date"] == newest
 
 
 def test_mtp_route_on_vulkan_in_lemonade(machine):
@@ -199,3 +289,10 @@ def test_setup_shows_a_matching_row_among_its_findings(machine):
     plan = json.loads(result.stdout)
     ids = [f["id"] for f in plan["preconditions"]]
     assert "known-bad.gfx1151-rocm-vgpr" in ids
+
+
+def test_links_go_where_the_rocm_issues_now_live():
+    """ROCm/ROCm was renamed ROCm/legacy-rocm-build (its old name is to be reused by TheRock):
+    no check or row links an issue under the old name."""
+    for path in checks_dir().rglob("*.toml"):
+        assert "github.com/ROCm/ROCm/issues" not in path.read_text(encoding="utf-8"), path

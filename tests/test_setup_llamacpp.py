@@ -518,3 +518,22 @@ def test_unreachable_github_blocks_only_llamacpp_and_says_the_ways_forward(machi
         assert way in s["sentence"], s["sentence"]
     # the other steps (sglang and power among them) are satisfied
     assert [x["status"] for x in plan["steps"] if x["step"] != "llama.cpp"] == ["satisfied"] * 8
+
+
+def test_a_pinned_tag_github_no_longer_has_is_withdrawn_not_offline(machine, releases):
+    """b1293 was deleted by its maintainers (lemonade-sdk/llamacpp-rocm#110): GitHub answers 404
+    for it, which says it was withdrawn and why, not that GitHub cannot be reached."""
+    root = machine("ojai-fresh")
+    s = step(plan_json(root, "--llamacpp-tag", "b1293"))
+    assert s["status"] == "blocked"
+    sentence = flat(s["sentence"])
+    assert "no release b1293 in lemonade-sdk/llamacpp-rocm: GitHub answers 404 for it, so it " \
+        "was withdrawn" in sentence, sentence
+    assert "segfaults at start-up" in sentence
+    assert "https://github.com/lemonade-sdk/llamacpp-rocm/issues/110" in sentence
+    assert "GITHUB_TOKEN" not in sentence and "--llamacpp none" not in sentence
+    # a tag no row names is withdrawn or never published, still not "offline"
+    other = flat(step(plan_json(root, "--llamacpp-tag", "b1299"))["sentence"])
+    assert "b1299 in lemonade-sdk/llamacpp-rocm: GitHub answers 404 for it, so it was " \
+        "withdrawn" in other
+    assert "never published" in other and "GITHUB_TOKEN" not in other

@@ -39,12 +39,22 @@ class DoctorReport:
         return overall(self.findings)
 
     @property
+    def knowledge_date(self) -> str:
+        """The date of the newest public report in ojai's known-bad table: what doctor warns of
+        is as current as this."""
+        from ojai_setup.domain.known_bad import TABLE, knowledge_date
+        from ojai_setup.domain.profiles import checks_dir
+
+        return knowledge_date(checks_dir() / "tables" / TABLE)
+
+    @property
     def exit_code(self) -> int:
         return 1 if self.result >= Severity.FAIL else 0
 
     def to_json(self) -> dict:
         return {
             "ojai_version": __version__,
+            "knowledge_date": self.knowledge_date,
             "profile": {"id": self.profile.id, "name": self.profile.name, "forced": self.forced},
             "result": self.result.label,
             "findings": [f.model_dump(mode="json") for f in self.findings],
@@ -86,6 +96,8 @@ class DoctorReport:
         counts = {s: sum(1 for f in self.findings if f.severity == s) for s in ("pass", "info", "warn", "fail")}
         term.print(f"result: {term.styled(self.result.label)}  "
                    + ", ".join(f"{v} {k}" for k, v in counts.items()))
+        term.print(f"[dim]ojai {__version__} knows of reports up to {self.knowledge_date} "
+                   "(checks/tables/known-bad.toml); anything reported since is not checked[/]")
 
 
 def diagnose(root: Root, profile_name: str | None = None) -> DoctorReport:

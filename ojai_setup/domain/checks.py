@@ -447,9 +447,20 @@ def _notes(gpu) -> str:
 
 @kind("gpu_target")
 def _gpu_target(facts: Facts, profile: Profile, params: dict) -> Outcome:
-    gpu = _need(facts, "gpu")
+    """Whether ROCm sees the iGPU as its own target; a target with a fix of its own in
+    ``params["fix_for"]`` (one without a nightly build) is told that fix."""
     want = params.get("target") or machine_target(facts, profile) or profile.gpu_target or (
         profile.gpu_targets[0] if profile.gpu_targets else None)
+    out = _gpu_target_outcome(facts, profile, params, want)
+    own = (params.get("fix_for") or {}).get(want or "")
+    if out.ok is False and own and out.fix is None:
+        out = out._replace(fix=own)
+    return out
+
+
+def _gpu_target_outcome(facts: Facts, profile: Profile, params: dict,
+                        want: str | None) -> Outcome:
+    gpu = _need(facts, "gpu")
     if gpu.rocminfo_error:
         cards = ", ".join(f"{c.card} {c.pci_device}" for c in gpu.cards) or "no AMD GPU in sysfs"
         return Outcome(ok=False, evidence=f"{gpu.rocminfo_error}; sysfs: {cards}")

@@ -39,6 +39,10 @@ class When(BaseModel):
     dkms_amdgpu: list[str] | None = None
     llama_backend: str | None = None
     llama_build_min: int | None = None
+    llama_build_below: int | None = None
+    rocm_versions: list[str] | None = None
+    nightly_tags: list[str] | None = None
+    flm_above: str | None = None
     lemonade_mtp_backend: str | None = None
 
 
@@ -49,6 +53,10 @@ class Row(BaseModel):
     title: str
     severity: str = "warn"
     source: str
+    #: the date of the newest public record the row rests on (YYYY-MM-DD): the report, or the
+    #: comment or release that set its bounds; ``ojai doctor`` gives the newest as the date of
+    #: what it knows
+    date: str
     covers: str
     fix: str
     when: When
@@ -58,6 +66,8 @@ class Row(BaseModel):
             raise ValueError("severity must be info, warn or fail")
         if not self.source.startswith("https://"):
             raise ValueError("source must be the https:// address of the public report")
+        if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", self.date):
+            raise ValueError("date must be YYYY-MM-DD")
 
 
 class Match(BaseModel):
@@ -139,6 +149,25 @@ def _held(row: Row, facts: Facts, target: str | None, npu: bool,
         if version_tuple(facts.rocm_version) >= version_tuple(w.rocm_below):
             return fail()
         seen.append(f"ROCm {facts.rocm_version}")
+    if w.rocm_versions is not None:
+        if facts.rocm_version is None or not any(facts.rocm_version.startswith(v)
+                                                 for v in w.rocm_versions):
+            return fail()
+        seen.append(f"ROCm {facts.rocm_version}")
+    if w.nightly_tags is not None:
+        tool = facts.tools.get("llama-server")
+        tag = (tool.detail or {}).get("nightly_tag") if tool else None
+        if tag not in w.nightly_tags:
+            return fail()
+        seen.append(f"llama.cpp nightly {tag} installed")
+    if w.flm_above is not None:
+        tool = facts.tools.get("flm")
+        version = version_tuple(tool.version or "") if tool else ()
+        if not version:
+            return fail("FastFlowLM's version" if tool else None)
+        if version <= version_tuple(w.flm_above):
+            return fail()
+        seen.append(f"FastFlowLM {tool.version}")
     if w.cmdline_any is not None or w.cmdline_none is not None:
         if facts.cmdline is None:
             return fail("the kernel command line")
@@ -163,11 +192,14 @@ def _held(row: Row, facts: Facts, target: str | None, npu: bool,
         if not hits:
             return fail()
         seen.append("amdgpu-dkms " + ", ".join(hits))
-    if w.llama_backend is not None or w.llama_build_min is not None:
+    if (w.llama_backend is not None or w.llama_build_min is not None
+            or w.llama_build_below is not None):
         backend, build = llama
         if w.llama_backend is not None and backend != w.llama_backend:
             return fail()
         if w.llama_build_min is not None and (build is None or build < w.llama_build_min):
+            return fail()
+        if w.llama_build_below is not None and (build is None or build >= w.llama_build_below):
             return fail()
         seen.append(f"llama-server {backend} build {build}")
     if w.lemonade_mtp_backend is not None:
@@ -178,6 +210,17 @@ def _held(row: Row, facts: Facts, target: str | None, npu: bool,
             return fail()
         seen.append(f"Lemonade runs MTP route(s) {', '.join(on)} on {w.lemonade_mtp_backend}")
     return True, seen, unknown
+
+
+def knowledge_date(path: Path) -> str:
+    """The newest ``date`` of the table's rows: how current what ojai knows is."""
+    return max(r.date for r in load_rows(path))
+
+
+def withdrawn(tag: str, path: Path) -> Row | None:
+    """The row saying why nightly ``tag`` was withdrawn, if one names it."""
+    return next((r for r in load_rows(path)
+                 if r.when.nightly_tags and tag in r.when.nightly_tags), None)
 
 
 def llama_in_use(facts: Facts) -> tuple[str | None, int | None]:

@@ -62,6 +62,11 @@ class NightlyError(ApplyError, RemoteError):
     """A nightly release could not be resolved or installed; the message says why and what to do."""
 
 
+class ReleaseNotFound(NightlyError):
+    """GitHub answered that a pinned release tag does not exist (404): it was withdrawn or never
+    published. GitHub was reached, so this is no network trouble."""
+
+
 # Built (defer_build) on first use: only runs that install or look at a nightly build need them.
 class NightlyAsset(BaseModel):
     """One zip of one nightly release, as GitHub's release API describes it."""

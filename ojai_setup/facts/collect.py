@@ -330,9 +330,7 @@ def _version_of(result) -> str | None:
     return text.splitlines()[0].strip() if text else None
 
 
-def installed_backend(root: Root) -> str | None:
-    """The ggml backend of ojai's install (its ``ojai-install.json``): a source build's
-    ``backend``, ``hip`` for a nightly (Lemonade's ROCm builds)."""
+def _install_record(root: Root) -> dict | None:
     from ojai_setup.core.paths import LLAMACPP_CURRENT
 
     text = _read(root, f"{LLAMACPP_CURRENT}/ojai-install.json")
@@ -342,7 +340,21 @@ def installed_backend(root: Root) -> str | None:
         record = json.loads(text)
     except ValueError:
         return None
-    if not isinstance(record, dict):
+    return record if isinstance(record, dict) else None
+
+
+def installed_nightly_tag(root: Root) -> str | None:
+    """The llamacpp-rocm release tag of ojai's install, when it is a nightly."""
+    record = _install_record(root)
+    tag = record.get("tag") if record else None
+    return tag if isinstance(tag, str) else None
+
+
+def installed_backend(root: Root) -> str | None:
+    """The ggml backend of ojai's install (its ``ojai-install.json``): a source build's
+    ``backend``, ``hip`` for a nightly (Lemonade's ROCm builds)."""
+    record = _install_record(root)
+    if record is None:
         return None
     backend = record.get("backend")
     return str(backend) if backend else ("hip" if record.get("tag") or record.get("family")
@@ -365,6 +377,9 @@ def read_tools(root: Root) -> dict[str, Tool]:
         backend = installed_backend(root) if llama == OJAI_LLAMA_SERVER else None
         if backend:
             detail["backend"] = backend
+        tag = installed_nightly_tag(root) if llama == OJAI_LLAMA_SERVER else None
+        if tag:
+            detail["nightly_tag"] = tag
         tools["llama-server"] = Tool(
             name="llama-server", path=llama if llama.startswith("/") else root.which(llama),
             version=dialect.version_label(), detail=detail)

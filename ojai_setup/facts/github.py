@@ -25,6 +25,7 @@ from ojai_setup.domain.nightly import (
     TAG_RE,
     NightlyAsset,
     NightlyError,
+    ReleaseNotFound,
     _check_family,
     _check_tag,
     asset_name,
@@ -60,7 +61,8 @@ def resolve_release(api_base: str | None, tag: str | None, family: str) -> Night
         _check_tag(tag)
     base = (api_base or github_api_base()).rstrip("/")
     path = "releases/latest" if tag is None else f"releases/tags/{urllib.parse.quote(tag)}"
-    release = _get_json(f"{base}/repos/{REPO}/{path}", what=f"release {tag or 'latest'}")
+    release = _get_json(f"{base}/repos/{REPO}/{path}", what=f"release {tag or 'latest'}",
+                        not_found=ReleaseNotFound if tag is not None else None)
     if not isinstance(release, dict):
         raise NightlyError(f"unexpected answer from the GitHub API for {REPO} {path}")
     return _pick_asset(release, family)
@@ -149,7 +151,8 @@ def zip_unpacked_size(url: str, size: int, *, tail: int = ZIP_TAIL) -> int | Non
 
 
 def _get_json(url: str, *, what: str, repo: str = REPO, page: str = RELEASES_PAGE,
-              error: type[Exception] = NightlyError) -> object:
+              error: type[Exception] = NightlyError,
+              not_found: type[Exception] | None = None) -> object:
     request = urllib.request.Request(url, headers={
         "Accept": "application/vnd.github+json",
         "X-GitHub-Api-Version": "2022-11-28",
@@ -164,7 +167,7 @@ def _get_json(url: str, *, what: str, repo: str = REPO, page: str = RELEASES_PAG
             body = response.read()
     except urllib.error.HTTPError as exc:
         if exc.code == 404:
-            raise error(
+            raise (not_found or error)(
                 f"no {what} in {repo} (see {page} for the tags there are)") from exc
         if exc.code in (403, 429):
             raise error(

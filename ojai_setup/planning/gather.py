@@ -22,6 +22,7 @@ from ojai_setup.domain.checks import Profile, chosen_profile
 from ojai_setup.domain.lemonade_release import LemonadeDeb, offline_advice
 from ojai_setup.domain.nightly import (
     NightlyAsset,
+    ReleaseNotFound,
     family_for_target,
     install_dir_name,
     is_installed,
@@ -118,6 +119,22 @@ def _current_nightly_tag(root: Root) -> str | None:
         return None
     record = read_record(root, f"{LLAMACPP_DIR}/{Path(str(link.readlink())).name}")
     return record.tag if record is not None else None
+
+
+def withdrawn_advice(tag: str) -> str:
+    """What to say when GitHub answers 404 for the pinned nightly ``tag``: it was withdrawn
+    (with the reason, where the known-bad table names the tag), not that GitHub is out of
+    reach."""
+    from ojai_setup.domain.known_bad import TABLE, withdrawn
+    from ojai_setup.domain.nightly import RELEASES_PAGE, REPO
+    from ojai_setup.domain.profiles import checks_dir
+
+    row = withdrawn(tag, checks_dir() / "tables" / TABLE)
+    why = f" ({row.title[0].lower()}{row.title[1:]}: {row.source})" if row else \
+        " or never published"
+    return (f"no release {tag} in {REPO}: GitHub answers 404 for it, so it was withdrawn{why}. Ways "
+            f"forward: pin another tag (--llamacpp-tag, see {RELEASES_PAGE}), or leave out "
+            "--llamacpp-tag to take the latest")
 
 
 def _offline_advice(root: Root, error: str) -> str:
@@ -306,6 +323,8 @@ def gather(root: Root, settings: Settings, *, facts: Facts | None = None,
                 family = family_for_target(target)
                 release = installed_release(root, settings.llamacpp_tag, family) or \
                     (remote or Remote.github()).release(settings.llamacpp_tag, family)
+            except ReleaseNotFound:
+                release_error = withdrawn_advice(settings.llamacpp_tag or "")
             except RemoteError as exc:
                 release_error = _offline_advice(root, str(exc).rstrip("."))
             except OjaiError as exc:
