@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from ojai_setup.core.errors import UsageError
 from ojai_setup.core.paths import GIB, PAGE
 from ojai_setup.domain.profiles import checks_dir, profile_names
-from ojai_setup.formats.machine import bios_version_tuple, version_tuple
+from ojai_setup.formats.machine import ROCM_PRESENT, bios_version_tuple, version_tuple
 from ojai_setup.model.facts import Facts
 
 
@@ -545,7 +545,12 @@ def _kernel_min(facts: Facts, profile: Profile, params: dict) -> Outcome:
 @kind("rocm_min")
 def _rocm_min(facts: Facts, profile: Profile, params: dict) -> Outcome:
     if facts.rocm_version is None:
-        return Outcome(ok=None, evidence=facts.unknown.get("rocm_version", "ROCm not found")
+        why = facts.unknown.get("rocm_version", "ROCm not found")
+        if why.startswith(ROCM_PRESENT):  # there, version unread: never "install ROCm 7.2"
+            return Outcome(ok=None, evidence=f"unknown: {why}", fix=(
+                f"Check the version of the ROCm you have (`ls /opt/rocm`, your package "
+                f"manager); ojai needs {params['min']} or newer to build llama.cpp itself."))
+        return Outcome(ok=None, evidence=why
                        + " (a nightly llama.cpp build bundles its own ROCm runtime)")
     ok = version_tuple(facts.rocm_version) >= version_tuple(params["min"])
     return Outcome(ok=ok, evidence=f"ROCm {facts.rocm_version}; needs >= {params['min']}")

@@ -103,10 +103,33 @@ def read_cmdline(root: Root) -> list[str]:
 
 
 def read_rocm_version(root: Root) -> str:
+    """The version of the ROCm in /opt/rocm, in every layout a real install has: the
+    ``.info/version`` of ROCm up to 7.x (``/opt/rocm`` itself, or the ``/opt/rocm-X.Y.Z`` it links
+    to); from 7.14 on, a ``/opt/rocm/core-<major.minor>/`` per version (its own ``.info/version``
+    where it has one, else the directory's name; the newest when there are several), whether or
+    not the version-less ``bin``/``lib`` links were installed. ROCm that is there but says no
+    version is unknown, with a reason that says it is there."""
+    from ojai_setup.formats.machine import ROCM_CORE_DIR, ROCM_PRESENT, version_tuple
+
     for path in ("/opt/rocm/.info/version", "/opt/rocm/.info/version-dev"):
         text = _read(root, path)
         if text:
             return parsers.parse_rocm_version(text)
+    cores = sorted(((m.group(1), path) for path in root.glob("/opt/rocm/core-*")
+                    if (m := ROCM_CORE_DIR.match(path.rsplit("/", 1)[-1]))
+                    and root.resolve(path).is_dir() and not root.resolve(path).is_symlink()),
+                   key=lambda c: version_tuple(c[0]), reverse=True)
+    for version, path in cores:
+        text = _read(root, f"{path}/.info/version")
+        return parsers.parse_rocm_version(text) if text else version
+    older = [p for p in root.glob("/opt/rocm-*/.info/version")]
+    for path in sorted(older, key=lambda p: version_tuple(p.split("/")[2]), reverse=True):
+        text = _read(root, path)
+        if text:
+            return parsers.parse_rocm_version(text)
+    if root.exists("/opt/rocm/bin") or root.exists("/opt/rocm/lib"):
+        raise ValueError(f"{ROCM_PRESENT} in /opt/rocm, but its version is in none of the places "
+                         "ojai reads (.info/version, core-<version>/)")
     raise FileNotFoundError("no /opt/rocm/.info/version (ROCm not installed in /opt/rocm)")
 
 

@@ -273,6 +273,14 @@ def parse_xrt_smi(text: str) -> dict[str, str]:
     return out
 
 
+#: how the reason for an unknown ROCm version begins when ROCm is there but says no version
+ROCM_PRESENT = "ROCm is installed"
+
+#: a ROCm >= 7.14 install's own directory: ``/opt/rocm/core-7.14``, ``/opt/rocm/core-10.0``
+#: (TheRock's layout: ROCm/TheRock#2728 and #4160; ROCm/legacy-rocm-build#6632)
+ROCM_CORE_DIR = re.compile(r"^core-(\d+\.\d+(?:\.\d+)*)$")
+
+
 def parse_rocm_version(text: str) -> str:
     version = text.strip().splitlines()[0].strip() if text.strip() else ""
     if not re.match(r"^\d+\.\d+", version):
