@@ -416,7 +416,7 @@ def rollback(
     (update-grub, the initramfs) and says when a reboot is needed. Downloaded models and
     installed builds stay unless --remove-downloads. With --json (and --yes), one JSON
     document says what was restored."""
-    from ojai_setup.commands.setup import run_rollback
+    from ojai_setup.commands.rollback import run_rollback
     from ojai_setup.commands.terminal import Terminal
 
     term = Terminal(json_mode=json_out)
