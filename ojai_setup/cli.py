@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Annotated, Callable, NoReturn, Optional
 
 import typer
-from typer.core import TyperGroup
+from typer.core import TyperCommand, TyperGroup
 
 from ojai_setup import __version__
 from ojai_setup.core.errors import OjaiError, UsageError
@@ -262,59 +262,148 @@ def doctor(
     _run(term, root, lambda: run_doctor(term, root, profile_name=_value(profile), capture=capture))
 
 
-@app.command()
-def setup(
-    root: RootOpt = Path("/"),
-    apply: Annotated[bool, typer.Option("--apply", help="Carry out the plan (asks first unless --yes).")] = False,
-    yes: Annotated[bool, typer.Option("--yes", "-y", help="Apply without asking.")] = False,
-    plan: Annotated[Optional[Path], typer.Option(
-        "--plan", help="With --apply: apply exactly this saved plan; refused when the machine changed since.")] = None,
-    out: Annotated[Optional[Path], typer.Option("--out", help="Save the plan (with its fingerprint) to FILE.")] = None,
-    show_new: Annotated[bool, typer.Option("--show-new", help="Show the files the plan creates whole, not only their names and sizes.")] = False,
-    show: Annotated[Optional[str], typer.Option("--show", metavar="PATH", help="Print only the file PATH of the plan (or of the saved --plan FILE): a new file as it will be written, an edited one as its diff.")] = None,
-    json_out: JsonOpt = False,
-    profile: ProfileOpt = None,
-    gpu_memory: Annotated[Optional[int], typer.Option(
-        "--gpu-memory", min=1, help="GPU memory budget in GiB (default: the profile's, 48 on the OJAI box).")] = None,
-    ttm_via: Annotated[str, typer.Option(
-        "--ttm-via", help="How the GPU memory limit reaches the kernel: cmdline (the boot loader's kernel command line), modprobe (options ttm pages_limit= in /etc/modprobe.d, as amd-ttm does; not when ttm is built into the kernel), or auto (by the boot path).")] = "auto",
-    llamacpp: Annotated[Llamacpp, typer.Option(
-        "--llamacpp", help="How to get llama-server: nightly (Lemonade's ROCm builds), source, distro (the distribution's own package), or none.")] = Llamacpp.nightly,
-    llamacpp_tag: Annotated[Optional[str], typer.Option("--llamacpp-tag", help="Pin a nightly tag (e.g. b1311); default: the latest release.")] = None,
-    llamacpp_src: Annotated[Optional[str], typer.Option("--llamacpp-src", help="Source for --llamacpp source: a git URL, a directory or a .tar.gz.")] = None,
-    llamacpp_ref: Annotated[Optional[str], typer.Option("--llamacpp-ref", help="Git ref to build with --llamacpp source.")] = None,
-    backend: Annotated[Optional[Backend], typer.Option("--backend", help="Source build backend (default: hip when ROCm is installed).")] = None,
-    gpu_target: Annotated[Optional[str], typer.Option("--gpu-target", help="GPU target(s) of a HIP source build, e.g. gfx1150 or gfx1150,gfx1151 (default: the GPU's own).")] = None,
-    cmake_define: Annotated[Optional[list[str]], typer.Option(
-        "--cmake-define", metavar="KEY=VALUE", help="With --llamacpp source: pass -DKEY=VALUE to CMake's configure (repeatable), e.g. GGML_HIP_ROCWMMA_FATTN=ON; a different set of definitions is a different build, in a folder of its own. The options ojai sets itself (GGML_HIP, GPU_TARGETS, CMAKE_BUILD_TYPE, ...) are refused.")] = None,
-    model: Annotated[Optional[str], typer.Option("--model", help="Add the download, pairing check and launch files for this catalog route (see `ojai models`).")] = None,
-    models_dir: Annotated[Optional[str], typer.Option("--models-dir", help="Where models are stored (default /var/lib/ojai/models).")] = None,
-    host: Annotated[str, typer.Option("--host", help="Address the servers ojai writes listen on (an IP address or host name; anything but loopback is shown as a warning in the plan).")] = "127.0.0.1",
-    api_key_file: Annotated[Optional[Path], typer.Option("--api-key-file", help="With --systemd: file holding the API key llama-server asks clients for (put in a root-only environment file, never in a script or plan).")] = None,
-    port: Annotated[int, typer.Option("--port", help="Port of the llama-server route.")] = 8080,
-    systemd: Annotated[bool, typer.Option("--systemd", help="Also write systemd units for the routes.")] = False,
-    npu: Annotated[bool, typer.Option("--npu/--no-npu", help="Set up the FastFlowLM route on the NPU when it is ready.")] = True,
-    catalog: Annotated[Optional[str], typer.Option("--catalog", help="User catalog of routes (TOML; default ~/.config/ojai/catalog.toml).")] = None,
-    lemonade: Annotated[str, typer.Option(
-        "--lemonade", help="Install Lemonade when it is missing: distro (Debian unstable's package, or Lemonade's PPA on Ubuntu), release (the lemonade-server .deb of a GitHub release, sha256 checked before installing), or none.")] = "none",
-    lemonade_tag: Annotated[Optional[str], typer.Option(
-        "--lemonade-tag", help="With --lemonade release: the release to install (e.g. v11.7.0); default: the latest.")] = None,
-    lemonade_downloads: Annotated[bool, typer.Option(
-        "--lemonade-downloads", help="Let Lemonade download the route's model into its own cache instead of loading ojai's files.")] = False,
-    power: Annotated[str, typer.Option(
-        "--power", help="performance: set the platform profile to performance, persistently, the way this machine manages it (tuned, power-profiles-daemon, or a small unit); none: leave it.")] = "none",
-    example: ExampleOpt = None,
-    force_handlers: Annotated[bool, typer.Option(
-        "--force-handlers/--no-force-handlers", help="With --apply: when an apply fails or a signal stops it, still run the follow-up commands (update-grub, systemctl daemon-reload) of the edits that finished, so the machine is consistent; --no-force-handlers leaves them owed.")] = True,
-) -> None:
-    """Plan the setup of this machine as a dry run, or apply it with --apply.
+class TtmVia(str, Enum):
+    auto = "auto"
+    cmdline = "cmdline"
+    modprobe = "modprobe"
 
-    Shows each step (ok / change / BLOCKED) with its details beneath, the whole diff of every
-    file it edits, the files it creates with their size (--show-new: whole), what needs a
-    reboot, and one line counting it all. Exit code: 0 nothing to do, 2 changes pending, 1
-    error or blocked, 64 usage error. Planning needs no root; applying stops before the first
-    change and prints the exact sudo command when it needs root.
-    """
+
+class LemonadeHow(str, Enum):
+    none = "none"
+    distro = "distro"
+    release = "release"
+
+
+class Power(str, Enum):
+    none = "none"
+    performance = "performance"
+
+
+class _PanelHelp(TyperCommand):
+    """A command whose ``--help`` is grouped into rich panels (``rich_help_panel``); the rest
+    of the command line stays plain."""
+
+    def format_help(self, ctx, formatter) -> None:
+        from typer import rich_utils
+
+        for param in self.get_params(ctx):
+            if getattr(param, "is_flag", False):  # a flag takes no value: no <bool>
+                param.metavar = ""
+            elif param.metavar is None:  # choices as a person types them: ojai|generic
+                param.metavar = param.display_type(ctx).strip("<>")
+        rich_utils.rich_format_help(obj=self, ctx=ctx, markup_mode="rich")
+
+
+WHAT, GPU, LLAMA, ROUTES, LEMONADE, SAFETY = (
+    "What to set up", "The GPU memory", "llama.cpp", "Models and routes", "Lemonade and NPU",
+    "Safety: review, apply, save")
+
+
+SETUP_HELP = (
+    "Plan the setup of this machine as a dry run, or apply it with --apply.\n\n"
+    "Shows each step (ok / change / BLOCKED), the whole diff of every file it edits, the files "
+    "it creates, what needs a reboot, and one line counting it all. Exit code: 0 nothing to "
+    "do, 2 changes pending, 1 error or blocked, 64 usage error. Planning needs no root; "
+    "applying stops before the first change and prints the sudo command when it needs root.")
+
+
+@app.command(cls=_PanelHelp, help=SETUP_HELP)
+def setup(
+    root: Annotated[Path, typer.Option(
+        "--root", metavar="DIR", rich_help_panel=WHAT, help="/ for this machine, or a folder "
+        "holding a captured or test machine.")] = Path("/"),
+    example: Annotated[Optional[str], typer.Option(
+        "--example", metavar="NAME", rich_help_panel=WHAT, help="A bundled example machine: "
+        "ojai-fresh, ojai-applied, ojai-rebooted, strix-halo-dkms.")] = None,
+    profile: Annotated[Optional[Profile], typer.Option(
+        "--profile", case_sensitive=False, metavar="NAME", rich_help_panel=WHAT,
+        help=f"Force a hardware profile ({', '.join(p.value for p in Profile)}) instead of "
+        "detecting it.")] = None,
+    power: Annotated[Power, typer.Option(
+        "--power", case_sensitive=False, rich_help_panel=WHAT, help="Set the platform profile "
+        "to performance, persistently, as this machine manages it.")] = Power.none,
+    gpu_memory: Annotated[Optional[int], typer.Option(
+        "--gpu-memory", min=1, metavar="GiB", rich_help_panel=GPU, help="The GPU's budget (default: "
+        "the profile's, 48 on the OJAI box).")] = None,
+    ttm_via: Annotated[TtmVia, typer.Option(
+        "--ttm-via", case_sensitive=False, rich_help_panel=GPU, help="How the limit reaches the "
+        "kernel: the boot loader's command line, or /etc/modprobe.d (not when ttm is built "
+        "in); auto: by the boot path.")] = TtmVia.auto,
+    llamacpp: Annotated[Llamacpp, typer.Option(
+        "--llamacpp", case_sensitive=False, rich_help_panel=LLAMA, help="How to get "
+        "llama-server: Lemonade's ROCm nightly, a source build, the distribution's package.")] = Llamacpp.nightly,
+    llamacpp_tag: Annotated[Optional[str], typer.Option(
+        "--llamacpp-tag", metavar="TAG", rich_help_panel=LLAMA,
+        help="Pin a nightly tag (b1311); default: the latest.")] = None,
+    llamacpp_src: Annotated[Optional[str], typer.Option(
+        "--llamacpp-src", metavar="URL|DIR|FILE", rich_help_panel=LLAMA,
+        help="What --llamacpp source builds (a .tar.gz or a git URL).")] = None,
+    llamacpp_ref: Annotated[Optional[str], typer.Option(
+        "--llamacpp-ref", metavar="REF", rich_help_panel=LLAMA,
+        help="The git ref it builds.")] = None,
+    backend: Annotated[Optional[Backend], typer.Option(
+        "--backend", case_sensitive=False, rich_help_panel=LLAMA,
+        help="Its backend (default: hip where ROCm is).")] = None,
+    gpu_target: Annotated[Optional[str], typer.Option(
+        "--gpu-target", metavar="GFX[,GFX]", rich_help_panel=LLAMA, help="Its GPU targets (default: "
+        "the GPU's own).")] = None,
+    cmake_define: Annotated[Optional[list[str]], typer.Option(
+        "--cmake-define", metavar="KEY=VALUE", rich_help_panel=LLAMA, help="Pass -DKEY=VALUE "
+        "to its CMake configure (repeatable; ojai's own options refused).")] = None,
+    model: Annotated[Optional[str], typer.Option(
+        "--model", metavar="NAME", rich_help_panel=ROUTES, help="Set up this route: its "
+        "download and launch files (`ojai models` lists them).")] = None,
+    models_dir: Annotated[Optional[str], typer.Option(
+        "--models-dir", metavar="DIR", rich_help_panel=ROUTES,
+        help="Where models are kept (default /var/lib/ojai/models).")] = None,
+    catalog: Annotated[Optional[str], typer.Option(
+        "--catalog", metavar="FILE", rich_help_panel=ROUTES,
+        help="Your own routes (TOML; default ~/.config/ojai/catalog.toml).")] = None,
+    host: Annotated[str, typer.Option(
+        "--host", metavar="ADDRESS", rich_help_panel=ROUTES, help="Where the servers listen "
+        "(anything but loopback is a warning in the plan).")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(
+        "--port", metavar="PORT", rich_help_panel=ROUTES,
+        help="The llama-server route's port.")] = 8080,
+    systemd: Annotated[bool, typer.Option(
+        "--systemd", rich_help_panel=ROUTES, help="Also write systemd units.")] = False,
+    api_key_file: Annotated[Optional[Path], typer.Option(
+        "--api-key-file", metavar="FILE", rich_help_panel=ROUTES, help="With --systemd: the API key "
+        "clients must give (kept in a root-only file).")] = None,
+    lemonade: Annotated[LemonadeHow, typer.Option(
+        "--lemonade", case_sensitive=False, rich_help_panel=LEMONADE, help="Install Lemonade: the "
+        "distribution's package (or its PPA), or a release's .deb (sha256 checked).")] = LemonadeHow.none,
+    lemonade_tag: Annotated[Optional[str], typer.Option(
+        "--lemonade-tag", metavar="TAG", rich_help_panel=LEMONADE, help="The release (v11.7.0); "
+        "default: the latest.")] = None,
+    lemonade_downloads: Annotated[bool, typer.Option(
+        "--lemonade-downloads", rich_help_panel=LEMONADE, help="Lemonade downloads the "
+        "model itself.")] = False,
+    npu: Annotated[bool, typer.Option(
+        "--npu/--no-npu", rich_help_panel=LEMONADE,
+        help="The FastFlowLM route on the NPU.")] = True,
+    apply: Annotated[bool, typer.Option(
+        "--apply", rich_help_panel=SAFETY, help="Carry out the plan (asks first).")] = False,
+    yes: Annotated[bool, typer.Option(
+        "--yes", "-y", rich_help_panel=SAFETY, help="Apply without asking.")] = False,
+    plan: Annotated[Optional[Path], typer.Option(
+        "--plan", metavar="FILE", rich_help_panel=SAFETY, help="Apply exactly this saved "
+        "plan (refused when the machine changed).")] = None,
+    out: Annotated[Optional[Path], typer.Option(
+        "--out", metavar="FILE", rich_help_panel=SAFETY,
+        help="Save the plan to FILE.")] = None,
+    show_new: Annotated[bool, typer.Option(
+        "--show-new", rich_help_panel=SAFETY,
+        help="Show new files whole.")] = False,
+    show: Annotated[Optional[str], typer.Option(
+        "--show", metavar="PATH", rich_help_panel=SAFETY, help="Show only PATH's new text "
+        "or diff.")] = None,
+    force_handlers: Annotated[bool, typer.Option(
+        "--force-handlers/--no-force-handlers", rich_help_panel=SAFETY, help="When an apply stops, still "
+        "run the follow-ups (update-grub) of the edits made.")] = True,
+    json_out: Annotated[bool, typer.Option(
+        "--json", rich_help_panel=SAFETY, help="Print JSON (schema in README).")] = False,
+) -> None:
     from pydantic import ValidationError
 
     from ojai_setup.commands.setup import run_setup
@@ -323,20 +412,26 @@ def setup(
 
     term = Terminal(json_mode=json_out)
     if example is not None and apply:
+        import shlex
+
+        bundled = _example(term, example, root)
+        copy = bundled.name
         _fail(term, f"--example {example}: an example machine is there to look at, not to "
-              "change; copy it (cp -r) and apply to the copy with --root DIR", ExitStatus.USAGE)
+              f"change (everyone using this installation shares it); copy it and apply to the "
+              f"copy: `cp -r {shlex.quote(str(bundled))} {copy}`, then "
+              f"`ojai setup --root {copy} --apply`", ExitStatus.USAGE)
     root = _example(term, example, root)
     if not root.is_dir():
         _fail(term, f"--root {root}: not a directory", ExitStatus.USAGE)
     try:
-        fields = dict(profile=_value(profile), gpu_memory_gib=gpu_memory, ttm_via=ttm_via,
+        fields = dict(profile=_value(profile), gpu_memory_gib=gpu_memory, ttm_via=_value(ttm_via),
                       llamacpp=_value(llamacpp),
                       llamacpp_tag=llamacpp_tag, llamacpp_ref=llamacpp_ref,
                       llamacpp_backend=_value(backend), gpu_target=gpu_target,
                       cmake_defines=tuple(cmake_define or ()), model=model,
                       host=host, port=port, systemd=systemd,
                       npu=npu, user_catalog=catalog, lemonade_downloads=lemonade_downloads,
-                      lemonade=lemonade, lemonade_tag=lemonade_tag, power=power,
+                      lemonade=_value(lemonade), lemonade_tag=lemonade_tag, power=_value(power),
                       api_key_file=str(api_key_file.absolute()) if api_key_file else None)
         if llamacpp_src:
             fields["llamacpp_src"] = llamacpp_src
@@ -359,11 +454,14 @@ def models(
     json_out: JsonOpt = False,
     profile: ProfileOpt = None,
     gpu_memory: Annotated[Optional[int], typer.Option("--gpu-memory", min=1, help="GPU memory budget in GiB to fit against (default: the profile's).")] = None,
-    models_dir: Annotated[Optional[str], typer.Option("--models-dir", help="Where models are stored (default /var/lib/ojai/models).")] = None,
-    catalog: Annotated[Optional[str], typer.Option("--catalog", help="User catalog of routes (TOML; default ~/.config/ojai/catalog.toml).")] = None,
+    models_dir: Annotated[Optional[str], typer.Option("--models-dir", help="Where models are kept (default /var/lib/ojai/models).")] = None,
+    catalog: Annotated[Optional[str], typer.Option("--catalog", help="Your own routes (TOML; default ~/.config/ojai/catalog.toml).")] = None,
     example: ExampleOpt = None,
+    wide: Annotated[bool, typer.Option("--wide", help="Also each route's title, the largest context that fits and its download size.")] = False,
+    all_routes: Annotated[bool, typer.Option("--all", help="Also the routes that exist for ojai's own tests (Gemma 3 270M).")] = False,
 ) -> None:
-    """List the routes ojai knows: whether each fits this machine's GPU budget and is downloaded."""
+    """List the routes ojai knows, one a line: how each drafts, the memory it needs at its
+    context, whether it fits this machine's GPU budget and whether it is downloaded."""
     from pydantic import ValidationError
 
     from ojai_setup.commands.models import run_models
@@ -379,7 +477,7 @@ def models(
         settings = Settings(**fields)
     except ValidationError as exc:
         _fail(term, option_error(exc.errors()[0]), ExitStatus.USAGE)
-    _run(term, root, lambda: run_models(term, root, settings))
+    _run(term, root, lambda: run_models(term, root, settings, wide=wide, all_routes=all_routes))
 
 
 @app.command()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -122,23 +123,37 @@ def test_help_lists_the_choices_of_every_fixed_option():
     text = CliRunner().invoke(app, ["setup", "--help"], env={"COLUMNS": "200"}).stdout
     from ojai_setup.cli import _profiles
 
-    profiles = "<" + "|".join(_profiles()) + ">"
+    profiles = ", ".join(_profiles())
     assert "generic" in profiles and len(_profiles()) > 1
-    for choices in ("<nightly|source|distro|none>", "<hip|cpu>", profiles):
+    for choices in ("nightly|source|distro|none", "hip|cpu", "auto|cmdline|modprobe",
+                    "none|distro|release", "none|performance", profiles):
         assert choices in text, text
+
+
+def test_setup_help_is_grouped_into_panels_with_metavars_a_person_reads():
+    text = CliRunner().invoke(app, ["setup", "--help"], env={"COLUMNS": "80"}).stdout
+    panels = re.findall(r"^╭─ (.+?) ─", text, re.M)
+    assert panels == ["Options", "What to set up", "The GPU memory", "llama.cpp",
+                      "Models and routes", "Lemonade and NPU", "Safety: review, apply, save"]
+    assert not re.search(r"<(str|int|bool|path|list)", text), text  # no type names
+    for option, metavar in (("--gpu-memory", "GiB"), ("--model", "NAME"), ("--root", "DIR"),
+                            ("--plan", "FILE"), ("--show", "PATH")):
+        assert re.search(rf"^│ {option} +{re.escape(metavar)} ", text, re.M), (option, text)
+    assert all(len(line) <= 80 for line in text.splitlines())
 
 
 def test_models_shows_download_sizes_and_completion_can_be_installed():
     machine = str(REPO / "tests/machines/ojai-fresh")
     import json
 
-    rows = json.loads(CliRunner().invoke(app, ["models", "--root", machine, "--json"]).stdout)["routes"]
+    rows = json.loads(CliRunner().invoke(app, ["models", "--root", machine, "--json", "--all"]).stdout)["routes"]
     sizes = {r["name"]: r["download_bytes"] for r in rows}
     assert all(size > 10**9 for name, size in sizes.items() if not name.startswith("gemma-3-270m"))
     # the small model is one 253 MB file, its self-draft route included
     assert sizes["gemma-3-270m"] == sizes["gemma-3-270m-self"] == 253_113_024
-    table = CliRunner().invoke(app, ["models", "--root", machine], env={"COLUMNS": "120"}).stdout
-    assert "16.2 GiB (est.) to download" in table
+    table = CliRunner().invoke(app, ["models", "--root", machine, "--wide"],
+                               env={"COLUMNS": "120"}).stdout
+    assert re.search(r"^gemma-4-26b-a4b .* ~16\.2 GiB +no", table, re.M), table
     assert "--install-completion" in CliRunner().invoke(app, ["--help"]).stdout
 
 

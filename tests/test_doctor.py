@@ -152,7 +152,9 @@ def test_human_report_has_no_colour_codes_when_not_a_terminal():
 
 
 def test_capture_replays_to_the_same_report(tmp_path):
-    src = MACHINES / "ojai-applied"
+    # a copy: the bundled example itself has fixes of its own (copy it before applying)
+    src = tmp_path / "ojai-applied"
+    shutil.copytree(MACHINES / "ojai-applied", src, symlinks=True)
     capture = tmp_path / "cap.tar.gz"
     result = CliRunner().invoke(app, ["doctor", "--json", "--root", str(src), "--capture", str(capture)])
     assert capture.is_file(), result.stderr
@@ -277,3 +279,21 @@ def test_bad_profile_file_names_file_and_field(tmp_path):
 
     with pytest.raises(ProfileError, match=r"bad.toml: checks.0.title is missing \(it is required\)"):
         load_profile("bad", tmp_path)
+
+
+def test_thread_count_comes_from_siblings_when_the_capture_holds_fewer_blocks():
+    # the bundled OJAI capture keeps two of its 24 processor blocks: siblings says 24
+    text = (MACHINES / "ojai-fresh/proc/cpuinfo").read_text()
+    assert text.count("processor\t:") == 2 and "siblings\t: 24" in text
+    assert parsers.parse_cpuinfo(text).logical_cpus == 24
+    # two packages of 8 threads, one block each
+    two = "".join(f"processor\t: {i}\nphysical id\t: {i}\nsiblings\t: 8\n\n" for i in range(2))
+    assert parsers.parse_cpuinfo(two).logical_cpus == 16
+    # more blocks than siblings says (siblings of one package): the blocks count
+    full = "".join(f"processor\t: {i}\nphysical id\t: 0\nsiblings\t: 4\n\n" for i in range(6))
+    assert parsers.parse_cpuinfo(full).logical_cpus == 6
+
+
+def test_doctors_machine_table_says_24_threads_for_the_bundled_ojai_box():
+    result = CliRunner().invoke(app, ["doctor", "--example", "ojai-fresh"], env={"COLUMNS": "120"})
+    assert "AMD Ryzen AI 9 HX 470 w/ Radeon 890M (24 threads)" in result.stdout

@@ -12,7 +12,7 @@ from ojai_setup.apply.tuning import save_route_tuning
 from ojai_setup.commands.bench import kinds
 from ojai_setup.commands.bench.campaign import arm_run
 from ojai_setup.commands.bench.client import Generation, SpecCounters, parse_spec_metrics
-from ojai_setup.commands.bench.prompts import load_prompts
+from ojai_setup.commands.bench.prompts import load_prompts, old_format_note
 from ojai_setup.commands.bench.results import ArmRun, Pair
 from ojai_setup.commands.bench.servers import LaunchScript
 from ojai_setup.commands.bench.stats import robust, summarize
@@ -200,8 +200,29 @@ def test_no_drafting_round_trips(tmp_path):
     assert load_tuning(root).routes["g"] == t
 
 
-def test_tune_prompt_files_take_one_prompt_a_line(tmp_path: Path):
+def test_bench_and_tune_read_a_prompt_file_alike_one_prompt_per_paragraph(tmp_path: Path):
     path = tmp_path / "mine.txt"
-    path.write_text("first prompt\n\nsecond prompt\nthird\n")
+    path.write_text("first prompt\n\nsecond prompt\nits second line\n")
+    want = ["first prompt", "second prompt\nits second line"]
+    assert [p.text for p in load_prompts(path, lines=True)] == want  # tune
+    assert [p.text for p in load_prompts(path)] == want  # bench
+    assert old_format_note(path) is None
+
+
+def test_tunes_old_one_a_line_file_is_still_read_with_a_note(tmp_path: Path):
+    path = tmp_path / "old.txt"
+    path.write_text("first prompt\nsecond prompt\nthird\n")
     assert [p.text for p in load_prompts(path, lines=True)] == ["first prompt", "second prompt", "third"]
-    assert len(load_prompts(path)) == 2  # bench: one prompt per paragraph
+    note = old_format_note(path)
+    assert note and "read as 3 prompts, one a line (tune's old format)" in note
+    assert "put a blank line between them" in note
+    from typer.testing import CliRunner
+
+    from ojai_setup.cli import app
+
+    result = CliRunner().invoke(app, ["tune", "r", "--root", str(tmp_path), "--prompts",
+                                      str(path)], env={"COLUMNS": "300"})
+    assert note in result.stderr, result.stderr
+    for command in (["tune", "--help"], ["bench", "--help"]):
+        text = " ".join(CliRunner().invoke(app, command, env={"COLUMNS": "300"}).stdout.split())
+        assert "one prompt per paragraph (blank lines between them)" in text, text

@@ -43,7 +43,7 @@ def in_ojai_words(text: str) -> None:
     (["setup", "--port", "eighty"], "--port eighty: must be a whole number"),
     (["setup", "--gpu-memory", "0"], "--gpu-memory 0: must be at least 1"),
     (["setup", "--llamacpp", "sideways"], "--llamacpp sideways: must be one of nightly, source, distro, none"),
-    (["setup", "--lemonade", "foo"], "--lemonade foo: must be one of none, distro or release"),
+    (["setup", "--lemonade", "foo"], "--lemonade foo: must be one of none, distro, release"),
     (["setup", "--backend=x"], "--backend x: must be one of hip, cpu"),
     (["setup", "--gpu-target", "gfx"], "--gpu-target gfx: is not a GPU target"),
     (["setup", "--host", "bad host!"], "--host 'bad host!': is neither an IP address nor a host"),

@@ -33,8 +33,11 @@ def test_setup_example_is_a_dry_run_of_the_bundled_machine_and_changes_nothing()
 def test_setup_example_refuses_to_apply():
     result = ojai("setup", "--example", "ojai-fresh", "--llamacpp", "none", "--apply", "--yes")
     assert result.exit_code == 64
-    assert "--example ojai-fresh: an example machine is there to look at" in flat(result.stderr)
-    assert "--root DIR" in result.stderr
+    said = flat(result.stderr)
+    assert "--example ojai-fresh: an example machine is there to look at" in said
+    # the commands that copy it and apply to the copy, whole
+    bundled = str(example_root("ojai-fresh"))
+    assert f"`cp -r {bundled} ojai-fresh`, then `ojai setup --root ojai-fresh --apply`" in said
 
 
 def test_models_example_lists_the_routes_for_the_bundled_machine():

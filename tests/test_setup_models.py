@@ -5,6 +5,7 @@ downloads; pairing proof from the files on disk; disk and GPU memory budgets; ``
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -263,11 +264,12 @@ def test_bad_user_catalog_entry_names_file_and_field(box, catalog, tmp_path):
     assert f"{bad}: routes.{ROUTE}.context_size must be a whole number" in " ".join(listed.stderr.split())
 
 
-def test_unknown_route_is_blocked_naming_the_known_ones(box, catalog):
-    plan = plan_json(box, catalog, model="no-such-route")
-    s = model_step(plan)
-    assert s["status"] == "blocked" and "no route named 'no-such-route'" in s["sentence"]
-    assert ROUTE in s["sentence"] and "gemma-4-26b-a4b" in s["sentence"]
+def test_an_unknown_route_is_a_usage_error_naming_the_closest_of_the_users_catalog(box, catalog):
+    result = ojai(*setup_args(box, catalog, "tiny_gema"), "--json")
+    assert result.exit_code == 64 and result.stdout == ""
+    assert result.stderr.startswith(f"error: --model tiny_gema: no such route; did you mean {ROUTE}")
+    # a route of the user's catalog typed in capitals is that route
+    assert plan_json(box, catalog, model=ROUTE.upper())["settings"]["model"] == ROUTE
 
 
 def test_ojai_models_lists_fit_and_downloaded(box, catalog, published, fake_hub):
@@ -287,10 +289,13 @@ def test_ojai_models_lists_fit_and_downloaded(box, catalog, published, fake_hub)
 
     table = ojai("models", "--root", box, "--catalog", catalog, "--gpu-memory", "8")
     assert table.exit_code == 0, table.output
-    for column in ("route", "drafting", "context", "needs", "fits", "downloaded"):
+    for column in ("route", "drafting", "context", "memory", "fits", "downloaded"):
         assert column in table.stdout
-    line = next(ln for ln in table.stdout.splitlines() if ln.strip().startswith(("│ tiny-long", "tiny-long")) or " tiny-long " in ln)
-    assert "no (ctx 52224 fits)" in line and "downloaded" in line and "MTP" in line
+    line = next(ln for ln in table.stdout.splitlines() if ln.startswith("tiny-long "))
+    assert re.search(r" no +downloaded$", line.rstrip()) and "MTP" in line, line
+    wide = ojai("models", "--root", box, "--catalog", catalog, "--gpu-memory", "8", "--wide")
+    line = next(ln for ln in wide.stdout.splitlines() if ln.startswith("tiny-long "))
+    assert re.search(r" no +52224 ", line), line  # the largest context that fits
 
 
 def test_downloaded_mismatched_pair_is_reported_after_apply(box, catalog, fake_hub, tmp_path):

@@ -128,4 +128,5 @@ def test_verify_fails_for_a_route_that_does_not_answer(tmp_path):
 
 def test_verify_without_routes_says_how_to_get_them(tmp_path):
     result = CliRunner().invoke(app, ["verify", "--root", str(tmp_path)])
-    assert result.exit_code == 1 and "ojai setup --model NAME --apply" in result.stderr
+    assert result.exit_code == 1
+    assert f"`ojai setup --root {tmp_path} --model NAME --apply`" in result.stderr

@@ -44,7 +44,8 @@ def model_rows(root: Root, settings: Settings) -> list[dict]:
                      "context_size": route.context_size, "need_bytes": f.need_bytes,
                      "budget_bytes": budget, "fits": f.fits, "max_ctx": f.max_ctx,
                      "downloaded": state, "sizes_estimated": route.sizes_estimated,
-                     "download_bytes": sum(mf.size for mf in route.files())})
+                     "download_bytes": sum(mf.size for mf in route.files()),
+                     "for_tests": route.for_tests})
     return rows
 
 
@@ -67,45 +68,101 @@ def sglang_rows(facts) -> list[dict]:
     return rows
 
 
+def _gib(size: int) -> str:
+    """``9.7 GiB``; from 100 GiB on, whole GiB (``641 GiB``)."""
+    return f"{size / GIB:.1f} GiB" if size < 100 * GIB else f"{size / GIB:.0f} GiB"
+
+
 class ModelsReport:
-    """The catalog's routes against this machine (:func:`model_rows`): a table for people."""
+    """The catalog's routes against this machine (:func:`model_rows`): for people, one line a
+    route with its name whole (the name ``--model`` takes), how it drafts, its context, the
+    memory it needs, whether it fits and whether it is downloaded; ``wide`` adds its title,
+    spec type, largest context that fits and download size. Routes that exist for ojai's
+    own tests are left out unless ``all``."""
 
     schema = "ojai.models/1"
 
-    def __init__(self, rows: list[dict], models_dir: str) -> None:
-        self.rows, self.models_dir = rows, models_dir
+    def __init__(self, rows: list[dict], models_dir: str, root: Path | str = "/", *,
+                 wide: bool = False, all_routes: bool = False) -> None:
+        self.models_dir, self.root, self.wide = models_dir, root, wide
+        self.hidden = 0 if all_routes else sum(1 for r in rows if r.get("for_tests"))
+        self.rows = rows if all_routes else [r for r in rows if not r.get("for_tests")]
 
     def to_json(self) -> dict:
         return {"routes": self.rows}
 
     def render(self, term: Terminal) -> None:
+        from rich import box
         from rich.table import Table
+
+        from ojai_setup.core.commandline import ojai_command
 
         rows = self.rows
         budget = rows[0]["budget_bytes"] if rows else 0
         sglang = bool(rows) and rows[0].get("server") == "sglang"
         where = ("HBM of the Instinct GPUs; SGLang downloads the weights" if sglang
                  else f"models in {self.models_dir}")
-        table = Table(title=f"Routes (GPU {'memory' if sglang else 'budget'} {budget / GIB:.0f} "
-                      f"GiB; {where})",
-                      title_justify="left")
-        for col in ("route", "drafting", "context", "needs", "fits", "downloaded"):
-            table.add_column(col, no_wrap=col in ("context", "fits", "downloaded"),
-                             min_width=15 if col == "route" else None)
+        term.print(f"Routes (GPU {'memory' if sglang else 'budget'} {budget / GIB:.0f} GiB; "
+                   f"{where})", crop=False)
+        table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, padding=(0, 1))
+        # the name a person types is never cut: its column is as wide as the longest
+        table.add_column("route", no_wrap=not self.wide, overflow="ignore",
+                         min_width=max((len(r["name"]) for r in rows), default=5))
+        if self.wide:
+            table.add_column("title", no_wrap=True)
+        table.add_column("drafting", no_wrap=True)
+        table.add_column("context", no_wrap=True, justify="right")
+        table.add_column("memory", no_wrap=True, justify="right")
+        table.add_column("fits", no_wrap=True)
+        if self.wide:
+            table.add_column("max ctx", no_wrap=True, justify="right")
+            table.add_column("download", no_wrap=True, justify="right")
+        table.add_column("downloaded", no_wrap=True)
+        estimated = False
         for r in rows:
-            fits = "yes" if r["fits"] else (f"no (ctx {r['max_ctx']} fits)" if r["max_ctx"] else "no")
-            if r.get("server") == "sglang":
-                fits = f"yes (tp {r['tp']})" if r["fits"] else "no"
-            need = f"{r['need_bytes'] / GIB:.1f} GiB" + (" (est.)" if r["sizes_estimated"] else "")
-            size = f"{r['download_bytes'] / GIB:.1f} GiB" + (" (est.)" if r["sizes_estimated"] else "")
-            table.add_row(f"{r['name']}\n[dim]{r['title']}\n{size} to download[/]",
-                          r.get("drafting") or r["mtp"].replace("_", "-"),
-                          str(r["context_size"] or "SGLang's"), need, fits,
-                          r["downloaded"])
-        term.print(table)
-        term.print("Set one up with: ojai setup --model NAME")
+            est = "~" if r["sizes_estimated"] else ""
+            estimated = estimated or bool(est)
+            if r.get("server") == "sglang":  # SGLang's: the tensor-parallel size it needs
+                fits = f"tp {r['tp']}" if r["fits"] else "no"
+                drafting = r["mtp"].removeprefix("sglang-")
+            else:
+                fits = "yes" if r["fits"] else "no"
+                drafting = r.get("drafting") or r["mtp"].replace("_", "-")
+                if not self.wide:  # the n-gram type is in --wide
+                    drafting = drafting.split(" (")[0]
+            cells = [r["name"], r["title"]] if self.wide else [r["name"]]
+            cells += [drafting, str(r["context_size"] or "-"), est + _gib(r["need_bytes"]), fits]
+            if self.wide:
+                cells += [str(r["max_ctx"] or "-"), est + _gib(r["download_bytes"])]
+            cells.append("SGLang's" if r.get("server") == "sglang" else r["downloaded"])
+            table.add_row(*cells)
+        if self.wide:  # as wide as it is: a terminal narrower than that wraps its lines
+            from rich.console import Console
+            from rich.measure import Measurement
+
+            def console(width: int) -> Console:
+                return Console(file=term.console.file, width=width, no_color=not term.color,
+                               force_terminal=term.color or None, highlight=False, emoji=False)
+
+            wide = console(1000)
+            console(Measurement.get(wide, wide.options, table).maximum).print(table)
+        else:
+            term.print(table, crop=False)
+        if estimated:
+            term.print("~ estimated by the catalog (the real sizes are checked at download)")
+        if self.hidden:
+            term.print(f"{self.hidden} routes for ojai's own tests not shown (--all shows them)")
+        if not self.wide:
+            term.print("--wide adds each route's title, largest context that fits and download "
+                       "size")
+        term.print("Set one up with:", crop=False)
+        term.print("  " + ojai_command(self.root, "setup", "--model", "NAME"), crop=False,
+                   soft_wrap=True)
 
 
-def run_models(term: Terminal, root_dir: Path, settings: Settings) -> int:
-    term.show(ModelsReport(model_rows(Root(root_dir), settings), settings.models_dir))
+def run_models(term: Terminal, root_dir: Path, settings: Settings, *, wide: bool = False,
+               all_routes: bool = False) -> int:
+    root = Root(root_dir)
+    term.show(ModelsReport(model_rows(root, settings), settings.models_dir, root.path,
+                           wide=wide, all_routes=all_routes))
     return 0

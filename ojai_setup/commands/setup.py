@@ -467,6 +467,10 @@ def run_setup(term: Terminal, root_dir: Path, settings: Settings, *, apply: bool
               plan_file: Path | None, out: Path | None, show_new: bool = False,
               show: str | None = None, force_handlers: bool = True) -> int:
     root = Root(root_dir)
+    if plan_file is None:
+        from ojai_setup.planning.gather import resolve_model
+
+        settings = resolve_model(root, settings)
     if plan_file is not None and settings.options() and not term.json_mode:
         term.note(f"--plan {plan_file}: the plan records the settings it was made with; "
                   f"{' '.join(settings.options())} given here changed nothing")

@@ -36,14 +36,17 @@ class Report(Protocol):
 
 def wrap(text, first: int, rest: int) -> list:
     """``text`` (rich ``Text``) cut at spaces into lines of at most ``first`` cells, then
-    ``rest``; a word longer than a whole line (a long URL) is cut into pieces of a line each,
-    so that it too stays under the hanging indent; a newline in ``text`` always ends a line."""
+    ``rest``; a word longer than a whole line (a long URL, a path, a command's argument) is
+    never cut: it gets a line of its own, whole, and runs past the edge, so that it can be
+    copied; a command in backticks counts as one word. A newline in ``text`` always ends a
+    line."""
     import re
 
     plain, lines, width = text.plain, [], first
     for para in re.finditer(r"[^\n]*", plain):
         start = end = None
-        for word in re.finditer(r"\S+", para.group()):
+        # a command in backticks is one word: it is never cut, so it can be copied whole
+        for word in re.finditer(r"`[^`\n]*`\S*|\S+", para.group()):
             s, e = para.start() + word.start(), para.start() + word.end()
             if start is not None and e - start <= width:
                 end = e
@@ -51,9 +54,11 @@ def wrap(text, first: int, rest: int) -> list:
             if start is not None:
                 lines.append(text[start:end])
                 width = rest
-            while e - s > width:  # longer than a line: a line of it at a time
-                lines.append(text[s:s + width])
-                s, width = s + width, rest
+            if e - s > width:  # longer than a line: a line of its own, whole
+                lines.append(text[s:e])
+                start = None
+                width = rest
+                continue
             start, end = s, e
         if start is not None:
             lines.append(text[start:end])

@@ -440,7 +440,7 @@ def chain_kinds(own: str, available: tuple[str, ...], listed: bool, config: Tune
 def run_tune(root: Root, route: str, config: TuneConfig, *, observer: TuneObserver | None = None,
              ready_timeout: float = 600.0) -> TuneResult:
     obs = observer or TuneObserver()
-    arms = find_routes(root, route)
+    arms = find_routes(root, route, command="tune")
     check_route_pair(root, arms.mtp.record)
     model = arms.model or route
     result = TuneResult(route=model, started=datetime.now(timezone.utc).isoformat(timespec="seconds"))

@@ -12,7 +12,6 @@ is a prediction: a measured speedup needs a paired run without speculation.
 from __future__ import annotations
 
 import json
-import shlex
 import time
 import urllib.error
 import urllib.request
@@ -21,6 +20,7 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from ojai_setup.commands.terminal import Terminal
+from ojai_setup.core.commandline import ojai_command
 from ojai_setup.core.paths import API_KEY_VARIABLE, FLM_PORT, ROUTES_DIR, UNITS_DIR
 from ojai_setup.core.root import Root
 
@@ -341,7 +341,7 @@ def next_steps(root: Root) -> list[str]:
     lines = []
     for name, record in sorted(routes_of(root).items()):
         lines.append(f"start {name}: {how_to_start(root, name, record)}; then check it: "
-                     f"ojai verify --route {shlex.quote(name)}")
+                     f"{ojai_command(root.path, 'verify', '--route', name)}")
     return lines
 
 
@@ -400,8 +400,9 @@ def run_verify(term: Terminal, root_dir: Path, *, only: str | None, timeout: flo
     if only:
         routes = {k: v for k, v in routes.items() if k == only}
     if not routes:
+        setup = ojai_command(root.path, "setup", "--model", "NAME", "--apply")
         term.error("no routes to verify" + (f" named {only!r}" if only else "")
-                   + ": `ojai setup --model NAME --apply` writes them")
+                   + f": `{setup}` writes them")
         return 1
     results = []
     for name, r in sorted(routes.items()):

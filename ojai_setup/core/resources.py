@@ -26,9 +26,30 @@ EXAMPLES = ("ojai-fresh", "ojai-applied", "ojai-rebooted", "strix-halo-dkms")
 
 def example_root(name: str) -> Path:
     """The root directory of a bundled example machine."""
+    from ojai_setup.core.commandline import closest, folded
+
+    name = next((e for e in EXAMPLES if folded(e) == folded(name)), name)
     if name not in EXAMPLES:
-        raise FileNotFoundError(f"no example machine {name!r} (known: {', '.join(EXAMPLES)})")
+
+        near = closest(name, list(EXAMPLES))
+        maybe = f"did you mean {' or '.join(near)}? " if near else ""
+        raise FileNotFoundError(f"no example machine {name!r}; {maybe}(known: {', '.join(EXAMPLES)})")
     for candidate in (_PKG / "_data" / "examples" / name, _PKG.parent / "tests" / "machines" / name):
         if candidate.is_dir():
             return candidate
     raise FileNotFoundError(f"example machine {name!r} is missing from this installation")
+
+
+def example_name(root: Path) -> str | None:
+    """The name of the bundled example machine whose folder ``root`` is, or None."""
+    try:
+        here = root.resolve()
+    except OSError:
+        return None
+    for name in EXAMPLES:
+        try:
+            if example_root(name).resolve() == here:
+                return name
+        except FileNotFoundError:
+            continue
+    return None

@@ -263,6 +263,8 @@ class Route(_Model):
     #: compute buffers and runtime overhead beyond weights and KV cache
     overhead_bytes: int = Field(default=GIB, ge=0)
     sizes_estimated: bool = False
+    #: a route that exists for ojai's own tests (a tiny model): `ojai models` lists it with --all
+    for_tests: bool = False
     note: str = ""
 
     @model_validator(mode="after")
@@ -413,6 +415,16 @@ def model_path(models_dir: str, repo: str, file: str) -> str:
 
 class Catalog(_Model):
     routes: dict[str, Route]
+
+    def served_names(self) -> dict[str, str]:
+        """Every name a person may give for a catalog model, to the model's own name: the
+        model's, and the names of the two routes setup writes for it (``<model>-mtp`` and the
+        plain ``<model>``)."""
+        names = {}
+        for name, route in self.routes.items():
+            names.setdefault(f"{name}-{route.drafted_suffix}", name)
+        names.update({name: name for name in self.routes})
+        return names
 
     def get(self, name: str) -> Route:
         try:

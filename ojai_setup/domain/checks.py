@@ -353,21 +353,35 @@ def run_checks(facts: Facts, profile: Profile) -> list[Finding]:
     return findings
 
 
-#: an ``ojai`` command quoted in a fix, without ``--root`` after its subcommand
-_OJAI_COMMAND = re.compile(r"`(sudo )?ojai (setup|rollback|doctor|verify|bench|tune|models)"
-                           r"(?! --root)\b")
+#: an ``ojai`` command quoted in a fix, without ``--root`` after its subcommand: its prefix
+#: (``sudo ojai setup``), subcommand and the rest of it
+_OJAI_COMMAND = re.compile(r"`((?:sudo )?ojai (setup|rollback|doctor|verify|bench|tune|models))"
+                           r"(?! --root| --example)((?: [^`]*)?)`")
 
 
 def fix_for_root(fix: str | None, root: str) -> str | None:
-    """``fix`` with ``--root ROOT`` in every ``ojai`` command it quotes, unless ``root`` is this
-    computer's own (``/``): the commands a person copies from doctor then act on the machine
-    doctor looked at."""
+    """``fix`` with the machine in every ``ojai`` command it quotes, unless ``root`` is this
+    computer's own (``/``): ``--root ROOT``, or ``--example NAME`` for a bundled example, so
+    that the commands a person copies from doctor act on the machine doctor looked at. A
+    command that would change a bundled example (an apply, a rollback) becomes one that copies
+    it first and changes the copy."""
     if not fix or root == "/":
         return fix
     import shlex
 
-    return _OJAI_COMMAND.sub(lambda m: f"`{m.group(1) or ''}ojai {m.group(2)} --root "
-                             f"{shlex.quote(root)}", fix)
+    from ojai_setup.core.commandline import machine_options
+
+    where = machine_options(root)
+
+    def command(m: re.Match) -> str:
+        head, verb, rest = m.group(1), m.group(2), m.group(3)
+        if where[0] == "--example" and (verb == "rollback" or "--apply" in rest.split()):
+            name = where[1]
+            return (f"`cp -r {shlex.quote(root)} {name}` (a copy: the bundled example is "
+                    f"everyone's), then `{head} --root {name}{rest}`")
+        return f"`{head} {shlex.join(where)}{rest}`"
+
+    return _OJAI_COMMAND.sub(command, fix)
 
 
 def known_bad_findings(facts: Facts, profile: Profile, spec: CheckSpec) -> list[Finding]:

@@ -24,6 +24,14 @@ def parse_cpuinfo(text: str) -> Cpu:
         if sep:
             fields.setdefault(key.strip().lower(), value.strip())
     logical = sum(1 for b in blocks if re.search(r"^processor\s*:", b, re.M))
+    # ``siblings`` is each package's logical CPUs: it counts them where the text holds fewer
+    # blocks than the machine has CPUs (a capture cut short, a container's view)
+    packages = set(re.findall(r"^physical id\s*:\s*(\d+)", text, re.M))
+    try:
+        siblings = int(fields.get("siblings", "0"))
+    except ValueError:
+        siblings = 0
+    logical = max(logical, siblings * max(1, len(packages)))
     name = fields.get("model name")
     es = bool(name) and bool(
         re.search(r"engineering sample|\bES\b|100-0000", name, re.I)

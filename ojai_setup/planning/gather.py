@@ -174,6 +174,37 @@ def user_catalog(root: Root, settings: Settings, home: str) -> Catalog:
     return load_catalog(own if own.is_file() else None)
 
 
+def resolve_model(root: Root, settings: Settings) -> Settings:
+    """``settings`` with ``--model`` as the catalog (or SGLang) route it names: a name matched
+    with case and separators ignored, or one of the two routes setup writes for a model
+    (``gemma-4-26b-a4b-mtp``). A name that matches none is a :class:`UsageError` naming the
+    closest, before anything is planned. A catalog that cannot be read is left for planning
+    to report."""
+    if not settings.model:
+        return settings
+    from ojai_setup.core.commandline import closest, folded, ojai_command
+    from ojai_setup.domain.catalog import CatalogError
+    from ojai_setup.domain.sglang import sglang_routes
+
+    names = {n: n for n in sglang_routes()}
+    try:
+        names.update(user_catalog(root, settings, invoking_user(root)[1]).served_names())
+    except CatalogError:
+        return settings
+    if settings.model in names:
+        found = [names[settings.model]]
+    else:
+        found = sorted({model for name, model in names.items()
+                        if folded(name) == folded(settings.model)})
+    if len(found) == 1:
+        return settings.model_copy(update={"model": found[0]})
+    # the closest names, each said as the model's own name
+    near = found or list(dict.fromkeys(names[n] for n in closest(settings.model, list(names))))
+    maybe = f"; did you mean {' or '.join(near)}?" if near else ""
+    raise UsageError(f"--model {settings.model}: no such route{maybe} "
+                     f"(`{ojai_command(root.path, 'models')}` lists them)")
+
+
 def llama_binary(root: Root, settings: Settings, programs: dict[str, str | None],
                  facts: Facts | None = None, target: str | None = None) -> LlamaBinary:
     """The llama-server the routes run, probed when it is installed; a distribution's is

@@ -13,6 +13,10 @@ bench_app = typer.Typer(
     help="Measure what drafting really buys: paired runs drafted (MTP, a draft model, n-gram) vs "
          "plain, a long generation, parallel streams. `ojai bench compare A B` shows what changed between two saved runs.")
 
+#: the one prompt-file format of bench and tune (commands/bench/prompts.py)
+PROMPTS_HELP = ("Your prompts: text with one prompt per paragraph (blank lines between them), "
+                "or JSON lines {\"id\", \"prompt\"} in a .jsonl file")
+
 #: exit codes: 0 finished (also when a cap ended it early), 1 refused or failed, 130 Ctrl-C
 INTERRUPTED = 130
 
@@ -34,7 +38,7 @@ def bench(
     route: Annotated[Optional[str], typer.Option("--route", help="The model (or either of its routes) to benchmark; default: the only one ojai wrote.")] = None,
     mtp_url: Annotated[Optional[str], typer.Option("--mtp-url", help="Benchmark this llama-server as the drafted arm (MTP, a draft model or n-gram drafting; with --plain-url).")] = None,
     plain_url: Annotated[Optional[str], typer.Option("--plain-url", help="The plain arm's llama-server.")] = None,
-    prompts: Annotated[Optional[Path], typer.Option("--prompts", help="Your prompts: JSON lines {\"id\", \"prompt\"} or text, one prompt per paragraph (default: 5 built-in real tasks).")] = None,
+    prompts: Annotated[Optional[Path], typer.Option("--prompts", metavar="FILE", help=PROMPTS_HELP + " (default: 5 built-in real tasks).")] = None,
     seeds: Annotated[int, typer.Option("--seeds", min=1, help="Seeds per prompt.")] = 3,
     tokens: Annotated[int, typer.Option("--tokens", min=8, help="Token budget of each paired run.")] = 512,
     temperature: Annotated[float, typer.Option("--temperature", min=0.0, help="Sampling temperature (0: greedy, and outputs are compared byte for byte).")] = 0.0,
@@ -151,7 +155,7 @@ def tune(
     min_pairs: Annotated[int, typer.Option("--min-pairs", min=2, help="At least this many pairs per setting (more seeds when prompts x seeds is fewer).")] = 3,
     threshold: Annotated[float, typer.Option("--threshold", min=0.0, help="Choose a drafted setting only when its confirmed median's interval lies above 1 + this; else no drafting.")] = 0.05,
     binary: Annotated[Optional[list[str]], typer.Option("--binary", help="A llama-server build to tune with (repeat for each backend, e.g. ROCm and Vulkan); default: the route's own.")] = None,
-    prompts: Annotated[Optional[Path], typer.Option("--prompts", help="Your prompts: one a line (.txt), or JSON lines {\"id\", \"prompt\"} (.jsonl).")] = None,
+    prompts: Annotated[Optional[Path], typer.Option("--prompts", metavar="FILE", help=PROMPTS_HELP + " (default: 5 built-in real tasks; a file of one prompt a line, tune's old format, is still read, with a note).")] = None,
     seeds: Annotated[int, typer.Option("--seeds", min=1, help="Seeds per prompt in each length's short paired run.")] = 2,
     tokens: Annotated[int, typer.Option("--tokens", min=8, help="Tokens per run in the sweep.")] = 128,
     confirm_seeds: Annotated[int, typer.Option("--confirm-seeds", min=1, help="Seeds per prompt in the confirming run.")] = 4,
@@ -179,12 +183,24 @@ def tune(
     from ojai_setup.commands.bench.prompts import BUILTIN, PromptFileError, load_prompts
     from ojai_setup.commands.bench.servers import BenchError
 
+    from ojai_setup.commands.bench.kinds import canonical
+
+    try:
+        kind = [canonical(k) for k in kind or ()]
+    except ValueError as exc:
+        raise typer.BadParameter(f"--kind: {exc}") from None
     term = Terminal(json_mode=json_out)
     try:
         prompt_set = load_prompts(prompts, lines=True) if prompts else BUILTIN
     except PromptFileError as exc:
         term.error(str(exc))
         raise typer.Exit(64)
+    if prompts:
+        from ojai_setup.commands.bench.prompts import old_format_note
+
+        note = old_format_note(prompts)
+        if note:
+            term.note(note)
     config = TuneConfig(lengths=_lengths(lengths), ngram_lengths=_lengths(ngram_lengths),
                         kinds=tuple(kind or ()), min_pairs=min_pairs, threshold=threshold,
                         binaries=tuple(binary or ()),

@@ -65,15 +65,19 @@ def _url(record: dict) -> str:
     return f"http://{host}:{record['port']}"
 
 
-def find_routes(root: Root, route: str | None) -> Arms:
-    """The MTP route and the plain route of one model from ojai's records."""
+def find_routes(root: Root, route: str | None, *, command: str = "bench") -> Arms:
+    """The MTP route and the plain route of one model from ojai's records; ``command`` (bench
+    or tune) is the one asking, whose options the errors name."""
     from ojai_setup.commands.verify import routes_of
+    from ojai_setup.core.commandline import closest, ojai_command
 
     routes = {k: v for k, v in routes_of(root).items() if "flm_tag" not in v}
     models = sorted({v.get("model") for v in routes.values() if v.get("model")})
+    setup = ojai_command(root.path, "setup", "--model", "NAME", "--apply")
+    urls = ", or give two servers with --mtp-url and --plain-url" if command == "bench" else ""
     if not routes:
-        raise BenchError("no routes to benchmark: `ojai setup --model NAME --apply` writes them, "
-                         "or give two servers with --mtp-url and --plain-url")
+        raise BenchError(f"no routes to {'benchmark' if command == 'bench' else 'tune'}: "
+                         f"`{setup}` writes them{urls}")
     if route is None:
         if len(models) != 1:
             raise BenchError(f"several models have routes ({', '.join(models)}); choose one with --route")
@@ -81,7 +85,10 @@ def find_routes(root: Root, route: str | None) -> Arms:
     else:
         model = routes.get(route, {}).get("model") or (route if route in models else None)
         if model is None:
-            raise BenchError(f"no route or model named {route!r}; known routes: {', '.join(sorted(routes))}")
+            near = closest(route, [*models, *routes])
+            maybe = f"did you mean {' or '.join(near)}? " if near else ""
+            raise BenchError(f"no route or model named {route!r}; {maybe}(known routes: "
+                             f"{', '.join(sorted(routes))})")
     mine = {k: v for k, v in routes.items() if v.get("model") == model}
     if any(v.get("server") == "sglang" for v in mine.values()):
         raise BenchError(f"{model} is an SGLang route: ojai writes no plain route beside it (one "

@@ -16,6 +16,28 @@ import re
 NONE = "none"
 SPEC_TYPE_FLAGS = ("--spec-type",)
 NGRAM_TYPES = ("ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache")
+#: every ``--spec-type`` value of build 11434 (common/arg.cpp) that drafts
+KNOWN_TYPES = ("draft-mtp", "draft-simple", "draft-eagle3", "draft-dflash", "draft-dspark",
+               *NGRAM_TYPES)
+
+
+def canonical(kind: str) -> str:
+    """``kind`` (a ``--spec-type`` value, a comma chain) with each part as build 11434 spells
+    it (case and separators ignored: ``ngram_mod`` is ``ngram-mod``). Raises ``ValueError``
+    naming the part no build knows and the closest kinds."""
+    from ojai_setup.core.commandline import closest, folded
+
+    out = []
+    for part in kind.split(","):
+        part = part.strip()
+        found = [k for k in KNOWN_TYPES if folded(k) == folded(part)]
+        if not found:
+            near = closest(part, list(KNOWN_TYPES))
+            maybe = f"did you mean {' or '.join(near)}? " if near else ""
+            raise ValueError(f"{part!r} is no kind of drafting; {maybe}(the kinds: "
+                             f"{', '.join(KNOWN_TYPES)}, or a chain like draft-simple,ngram-mod)")
+        out.append(found[0])
+    return ",".join(out)
 
 
 def parts(spec_type: str | None) -> tuple[str, ...]:

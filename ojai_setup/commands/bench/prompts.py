@@ -1,8 +1,10 @@
 """The prompts of a campaign: a built-in set of real tasks, or the user's own file.
 
-A user file is either JSON lines (``{"id": "...", "prompt": "..."}`` per line; ``id`` is
-optional) or plain text with one prompt per paragraph (prompts separated by blank lines; for
-``ojai tune``, one prompt a line).
+A user file, for ``ojai bench`` and ``ojai tune`` alike, is either JSON lines (a ``.jsonl``
+file, ``{"id": "...", "prompt": "..."}`` per line; ``id`` is optional) or plain text with one
+prompt per paragraph: prompts separated by blank lines, so a prompt may hold several lines
+(code, a list). ``ojai tune`` once read one prompt a line: a text file of several lines and no
+blank line is still read that way by tune, with a line saying so (:func:`old_format_note`).
 """
 
 from __future__ import annotations
@@ -58,8 +60,10 @@ LONG_PROMPT = Prompt(
 
 
 def load_prompts(path: Path, *, lines: bool = False) -> tuple[Prompt, ...]:
-    """The prompts of a file: JSON lines (``.jsonl``/``.json``), else text with one prompt per
-    paragraph, or with ``lines`` one prompt a line (``ojai tune --prompts``)."""
+    """The prompts of ``path``: JSON lines (``.jsonl``/``.json``) or text, one prompt per
+    paragraph. With ``lines`` (``ojai tune``), a text file in tune's old format (several
+    lines, no blank line between them) is read one prompt a line, as tune read it before;
+    :func:`old_format_note` says when that happened."""
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
@@ -77,7 +81,7 @@ def load_prompts(path: Path, *, lines: bool = False) -> tuple[Prompt, ...]:
                     or not entry["prompt"].strip():
                 raise PromptFileError(f"{path}:{number}: expected {{\"id\": ..., \"prompt\": \"...\"}}")
             prompts.append(Prompt(str(entry.get("id") or f"p{len(prompts) + 1}"), entry["prompt"]))
-    elif lines:
+    elif lines and _old_lines(text):
         for line in text.splitlines():
             if line.strip():
                 prompts.append(Prompt(f"p{len(prompts) + 1}", line.strip()))
@@ -92,3 +96,26 @@ def load_prompts(path: Path, *, lines: bool = False) -> tuple[Prompt, ...]:
     if dup:
         raise PromptFileError(f"{path}: prompt ids must be unique; repeated: {', '.join(dup)}")
     return tuple(prompts)
+
+
+def _old_lines(text: str) -> bool:
+    """Whether ``text`` is in ``ojai tune``'s old format: several lines, none blank."""
+    body = [line for line in text.strip().splitlines()]
+    return len(body) > 1 and all(line.strip() for line in body)
+
+
+def old_format_note(path: Path) -> str | None:
+    """The line ``ojai tune`` prints when ``path`` is in its old format (one prompt a line),
+    or None."""
+    if path.suffix in (".jsonl", ".json"):
+        return None
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+    if not _old_lines(text):
+        return None
+    n = sum(1 for line in text.splitlines() if line.strip())
+    return (f"note: {path}: read as {n} prompts, one a line (tune's old format); prompts are "
+            "separated by blank lines now, as ojai bench reads them: put a blank line between "
+            "them (this way will stop working)")

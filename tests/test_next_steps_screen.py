@@ -1,0 +1,150 @@
+"""What a newcomer copies from the screen, in a real 80-column terminal (tmux): ``ojai models``
+one line a route with the name to type whole; commands, paths and URLs never cut inside a
+word; every ``ojai`` command ojai tells a person carries the machine it acts on; nothing
+tells a person to apply to the bundled example."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from support.machine_state import record_state
+from typer.testing import CliRunner
+
+from ojai_setup.cli import app
+from ojai_setup.core.resources import example_root
+from ojai_setup.core.root import Root
+
+OJAI = str(Path(sys.executable).parent / "ojai")
+
+
+def screen(tmp_path: Path, command: str, *, width: int = 80, joined: bool = False) -> str:
+    """What ``command`` shows in a tmux window ``width`` columns wide (``joined``: the lines
+    the terminal wrapped joined again, as a person's copy of them gets them)."""
+    if shutil.which("tmux") is None:
+        pytest.fail("tmux is needed for this test (Debian package tmux; .ci/run installs it)")
+    sock, done = str(tmp_path / "tmux.sock"), tmp_path / "done"
+    env = {**os.environ, "TERM": "xterm-256color"}
+    env.pop("NO_COLOR", None)
+    env.pop("COLUMNS", None)
+    subprocess.run(["tmux", "-S", sock, "new-session", "-d", "-x", str(width), "-y", "50",
+                    f"{command}; touch {done}; sleep 60"], check=True, env=env)
+    try:
+        deadline = time.monotonic() + 60
+        while not done.exists():
+            assert time.monotonic() < deadline, f"{command} did not finish in the terminal"
+            time.sleep(0.2)
+        return subprocess.run(["tmux", "-S", sock, "capture-pane", "-p",
+                               *(["-J"] if joined else []), "-S", "-400"],
+                              capture_output=True, text=True, check=True).stdout
+    finally:
+        subprocess.run(["tmux", "-S", sock, "kill-server"], capture_output=True)
+
+
+def test_models_at_80_columns_is_one_line_a_route_with_its_name_whole(tmp_path):
+    shown = screen(tmp_path, f"{OJAI} models --example ojai-fresh")
+    lines = shown.rstrip().splitlines()
+    assert all(len(line) <= 80 for line in lines)
+    header = next(line for line in lines if line.startswith("route"))
+    assert header.split() == ["route", "drafting", "context", "memory", "fits", "downloaded"]
+    rows = {line.split()[0]: line.split()[1:] for line in lines
+            if re.match(r"^(gemma|qwen|deepseek)", line)}
+    assert list(rows) == ["gemma-4-12b", "gemma-4-26b-a4b", "qwen3.6-27b", "gemma-4-31b",
+                          "qwen3.6-35b-a3b"]  # by the memory they need; no test routes
+    assert rows["gemma-4-26b-a4b"] == ["MTP", "sidecar", "32768", "~18.1", "GiB", "yes", "no"]
+    assert rows["qwen3.6-27b"][:2] == ["MTP", "in-file"]
+    assert "2 routes for ojai's own tests not shown (--all shows them)" in shown
+    assert "  ojai setup --example ojai-fresh --model NAME" in lines
+
+
+def test_models_all_and_json_show_the_test_routes_too(tmp_path):
+    every = screen(tmp_path, f"{OJAI} models --example ojai-fresh --all")
+    assert re.search(r"^gemma-3-270m-self +self-draft +8192 +0\.8 GiB +yes +no$", every, re.M)
+    assert re.search(r"^gemma-3-270m +n-gram +8192 ", every, re.M)
+    run = CliRunner().invoke
+    names = [r["name"] for r in json.loads(run(app, ["models", "--example", "ojai-fresh",
+                                                     "--json"]).stdout)["routes"]]
+    assert "gemma-3-270m" not in names and "gemma-4-26b-a4b" in names
+    rows = json.loads(run(app, ["models", "--example", "ojai-fresh", "--json", "--all"]).stdout)
+    assert {r["name"]: r["for_tests"] for r in rows["routes"]}["gemma-3-270m"] is True
+
+
+def test_models_wide_runs_past_the_edge_rather_than_cutting(tmp_path):
+    shown = screen(tmp_path, f"{OJAI} models --example ojai-fresh --wide", joined=True)
+    row = next(line for line in shown.splitlines() if line.startswith("gemma-4-26b-a4b "))
+    assert row.split()[:8] == ["gemma-4-26b-a4b", "Gemma", "4", "26B-A4B", "(MoE)", "+", "MTP",
+                               "assistant"]
+    assert re.search(r"MTP sidecar +32768 +~18\.1 GiB +yes +262144 +~16\.2 GiB +no", row)
+
+
+def test_models_on_a_machine_folder_says_the_setup_command_for_that_folder(machine, tmp_path):
+    root = machine("ojai-fresh")
+    shown = screen(tmp_path, f"{OJAI} models --root {root}", joined=True)
+    # a line of its own, never cut inside a word (the terminal wraps it; a copy joins it)
+    assert f"  ojai setup --root {root} --model NAME" in shown.splitlines()
+
+
+def test_doctor_on_the_example_never_applies_to_it_and_cuts_no_word(tmp_path):
+    shown = screen(tmp_path, f"{OJAI} doctor --example ojai-fresh", joined=True)
+    bundled = str(example_root("ojai-fresh"))
+    fixes = shown[shown.index("What to do:"):]
+    # the URL whole on one line
+    assert re.search(r"^ +see https://rocm\.docs\.amd\.com/projects/radeon-ryzen/en/latest/docs/"
+                     r"install/installryz/native_linux/install-ryzen\.html$", fixes, re.M), fixes
+    assert f"--root {bundled}" not in shown and "--example ojai-fresh --apply" not in shown
+    # each command in backticks is whole on its line
+    text = " ".join(fixes.split())
+    assert "`ojai setup --example ojai-fresh`" in text
+    assert (f"`cp -r {bundled} ojai-fresh` (a copy: the bundled example is everyone's), then "
+            "`ojai setup --root ojai-fresh --apply`") in text
+    for line in fixes.splitlines():
+        assert line.count("`") % 2 == 0, line
+
+
+def test_a_copied_machine_folder_gets_its_own_root_in_doctors_fixes(machine):
+    root = machine("ojai-fresh")
+    data = json.loads(CliRunner().invoke(app, ["doctor", "--root", str(root), "--json"]).stdout)
+    fix = next(f["fix"] for f in data["findings"] if f["id"] == "ttm.active")
+    assert f"`ojai setup --root {root} --apply`" in fix and "cp -r" not in fix
+
+
+def test_apply_verify_and_tune_name_the_machine_in_the_commands_they_give(machine):
+    from ojai_setup.commands.verify import next_steps
+
+    root = machine("ojai-applied")
+    record_state(Root(root), "routes", {
+        "gemma-3-270m-ngram": {"port": 8080, "script": "/opt/ojai/routes/gemma-3-270m-ngram.sh",
+                               "model": "gemma-3-270m", "spec_type": "ngram-simple"}})
+    steps = next_steps(Root(root))
+    assert steps and all(f"ojai verify --root {root} --route" in s for s in steps), steps
+
+    run = CliRunner().invoke
+    empty = machine("ojai-fresh")
+    verify = run(app, ["verify", "--root", str(empty)], env={"COLUMNS": "300"})
+    assert f"`ojai setup --root {empty} --model NAME --apply` writes them" in verify.stderr
+    tune = run(app, ["tune", "nosuch", "--root", str(empty)], env={"COLUMNS": "300"})
+    assert tune.exit_code == 1
+    assert f"`ojai setup --root {empty} --model NAME --apply`" in tune.stderr
+    assert "--mtp-url" not in tune.stderr  # tune has no such option
+    bench = run(app, ["bench", "--root", str(empty)], env={"COLUMNS": "300"})
+    assert "--mtp-url and --plain-url" in bench.stderr  # bench has
+
+
+def test_tune_with_an_unknown_route_suggests_the_closest(machine):
+    root = machine("ojai-applied")
+    record_state(Root(root), "routes", {
+        "gemma-3-270m-ngram": {"port": 8080, "model": "gemma-3-270m", "spec_type": "ngram-simple"},
+        "gemma-3-270m": {"port": 8081, "model": "gemma-3-270m"}})
+    result = CliRunner().invoke(app, ["tune", "gemma3-270m", "--root", str(root)],
+                                env={"COLUMNS": "300"})
+    assert result.exit_code == 1
+    assert ("no route or model named 'gemma3-270m'; did you mean gemma-3-270m or "
+            "gemma-3-270m-ngram?") in result.stderr
+    assert "--mtp-url" not in result.stderr
