@@ -275,6 +275,10 @@ class Route(_Model):
     #: a route that exists for ojai's own tests (a tiny model): `ojai models` lists it with --all
     for_tests: bool = False
     note: str = ""
+    #: launch settings (``-fa``, ``--load-mode``) when not ojai's defaults
+    #: (:mod:`ojai_setup.domain.launch_defaults`); ``ojai setup --flash-attn/--load-mode`` win
+    flash_attn: Literal["on", "off", "auto"] | None = None
+    load_mode: Literal["auto", "none", "mmap", "mlock", "mmap+mlock", "dio"] | None = None
 
     @model_validator(mode="after")
     def _consistent(self) -> "Route":
