@@ -294,3 +294,22 @@ def test_probe_tags_nothing_listening(tags_server):
     assert free != port
     probe = probe_tags(port=free, timeout=0.5)
     assert probe.ready is False and "not answering" in probe.detail
+
+
+def test_one_truth_for_the_npu_driver_in_setup_and_doctor():
+    """Setup's NPU step reads the same table as doctor (checks/tables/distributions.toml): a
+    7.0 or newer kernel carries the driver, so nothing installs amdxdna-dkms there; each
+    distribution installs the runtime with its own manager."""
+    status = parse_validate(_read("validate-no-device.json"), 1)
+    arch = missing_npu_stack(status, NpuStackFacts(distro_id="arch", kernel=(7, 1, 0),
+                                                   kernel_release="7.1.0-arch1-1"))
+    assert any("7.1.0-arch1-1 carries the amdxdna driver" in s for s in arch), arch
+    assert any("`sudo pacman -S xrt xrt-plugin-amdxdna`" in s for s in arch)
+    assert not any("dkms" in s or "ppa:" in s for s in arch)
+    ubuntu = missing_npu_stack(status, NpuStackFacts(distro_id="ubuntu", kernel=(7, 0, 0)))
+    assert any("sudo apt install libxrt-npu2`" in s for s in ubuntu), ubuntu
+    assert not any("amdxdna-dkms" in s for s in ubuntu)
+    older = missing_npu_stack(status, NpuStackFacts(distro_id="cachyos", distro_like=("arch",),
+                                                    kernel=(6, 19, 8)))
+    assert any(s.startswith("Boot a Linux 7.0 or newer kernel") for s in older)
+    assert not any("ppa:" in s for s in older)

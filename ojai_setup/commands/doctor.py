@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from ojai_setup import __version__
@@ -121,6 +122,21 @@ def run_doctor(term: Terminal, root_dir: Path, *, profile_name: str | None = Non
     return report.exit_code
 
 
+def _configured_on_boot_path(facts: Facts, pages: Callable[[int | None], str]) -> str:
+    """The limit the boot path's own file configures, named by that boot path (GRUB's
+    /etc/default/grub, Limine's settings, /etc/kernel/cmdline, ...), not by GRUB's alone."""
+    from ojai_setup.domain.boot_path import PATHS
+
+    t = facts.ttm
+    loader = facts.boot.loader if facts.boot else None
+    kind = loader.kind if loader else "grub"
+    if kind in ("grub", "grub-bls") or t.grub_pages is not None:
+        return f"GRUB {pages(t.grub_pages)}"
+    title = PATHS.get(kind, PATHS["unknown"]).title
+    where = f" in {t.config_file}" if t.config_file and t.config_pages is not None else ""
+    return f"{title} {pages(t.config_pages)}{where}"
+
+
 def _gib(n: int | None, why: str = "not reported") -> str:
     return f"unknown ({why})" if n is None else f"{n / GIB:.1f} GiB"
 
@@ -211,8 +227,8 @@ def fact_rows(facts: Facts) -> list[tuple[str, str]]:
         active = (f"active {pages(t.active_pages)} in module {t.live_module}" if t.live_module
                   else "active unknown (no pages_limit under /sys/module/ttm or amdttm: "
                   "neither module is loaded)")
-        rows.append(("TTM limit", f"{active}; GRUB {pages(t.grub_pages)}; kernel command line "
-                     f"{pages(t.cmdline_pages)}"
+        rows.append(("TTM limit", f"{active}; {_configured_on_boot_path(facts, pages)}; kernel "
+                     f"command line {pages(t.cmdline_pages)}"
                      + "".join(f"; {m.path}:{m.line} {pages(m.pages)}" for m in t.modprobe)))
     missing("ttm")
     for tool in facts.tools.values():

@@ -231,11 +231,13 @@ PATHS: dict[str, BootPath] = {
 
 
 def regenerate_hint(kind: str, family: str = "") -> str:
-    """The command a person runs to make the configured command line reach the next boot on
-    this boot path (``family``: os-release's ID and ID_LIKE, for GRUB's tool)."""
+    """The one command a person runs to make the configured command line reach the next boot on
+    this boot path (``family``: os-release's ID and ID_LIKE, for GRUB's tool): a command that
+    can be copied as it is, never a placeholder."""
     if kind == "grub-bls":
-        return "`sudo grub2-mkconfig -o /boot/grub2/grub.cfg --update-bls-cmdline` (or `sudo " \
-               "grubby --update-kernel=ALL --args=...`)"
+        # Fedora >= 38 / RHEL >= 9.3: grub2-mkconfig rewrites the BLS entries' options from
+        # /etc/default/grub only when asked to
+        return "`sudo grub2-mkconfig -o /boot/grub2/grub.cfg --update-bls-cmdline`"
     if kind == "grub":
         if any(x in family for x in ("fedora", "rhel", "centos", "suse", "opensuse")):
             return "`sudo grub2-mkconfig -o /boot/grub2/grub.cfg`"

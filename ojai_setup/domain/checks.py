@@ -598,6 +598,17 @@ def _regenerate_hint(facts: Facts) -> str:
     return regenerate_hint(_loader_kind(facts), family)
 
 
+def _runs_here(facts: Facts) -> str:
+    """What makes an edit reach the next boot on this machine's boot path, as it runs here: the
+    one GRUB tool of its distribution, else the boot path's own."""
+    from ojai_setup.domain.boot_path import PATHS
+
+    kind = _loader_kind(facts)
+    if kind in ("grub", "grub-bls"):
+        return _regenerate_hint(facts).strip("`")
+    return PATHS.get(kind, PATHS["unknown"]).runs
+
+
 @kind("ttm_active")
 def _ttm_active(facts: Facts, profile: Profile, params: dict) -> Outcome:
     """Three states, checked in the order the boot uses them: configured (the deciding file of
@@ -631,7 +642,7 @@ def _ttm_active(facts: Facts, profile: Profile, params: dict) -> Outcome:
                    "the limit to your boot loader's command line yourself; then reboot.")
         else:
             fix = (f"Run `ojai setup` to review the change ({path.title}: {path.edits}; then "
-                   f"{path.runs}), `ojai setup --apply`, then reboot.")
+                   f"{_runs_here(facts)}), `ojai setup --apply`, then reboot.")
         return Outcome(ok=False, evidence=f"GPU memory limit not configured; active "
                        f"{_fmt_pages(active)} (kernel default, about half of RAM); boot path: "
                        f"{path.title}", fix=fix)
@@ -700,7 +711,7 @@ def _ttm_active(facts: Facts, profile: Profile, params: dict) -> Outcome:
                        fix="Reboot to make the new limit active.")
     return Outcome(ok=False, evidence=ev + "; not applied by ojai: a reboot may be pending, or "
                    f"the boot configuration / the initramfs was not regenerated ({path.title})",
-                   fix=f"Run `ojai setup --apply` (it runs {path.runs}), then reboot.")
+                   fix=f"Run `ojai setup --apply` (it runs {_runs_here(facts)}), then reboot.")
 
 
 @kind("ttm_module_key")
@@ -746,7 +757,11 @@ def _cmdline_absent(facts: Facts, profile: Profile, params: dict) -> Outcome:
         return Outcome(ok=None, evidence="the NPU path is not part of this profile")
     fix = None
     kind = _loader_kind(facts)
-    if bad and kind not in ("grub", "grub-bls"):  # the check's own fix speaks of GRUB
+    if bad and kind in ("grub", "grub-bls"):
+        fix = (f"Remove {params['token']} from GRUB_CMDLINE_LINUX_DEFAULT / GRUB_CMDLINE_LINUX in "
+               f"/etc/default/grub (or the drop-in in /etc/default/grub.d that sets it), run "
+               f"`{_runs_here(facts)}`, and reboot.")
+    elif bad:
         from ojai_setup.domain.boot_path import PATHS
 
         path = PATHS.get(kind, PATHS["unknown"])
@@ -778,16 +793,46 @@ def _no_amdgpu_dkms(facts: Facts, profile: Profile, params: dict) -> Outcome:
                    if facts.amdgpu_dkms else "in-tree amdgpu driver")
 
 
+def _npu_driver_fix(facts: Facts, *, then: str = "then reboot.") -> str:
+    """The NPU driver and runtime steps for this machine's kernel and distribution
+    (checks/tables/distributions.toml: the same data the NPU step of setup uses)."""
+    from ojai_setup.domain.distributions import family_of, npu_driver_steps
+
+    distro = facts.distro
+    fam = family_of(distro.id, distro.like) if distro else None
+    kernel = facts.kernel
+    installed = bool(facts.packages and facts.packages.get("amdxdna-dkms"))
+    steps = npu_driver_steps(kernel.version if kernel else None,
+                             kernel.release if kernel else None, fam, driver_installed=installed)
+    return " ".join(steps) + " " + then[0].upper() + then[1:]
+
+
 @kind("npu_device")
 def _npu_device(facts: Facts, profile: Profile, params: dict) -> Outcome:
+    from ojai_setup.domain.distributions import kernel_carries_npu_driver, load
+
     npu = _need(facts, "npu")
+    carries = kernel_carries_npu_driver(facts.kernel.version if facts.kernel else None)
     if not npu.accel_devices:
-        return Outcome(ok=False, evidence="no /dev/accel/accel* device")
+        if carries:
+            return Outcome(ok=False, evidence="no /dev/accel/accel* device, although the running "
+                           f"kernel {facts.kernel.release} carries the amdxdna driver",
+                           fix="No driver to install: the running kernel carries amdxdna. Check "
+                           "that the NPU (IPU) is enabled in the BIOS and that amd_iommu=off is "
+                           "not on the kernel command line; `sudo dmesg | grep amdxdna` says why "
+                           "it did not bind.")
+        return Outcome(ok=False, evidence="no /dev/accel/accel* device",
+                       fix=_npu_driver_fix(facts))
     ver = npu.amdxdna_version
     need = params.get("amdxdna_min", "0.6")
+    if ver is None and carries:
+        # an in-tree module has no /sys/module/amdxdna/version; 7.0's is FastFlowLM's driver
+        return Outcome(ok=True, evidence=f"{', '.join(npu.accel_devices)}; amdxdna in-tree in "
+                       f"kernel {facts.kernel.release} (Linux {load().npu_driver.in_tree_kernel} "
+                       "or newer: the driver FastFlowLM needs)")
     ok = ver is not None and version_tuple(ver) >= version_tuple(need)
     return Outcome(ok=ok, evidence=f"{', '.join(npu.accel_devices)}; amdxdna {ver or 'unknown'} "
-                   f"(needs >= {need})")
+                   f"(needs >= {need})", fix=None if ok else _npu_driver_fix(facts))
 
 
 def npu_route_wanted(facts: Facts) -> str | None:
@@ -815,11 +860,28 @@ def _npu_firmware(facts: Facts, profile: Profile, params: dict) -> Outcome:
     if flm_says is False:
         evidence += "; FastFlowLM reports it as incompatible: the NPU route cannot work"
     wanted = npu_route_wanted(facts)
+    fix = _npu_firmware_fix(facts, params)
     if wanted and profile.npu:
         return Outcome(ok=False, severity="fail", evidence=f"{evidence}; the NPU route is wanted: {wanted}",
-                       fix=params.get("fix_wanted"))
+                       fix=fix + " Without the NPU, leave its route out: `ojai setup --no-npu`.")
     return Outcome(ok=False, evidence=evidence + ("; FastFlowLM is not installed, so nothing uses "
-                                                  "the NPU yet" if not wanted else ""))
+                                                  "the NPU yet" if not wanted else ""), fix=fix)
+
+
+def _npu_firmware_fix(facts: Facts, params: dict) -> str:
+    """NPU firmware 1.1: a linux-firmware that has it, by this distribution's package manager,
+    and a driver that loads it (the running kernel's, where it carries one)."""
+    from ojai_setup.domain.distributions import family_of
+
+    distro = facts.distro
+    fam = family_of(distro.id, distro.like) if distro else None
+    update = (f"`{fam.install_command(['linux-firmware'])}`" if fam and fam.manager != "nix"
+              else "your distribution's linux-firmware" if fam is None
+              else "a newer nixpkgs (hardware.enableRedistributableFirmware)")
+    note = params.get("firmware_note", "")
+    return (f"FastFlowLM needs NPU firmware {params['min']} or newer (amdnpu/17f0_*/npu_7.sbin, "
+            f"1.1.2.64): update linux-firmware ({update}){note}. "
+            + _npu_driver_fix(facts, then="reboot and run `flm validate` again."))
 
 
 @kind("npu_memlock")

@@ -59,48 +59,65 @@ class NpuStackFacts(_Model):
 
     cmdline: str = ""  # /proc/cmdline
     distro_id: str = ""  # os-release ID, "ubuntu"
+    distro_like: tuple[str, ...] = ()  # os-release ID_LIKE
     packages: frozenset[str] = frozenset()  # installed package names
     lemonade_installed: bool = False
-
-
-_APT_FAMILY = {"ubuntu", "debian", "pop", "linuxmint", "neon", "zorin"}
+    kernel: tuple[int, ...] | None = None  # the running kernel's version
+    kernel_release: str | None = None
 
 
 def missing_npu_stack(status: FlmStatus | None, facts: NpuStackFacts) -> list[str]:
     """What to do, in order, to get FastFlowLM serving on the NPU (empty: nothing).
 
-    ``status`` is ``None`` when ``flm`` is not installed. The Ubuntu recipe (Lemonade PPA,
-    ``libxrt-npu2`` and ``amdxdna-dkms``, reboot, then the ``fastflowlm`` deb) is the one in
-    ROCm/FastFlowLM ``docs/docs/install_lin.md``.
+    ``status`` is ``None`` when ``flm`` is not installed. The driver and runtime come from
+    ``checks/tables/distributions.toml`` (FastFlowLM's Linux guide, ROCm/FastFlowLM
+    ``docs/docs/install_lin.md``: kernel 7.0 or newer with its in-tree amdxdna, or
+    amdxdna-dkms; the runtime as the distribution packages it), the same data doctor's checks
+    use.
     """
+    from ojai_setup.domain.distributions import (
+        family_of,
+        kernel_carries_npu_driver,
+        load,
+        npu_driver_steps,
+    )
+
     steps: list[str] = []
     if "amd_iommu=off" in facts.cmdline.split():
         steps.append("Remove amd_iommu=off from the kernel command line: it hides the NPU. "
                      "Then reboot.")
-    apt = facts.distro_id in _APT_FAMILY
-    driver_packages = [p for p in ("libxrt-npu2", "amdxdna-dkms") if p not in facts.packages]
+    fam = family_of(facts.distro_id, facts.distro_like)
+    apt = fam is not None and fam.manager == "apt"
+    driver = load().npu_driver
+    carries = kernel_carries_npu_driver(facts.kernel)
+    dkms = fam is not None and fam.dkms and not carries
+    wanted = [*(fam.npu_packages if fam else ()), *([driver.dkms_package] if dkms else [])]
     driver_broken = status is None or any(
         req.ok is False for req in (status.accel_device, status.amdxdna))
 
     if status is not None and status.kernel.ok is False:
-        steps.append(f"Boot a kernel 6.17 or newer (running {status.kernel.observed or 'an older one'}); "
-                     "FastFlowLM refuses older kernels.")
-    if driver_broken:
-        if apt and driver_packages:
-            steps.append("Install the NPU driver and runtime from the Lemonade PPA: "
-                         "sudo add-apt-repository ppa:lemonade-team/stable && sudo apt update && "
-                         f"sudo apt install {' '.join(driver_packages)}")
-            steps.append("Reboot so that the amdxdna driver loads.")
-        elif not apt and status is not None:
-            steps.append("Install the amdxdna driver (in-tree from Linux 7.0, or amdxdna-dkms) and "
-                         "XRT with its AMD XDNA plugin (Arch: xrt xrt-plugin-amdxdna), then reboot.")
-        elif status is not None:
+        steps.append(f"Boot a kernel {driver.flm_kernel_min} or newer (running "
+                     f"{status.kernel.observed or 'an older one'}); FastFlowLM refuses older "
+                     f"kernels, and {driver.in_tree_kernel} or newer carries the amdxdna driver "
+                     "it needs.")
+    elif driver_broken:
+        if status is not None and dkms and all(p in facts.packages for p in wanted):
             steps.append("The NPU driver packages are installed but no usable NPU was found: "
                          "reboot so that amdxdna-dkms builds and loads for the running kernel.")
+        else:
+            todo = npu_driver_steps(facts.kernel, facts.kernel_release, fam,
+                                    driver_installed=driver.dkms_package in facts.packages,
+                                    installed=facts.packages)
+            steps.extend(todo)
+            if not carries or any(s.startswith("Install") for s in todo):
+                steps.append("Reboot so that the amdxdna driver loads.")
     if status is not None:
         if status.firmware.ok is False:
             steps.append(f"Update the NPU firmware to 1.1 or newer (seen {status.firmware.observed}): "
-                         "a newer linux-firmware package, or the firmware shipped with amdxdna-dkms.")
+                         "a newer linux-firmware package"
+                         + (f" ({fam.install_command(['linux-firmware'])})"
+                            if fam and fam.manager != "nix" else "")
+                         + (", or the firmware shipped with amdxdna-dkms" if dkms else "") + ".")
         if status.columns.ok is False:
             steps.append(f"This NPU has {status.columns.observed} columns; FastFlowLM needs "
                          f"{MIN_COLUMNS} (an XDNA 2 NPU). No software change fixes this.")

@@ -80,15 +80,22 @@ class NpuStep:
         if not settings.npu:
             return StepResult.satisfied(self.name, "the NPU path is not asked for (--no-npu)")
         status = FlmStatus.model_validate(facts.npu.flm) if facts.npu and facts.npu.flm else None
+        if not ctx.profile.npu and status is None and not (facts.npu and facts.npu.accel_devices):
+            return StepResult.satisfied(self.name, f"no NPU on this machine ({ctx.profile.name}): "
+                                        "no NPU route to set up")
         if status is None or not status.ready:
             todo = missing_npu_stack(status, NpuStackFacts(
                 cmdline=" ".join(facts.cmdline or []),
                 distro_id=facts.distro.id if facts.distro else "",
+                distro_like=tuple(facts.distro.like) if facts.distro else (),
+                packages=frozenset(facts.packages or {}),
+                kernel=facts.kernel.version if facts.kernel else None,
+                kernel_release=facts.kernel.release if facts.kernel else None,
                 lemonade_installed=ctx.lemonade is not None))
             what = "FastFlowLM is not installed" if status is None else \
                 "the NPU is not ready (" + ", ".join(status.failed()) + ")"
             return StepResult.satisfied(self.name, f"NPU path not set up: {what}. To get it: "
-                                        + "; ".join(todo))
+                                        + "; ".join(t.rstrip(".") for t in todo) + ".")
         total = facts.memory.total_bytes if facts.memory else 0
         budget = total - ctx.budget_gib * GIB - 4 * GIB
         try:
