@@ -365,6 +365,15 @@ def setup(
     port: Annotated[int, typer.Option(
         "--port", metavar="PORT", rich_help_panel=ROUTES,
         help="The llama-server route's port.")] = 8080,
+    flash_attn: Annotated[Optional[str], typer.Option(
+        "--flash-attn", metavar="on|off|auto", rich_help_panel=ROUTES,
+        help="The routes' flash attention (default: the catalog route's, else on where the "
+        "binary has the option).")] = None,
+    load_mode: Annotated[Optional[str], typer.Option(
+        "--load-mode", metavar="MODE", rich_help_panel=ROUTES,
+        help="How the routes load weights: none (read into memory), mmap, mlock, mmap+mlock, "
+        "auto or dio, spelt as the binary's help has it (--load-mode, or --no-mmap/--mlock); "
+        "default: the catalog route's, else none on GPU routes.")] = None,
     systemd: Annotated[bool, typer.Option(
         "--systemd", rich_help_panel=ROUTES, help="Also write systemd units.")] = False,
     api_key_file: Annotated[Optional[Path], typer.Option(
@@ -432,6 +441,7 @@ def setup(
                       host=host, port=port, systemd=systemd,
                       npu=npu, user_catalog=catalog, lemonade_downloads=lemonade_downloads,
                       lemonade=_value(lemonade), lemonade_tag=lemonade_tag, power=_value(power),
+                      flash_attn=flash_attn, load_mode=load_mode,
                       api_key_file=str(api_key_file.absolute()) if api_key_file else None)
         if llamacpp_src:
             fields["llamacpp_src"] = llamacpp_src
@@ -487,16 +497,20 @@ def verify(
     route: Annotated[Optional[str], typer.Option("--route", help="Check only this route.")] = None,
     timeout: Annotated[float, typer.Option("--timeout", help="Seconds to wait for each route's health.")] = 10.0,
     n_predict: Annotated[int, typer.Option("--tokens", min=1, help="Tokens to generate in the test completion.")] = 64,
+    gate: Annotated[bool, typer.Option("--gate/--no-gate", help="Compare each llama-server route's next-token distributions with its own build's CPU backend on the same file (started on a free port of 127.0.0.1 and stopped after).")] = True,
+    gate_stride: Annotated[int, typer.Option("--gate-stride", min=1, help="Read every Nth position of the gate's text (1: every one; larger: faster, fewer positions).")] = 4,
 ) -> None:
     """Check each route ojai wrote: health, one short completion, and from its timings the
     draft acceptance, tokens/s and the speedup the standard model predicts (a prediction, not a
-    measurement). Exit code 1 when a route does not answer."""
+    measurement); then the correctness gate: top-1 agreement and mean KL divergence of the
+    route's next-token distributions against its own build's CPU backend on the same GGUF.
+    Exit code 1 when a route does not answer or does not compute what the CPU computes."""
     from ojai_setup.commands.terminal import Terminal
     from ojai_setup.commands.verify import run_verify
 
     term = Terminal(json_mode=json_out)
     _run(term, root, lambda: run_verify(term, root, only=route, timeout=timeout,
-                                        n_predict=n_predict))
+                                        n_predict=n_predict, gate=gate, gate_stride=gate_stride))
 
 
 @app.command()

@@ -68,7 +68,6 @@ def test_gemma3_270m_routes_draft_without_mtp_heads():
     ('spec_type = "draft-simple"', "draft-simple needs a draft file"),
     ('spec_type = "ngram-mod"|[routes.x.ngram]\nsize_n = 3', "size_n is read by none of ngram-mod"),
     ('spec_type = "ngram-simple"\ndraft_gpu_layers = 99', "are for a separate draft model"),
-    ('', "the route does not draft"),
 ])
 def test_drafting_kinds_are_checked(tmp_path, extra, match):
     user = tmp_path / "catalog.toml"
@@ -90,6 +89,28 @@ full_head_dim = 64
 """)
     with pytest.raises(CatalogError, match=match):
         load_catalog(user)
+
+
+def test_a_plain_route_is_offered_ngram_drafting(tmp_path):
+    user = tmp_path / "catalog.toml"
+    user.write_text("""
+[routes.x]
+title = "X"
+repo = "o/x-GGUF"
+main = [{ file = "x.gguf", size = 1000 }]
+lemonade_checkpoint = "o/x-GGUF:x.gguf"
+context_size = 1024
+max_context = 2048
+[routes.x.kv]
+full_layers = 1
+full_kv_heads = 1
+full_head_dim = 64
+""")
+    r = load_catalog(user).get("x")
+    assert r.plain and r.spec_types == ("ngram-mod",) and r.spec_type_value == "ngram-mod"
+    assert (r.pair_kind, r.drafted_suffix, r.drafting) == ("ngram", "ngram", "n-gram (ngram-mod)")
+    assert not r.model_drafted and r.files() == r.main and r.ngram_args() == []
+    assert not load_catalog(None).get("gemma-3-270m").plain  # it names ngram-simple
 
 
 def test_a_user_catalog_chains_mtp_with_ngram_drafting(tmp_path):

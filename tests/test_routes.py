@@ -155,3 +155,22 @@ def test_doctor_says_the_pairing_of_a_self_draft_and_of_ngram_drafting(machine):
     assert finding["severity"] == "pass", finding
     assert "tiny (n-gram drafting): pairing not applicable" in finding["evidence"]
     assert "self (drafts for itself) matched" in finding["evidence"]
+
+
+def test_a_plain_catalog_model_gets_ngram_mod_and_a_plain_route(machine, tmp_path):
+    root = machine("ojai-fresh")
+    give_llama_server(root, "gfx1150")
+    catalog = tmp_path / "catalog.toml"
+    plain = CATALOG.replace('draft = { file = "mtp-main.gguf", size = 100 }\nmtp = "sidecar"\n', "")
+    catalog.write_text(plain.replace('lemonade_draft_checkpoint = "ojai-test/tiny-GGUF:mtp-main.gguf"\n', ""))
+    step = _routes_step(root, "tiny", "--catalog", str(catalog))
+    assert step["status"] == "change", step
+    assert "write launch scripts for tiny-ngram (n-gram (ngram-mod), 1 slot" in step["sentence"]
+    assert "n-gram knobs: the binary's defaults" in step["sentence"]
+    scripts = {a["path"]: _args(a["after"]) for a in step["actions"]}
+    assert set(scripts) == {"/opt/ojai/routes/tiny-ngram.sh", "/opt/ojai/routes/tiny.sh"}
+    assert "--spec-type ngram-mod" in scripts["/opt/ojai/routes/tiny-ngram.sh"]
+    assert "--spec-draft" not in scripts["/opt/ojai/routes/tiny-ngram.sh"]
+    assert scripts["/opt/ojai/routes/tiny.sh"].endswith("--spec-type none")
+    record = step["records"]["routes"]["tiny-ngram"]
+    assert (record["pairing"], record["draft"], record["spec_type"]) == ("ngram", None, "ngram-mod")

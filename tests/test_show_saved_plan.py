@@ -138,7 +138,7 @@ def test_settings_give_back_their_options_for_every_field(tmp_path, machine):
                      model="gemma-4-12b", models_dir=str(tmp_path / "models"),
                      user_catalog=str(catalog), host="0.0.0.0", port=9000, systemd=True,
                      npu=False, lemonade_downloads=True, lemonade="release", lemonade_tag="v11.7.0", power="performance",
-                     api_key_file=str(key))
+                     api_key_file=str(key), flash_attn="off", load_mode="mlock")
     assert sorted(f for f, _ in OPTIONS_OF_FIELDS) == sorted(Settings.model_fields)
     default = Settings()
     assert all(getattr(every, f) != getattr(default, f) for f in Settings.model_fields), \

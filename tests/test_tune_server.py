@@ -97,7 +97,8 @@ def test_a_backend_that_collapses_is_marked_unsafe_and_never_chosen(tmp_path, ll
     result = CliRunner().invoke(app, [
         "tune", MODEL, "--root", str(m.root), "--lengths", "1,2", "--binary", str(llama_server_bin),
         "--binary", str(fake), "--seeds", "1", "--tokens", "48", "--confirm-seeds", "1",
-        "--confirm-tokens", "48", "--long-tokens", "600", "--collapse-ratio", "0.3", "--raw", "--synthetic-acceptance", "0.8", "--json"])
+        "--confirm-tokens", "48", "--long-tokens", "600", "--collapse-ratio", "0.3", "--raw", "--synthetic-acceptance", "0.8",
+        "--no-gate", "--json"])  # the stand-in computes no distributions: the gate is the next test's
     assert result.stdout.startswith('{\n  "schema": "ojai.tune/1",'), result.stdout
     data = json.loads(result.stdout)
     real, vulkan = data["backends"]
@@ -115,3 +116,36 @@ def test_a_backend_that_collapses_is_marked_unsafe_and_never_chosen(tmp_path, ll
         # on a machine loaded enough that the real MTP arm also fell far behind the plain arm
         # in its long generation, neither backend may be chosen
         assert result.exit_code == 1 and data["chosen_binary"] is None and not tuned_file.exists()
+
+
+def _wrong_on_gpu(folder, real, wrong_model):
+    """A build that computes from other weights whenever it offloads (no ``--device none``), as
+    a GPU backend reading its buffers wrongly would; its CPU backend is the real one."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "llama-server"
+    path.write_text("#!/bin/bash\n"
+                    'prev=; for a in "$@"; do [ "$prev" = --device ] && [ "$a" = none ] && exec '
+                    f'{real} "$@"; prev=$a; done\n'
+                    f'exec {real} "$@" -m {wrong_model}\n')
+    path.chmod(0o755)
+    return path
+
+
+def test_a_backend_that_fails_the_gate_is_not_adopted(tmp_path, llama_server_bin):
+    from support.tiny_models import tiny_vocab, write_llama_model
+
+    m = write_bench_machine(tmp_path / "machine", llama_server_bin)
+    vocab = tiny_vocab()
+    other = write_llama_model(tmp_path / "other.gguf", 64, 2, seed=3, vocab=vocab,
+                              successor=vocab.draft_succ(miss_every=1))
+    wrong = _wrong_on_gpu(tmp_path / "gpu", llama_server_bin, other)
+    result = run_tune(Root(m.root), MODEL, _config(lengths=(1,), binaries=(str(wrong), str(llama_server_bin)),
+                                                   confirm_seeds=(7,), gate_stride=8))
+    bad, real = result.backends
+    assert bad.binary == str(wrong) and bad.safe is False and not bad.lengths  # never measured
+    assert bad.gate["figures"]["agreement"] < 0.5 and "Do not serve it" in bad.gate_failed
+    assert real.gate["passed"] and real.gate_failed is None and real.lengths
+    assert result.chosen_binary != str(wrong)
+    tuned = tomllib.loads((m.root / "etc/ojai/tuned.toml").read_text())["routes"][MODEL]
+    assert tuned["backends"][str(wrong)]["safe"] is False
+    assert "does not compute what the CPU computes" in tuned["backends"][str(wrong)]["reason"]

@@ -130,3 +130,20 @@ def test_verify_without_routes_says_how_to_get_them(tmp_path):
     result = CliRunner().invoke(app, ["verify", "--root", str(tmp_path)])
     assert result.exit_code == 1
     assert f"`ojai setup --root {tmp_path} --model NAME --apply`" in result.stderr
+
+
+
+def test_the_apply_names_verify_as_the_gate_of_each_llama_server_route(tmp_path):
+    """apply starts no server: its last lines say that `ojai verify` is where a llama-server
+    route's output is checked against the CPU before it serves; an NPU route keeps its check."""
+    from ojai_setup.commands.verify import next_steps
+
+    root = Root(tmp_path)
+    record_state(root, "routes", {"m": {"host": "127.0.0.1", "port": 8081,
+                                        "script": "/opt/ojai/routes/m.sh"}})
+    record_state(root, "npu", {"tag": "qwen3:4b", "port": 52625})
+    (npu,) = [line for line in next_steps(root) if line.startswith("start flm qwen3:4b:")]
+    (route,) = [line for line in next_steps(root) if line.startswith("start m:")]
+    assert "its output against its own build's CPU backend" in route
+    assert "correctness gate" in route and route.endswith(" --route m") and "ojai verify" in route
+    assert "CPU" not in npu and "; then check it: ojai " in npu

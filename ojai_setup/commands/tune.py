@@ -89,6 +89,10 @@ class TuneConfig:
     #: (draft heads only: the sweep keeps to the route's own kind)
     synthetic_acceptance: float | None = None
     write: bool = True
+    #: the correctness gate before a binary is measured: a binary whose output differs from
+    #: its own CPU backend's on the route's file is not adopted (``ojai_setup.commands.gate``)
+    gate: bool = True
+    gate_stride: int = 4
 
     def fingerprint(self, route: str, binary: str) -> str:
         b = self.bench
@@ -157,6 +161,10 @@ class BackendResult(BaseModel):
     confirmed: Summary | None = None
     confirmed_robust: Robust | None = None
     max_prediction_error: float | None = None  # max |predicted - measured| / measured
+    #: the correctness gate's run (``GateRun`` as a document); None: not run
+    gate: dict | None = None
+    #: why the binary is not adopted: its gate failed (the finding), or could not be run
+    gate_failed: str | None = None
 
     def best(self) -> LengthResult | None:
         return next((lr for lr in self.lengths if lr.g == self.best_g and lr.kind == self.best_kind), None)
@@ -500,6 +508,13 @@ def _tune_backend(pool: ServerPool, root: Root, arms, binary: str, config: TuneC
         plain_ep, pid = pool.start(script, url, f"{arms.plain.name}-plain")
         plain_info = describe_server("plain", plain_ep, argv=script.argv, started_by_bench=True, pid=pid)
 
+    if config.gate and backend.gate is None:
+        _gate_backend(pool, root, arms, binary, plain_ep, backend, config.gate_stride)
+        _save_progress(progress_path, result)
+    if backend.gate_failed:
+        backend.safe = False
+        return backend
+
     def server(kind: str, knobs: dict[str, int]):
         script = cell_script(_script_for(arms.mtp, binary), kind, knobs, config.synthetic_acceptance)
         script, url = _on_free_port(script)
@@ -611,6 +626,28 @@ def _tune_backend(pool: ServerPool, root: Root, arms, binary: str, config: TuneC
     return backend
 
 
+def _gate_backend(pool: ServerPool, root: Root, arms, binary: str, plain_ep: Endpoint,
+                  backend: BackendResult, stride: int) -> None:
+    """The gate before ``binary`` is measured: its plain server (running or started above)
+    against the same binary's CPU backend on the route's file."""
+    from ojai_setup.commands.gate import Backend, run_gate, scripts
+
+    try:
+        _, reference = scripts(_script_for(arms.plain, binary))
+    except BenchError as exc:
+        backend.gate_failed = f"the correctness gate could not start: {exc}"
+        return
+    run = run_gate(pool, arms.plain.name, Backend(url=plain_ep.url, api_key=plain_ep.api_key),
+                   reference, stride=stride, root=root)
+    backend.gate = run.model_dump(mode="json")
+    if run.figures is None:
+        backend.gate_failed = f"the correctness gate could not be run: {run.error}"
+    elif not run.figures.passed:
+        backend.gate_failed = run.finding
+    else:
+        backend.gate["passed"] = True
+
+
 def _choose_and_write(root: Root, arms, config: TuneConfig, result: TuneResult, progress_path: Path) -> None:
     """The choice: the safe backend's best setting when its confirmed median's interval lies
     above ``1 + threshold``; else, once the sweep finished, no drafting (a loss, or a gain
@@ -626,7 +663,7 @@ def _choose_and_write(root: Root, arms, config: TuneConfig, result: TuneResult, 
                and b.confirmed_robust.ci_low is not None and b.confirmed_robust.ci_low > bar]
     date = result.finished or result.started
     results = root.machine_path(progress_path) if root.path != Path("/") else str(progress_path)
-    backends = {b.binary: BackendTuning(safe=bool(b.safe), reason=b.long_collapse or "",
+    backends = {b.binary: BackendTuning(safe=bool(b.safe), reason=b.gate_failed or b.long_collapse or "",
                                         draft_n_max=b.best_g if kinds.has_head(b.best_kind or b.own_kind) else None,
                                         speedup=b.confirmed_robust.median if b.confirmed_robust else None)
                 for b in result.backends if b.safe is not None}
@@ -714,6 +751,13 @@ class TuneReport:
                 err = f"; predictions within {b.max_prediction_error:.0%} of measured" if b.max_prediction_error is not None else ""
                 term.print(f"fit (draft heads, geometric acceptance): a = {b.acceptance:.3f}, c = "
                            f"{b.draft_cost:.3f}, a pass's fitted base cost {b.pass_base:.2f} plain tokens{err}")
+            g = (b.gate or {}).get("figures")
+            if g:
+                term.print(f"gate against its CPU backend: top-1 agreement {g['agreement'] * 100:.1f} %, "
+                           f"mean KL {g['mean_kl']:.4f} nats over {g['positions']} positions: "
+                           + ("pass" if not b.gate_failed else "[bold red]FAIL[/]"))
+            if b.gate_failed:
+                term.print(f"[bold red]not adopted:[/] {b.gate_failed}")
             for note in b.notes:
                 term.print(note)
             if b.stopped_early:

@@ -23,6 +23,7 @@ from ojai_setup.commands.terminal import Terminal
 from ojai_setup.core.commandline import ojai_command
 from ojai_setup.core.paths import API_KEY_VARIABLE, FLM_PORT, ROUTES_DIR, UNITS_DIR
 from ojai_setup.core.root import Root
+from ojai_setup.domain.gate import MAX_MEAN_KL, MIN_AGREEMENT
 
 PROMPT = "Write a short story about a lighthouse keeper who finds a message in a bottle."
 #: assumed cost of one draft-head pass relative to a main-model pass (an MTP head is one layer)
@@ -51,6 +52,17 @@ class RouteCheck(BaseModel):
     steps: int | None = None  # verification steps (``/metrics``' num_drafts)
     #: why no speedup is predicted for a drafted route
     no_prediction: str | None = None
+    #: the correctness gate against the same build's CPU backend
+    #: (:class:`ojai_setup.commands.gate.GateRun` as a document); None when it did not run
+    gate: dict | None = None
+    #: why the gate did not run (no launch script, ``--no-gate``, ...)
+    gate_note: str | None = None
+
+    @property
+    def gate_failed(self) -> bool:
+        """The gate ran and the route does not compute what the CPU computes (or could not
+        be read)."""
+        return self.gate is not None and not (self.gate.get("figures") or {}).get("passed", False)
 
 
 def expected_tokens(a: float, g: int) -> float:
@@ -340,7 +352,11 @@ def next_steps(root: Root) -> list[str]:
     """For every route ojai wrote: how to start it and how to check it."""
     lines = []
     for name, record in sorted(routes_of(root).items()):
-        lines.append(f"start {name}: {how_to_start(root, name, record)}; then check it: "
+        gated = "flm_tag" not in record and "lemonade" not in record and record.get("server") != "sglang"
+        check = ("then check it before serving it (health, and its output against its own "
+                 "build's CPU backend: apply starts no server, so this is the correctness gate): "
+                 if gated else "then check it: ")
+        lines.append(f"start {name}: {how_to_start(root, name, record)}; {check}"
                      f"{ojai_command(root.path, 'verify', '--route', name)}")
     return lines
 
@@ -356,6 +372,7 @@ class VerifyReport:
 
     def to_json(self) -> dict:
         return {"draft_cost_assumed": DRAFT_COST,
+                "gate_thresholds": {"min_agreement": MIN_AGREEMENT, "max_mean_kl": MAX_MEAN_KL},
                 "routes": [r.model_dump(mode="json") for r in self.results]}
 
     def render(self, term: Terminal) -> None:
@@ -369,6 +386,8 @@ class VerifyReport:
                 continue
             if r.predicted_n is None:
                 term.print(f"{term.styled('pass')} {r.route} ({r.url}): ready")
+                for gate_line in self._gate_lines(term, r):
+                    term.print(gate_line)
                 continue
             line = f"{term.styled('pass')} {r.route} ({r.url}): {r.predicted_n} tokens at " \
                    f"{r.tokens_per_second or 0:.1f} tokens/s"
@@ -387,14 +406,69 @@ class VerifyReport:
             if r.no_prediction and r.draft_n is not None:
                 line += f"; no speedup predicted: {r.no_prediction}"
             term.print(line)
+            for gate_line in self._gate_lines(term, r):
+                term.print(gate_line)
             if r.acceptance_estimate is not None and r.acceptance_estimate < LOW_ACCEPTANCE:
                 term.print(f"{'':>5}{term.styled('warn')} per-token acceptance "
                            f"{r.acceptance_estimate:.2f} is below {LOW_ACCEPTANCE}: the draft "
                            "head may not match the model (check the pair with `ojai doctor`)")
 
 
+    @staticmethod
+    def _gate_lines(term: Terminal, r: RouteCheck) -> list[str]:
+        """The lines that show a route's correctness gate (printed by :meth:`render`)."""
+        g = r.gate
+        if g is None:
+            return [f"{'':>5}gate: not run: {r.gate_note}"] if r.gate_note else []
+        fig = g.get("figures")
+        if fig is None:
+            return [f"{'':>5}{term.styled('fail')} gate: the comparison with the CPU could not "
+                    f"be made: {g.get('error')}"]
+        verdict = "pass" if fig["passed"] else "fail"
+        lines = [f"{'':>5}{term.styled(verdict)} gate against the same build's CPU backend: "
+                 f"top-1 agreement {fig['agreement'] * 100:.1f} % (needs "
+                 f"{fig['min_agreement'] * 100:.0f} %), mean KL {fig['mean_kl']:.4f} nats (at "
+                 f"most {fig['max_mean_kl']}) over {fig['positions']} positions; "
+                 f"{g.get('test_seconds') or 0:.1f} s the route, "
+                 f"{g.get('reference_seconds') or 0:.1f} s the CPU"]
+        if g.get("finding"):
+            lines.append(f"{'':>5}{g['finding']}")
+        return lines
+
+
+def gate_route(root: Root, name: str, record: dict, check: RouteCheck, *, api_key: str | None,
+               stride: int, cache: dict, ready_timeout: float) -> None:
+    """Run the correctness gate on a route that answered: the route as it serves against its
+    own binary's CPU backend on the same file, started from the route's launch script."""
+    import tempfile
+
+    from ojai_setup.commands.bench.servers import BenchError, LaunchScript
+    from ojai_setup.commands.gate import gate_script
+
+    path = record.get("script")
+    if not path:
+        check.gate_note = "the route has no launch script to start its CPU reference from"
+        return
+    try:
+        text = root.resolve(path).read_text(encoding="utf-8")
+        script = LaunchScript.parse(text, path)
+    except (OSError, BenchError) as exc:
+        check.gate_note = f"cannot read {path}: {exc}"
+        return
+    binary = script.argv[0] if script.argv else ""
+    if not Path(binary).is_file():
+        check.gate_note = f"{binary} is not on this machine (a captured machine): nothing to run"
+        return
+    with tempfile.TemporaryDirectory(prefix="ojai-gate-") as tmp:
+        run = gate_script(script, name, Path(tmp), stride=stride, root=root, url=check.url,
+                          api_key=api_key, cache=cache, ready_timeout=ready_timeout)
+    check.gate = run.model_dump(mode="json")
+    check.gate["figures"] = (dict(run.figures.model_dump(mode="json"), passed=run.figures.passed)
+                             if run.figures else None)
+
+
 def run_verify(term: Terminal, root_dir: Path, *, only: str | None, timeout: float,
-               n_predict: int) -> int:
+               n_predict: int, gate: bool = True, gate_stride: int = 4) -> int:
     root = Root(root_dir)
     routes = routes_of(root)
     if only:
@@ -405,6 +479,7 @@ def run_verify(term: Terminal, root_dir: Path, *, only: str | None, timeout: flo
                    + f": `{setup}` writes them")
         return 1
     results = []
+    reference_cache: dict = {}  # one CPU reading per model and build (routes share it)
     for name, r in sorted(routes.items()):
         if "flm_tag" in r:
             results.append(check_npu_route(r["flm_tag"], r["port"], timeout))
@@ -423,8 +498,15 @@ def run_verify(term: Terminal, root_dir: Path, *, only: str | None, timeout: flo
                                               r.get("draft_n_max"), timeout=timeout,
                                               n_predict=n_predict, api_key=key))
         else:
-            results.append(check_route(name, r.get("host", "127.0.0.1"), r["port"],
-                                       r.get("draft_n_max"), timeout=timeout, n_predict=n_predict,
-                                       api_key=key, spec_type=r.get("spec_type")))
+            check = check_route(name, r.get("host", "127.0.0.1"), r["port"],
+                                r.get("draft_n_max"), timeout=timeout, n_predict=n_predict,
+                                api_key=key, spec_type=r.get("spec_type"))
+            if check.healthy and not check.error:
+                if gate:
+                    gate_route(root, name, r, check, api_key=key, stride=gate_stride,
+                               cache=reference_cache, ready_timeout=max(timeout, 120))
+                else:
+                    check.gate_note = "--no-gate"
+            results.append(check)
     term.show(VerifyReport(results, root, routes))
-    return 0 if all(r.healthy and not r.error for r in results) else 1
+    return 0 if all(r.healthy and not r.error and not r.gate_failed for r in results) else 1

@@ -13,6 +13,10 @@ the kinds upstream llama.cpp offers:
   file, tuned by the ``[routes.X.ngram]`` knobs;
 - chained types, ``spec_type = "draft-mtp,ngram-mod"``, where the binary takes a list.
 
+A route that names none of these is plain: the model has no draft. ojai then offers n-gram
+drafting of kind :data:`OFFERED_NGRAM` for its drafted route (the binary's own knobs), beside
+the plain route every model gets; ``ojai bench`` and ``ojai tune`` decide whether it pays.
+
 A draft head only pays when it was trained against that very main model, so every route names
 exact files from one repository (a separate draft model may come from ``draft_repo``).
 
@@ -199,6 +203,11 @@ SPEC_TYPES = ("draft-simple", "draft-eagle3", "draft-mtp", "draft-dflash", "draf
               "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache")
 
 
+#: the n-gram kind offered to a plain route (no MTP heads, no draft file, no ``spec_type``):
+#: ``ngram-mod`` is the kind upstream makes its default (llama.cpp PR #28391)
+OFFERED_NGRAM = "ngram-mod"
+
+
 #: the knobs each n-gram type reads, as upstream build 11434's help names them after
 #: ``--spec-<type>-`` (``--spec-ngram-simple-size-n``); ngram-cache reads none of them
 NGRAM_TYPE_KNOBS: dict[str, tuple[str, ...]] = {
@@ -266,6 +275,10 @@ class Route(_Model):
     #: a route that exists for ojai's own tests (a tiny model): `ojai models` lists it with --all
     for_tests: bool = False
     note: str = ""
+    #: launch settings (``-fa``, ``--load-mode``) when not ojai's defaults
+    #: (:mod:`ojai_setup.domain.launch_defaults`); ``ojai setup --flash-attn/--load-mode`` win
+    flash_attn: Literal["on", "off", "auto"] | None = None
+    load_mode: Literal["auto", "none", "mmap", "mlock", "mmap+mlock", "dio"] | None = None
 
     @model_validator(mode="after")
     def _consistent(self) -> "Route":
@@ -274,8 +287,6 @@ class Route(_Model):
         if self.mtp == "in_file" and self.draft is not None:
             raise ValueError("mtp = 'in_file' takes no draft file: the heads are inside the main file")
         types = self.spec_types
-        if not types:
-            raise ValueError("the route does not draft: give mtp, a draft file, or spec_type")
         unknown = [t for t in types if t not in SPEC_TYPES]
         if unknown:
             raise ValueError(f"spec_type: unknown type {unknown[0]!r} (known: {', '.join(SPEC_TYPES)})")
@@ -316,9 +327,18 @@ class Route(_Model):
 
     @property
     def spec_types(self) -> tuple[str, ...]:
-        """The drafted route's speculative types (:attr:`spec_type` or its default)."""
-        value = self.spec_type or ("draft-mtp" if self.mtp else "draft-simple" if self.draft else "")
+        """The drafted route's speculative types (:attr:`spec_type` or its default: MTP heads
+        draft with ``draft-mtp``, a draft file with ``draft-simple``, and a plain route is
+        offered :data:`OFFERED_NGRAM`)."""
+        value = self.spec_type or ("draft-mtp" if self.mtp else "draft-simple" if self.draft
+                                   else OFFERED_NGRAM)
         return tuple(t.strip() for t in value.split(",") if t.strip())
+
+    @property
+    def plain(self) -> bool:
+        """The catalog names no drafting for this model (no MTP heads, no draft file, no
+        ``spec_type``): its drafted route is the n-gram kind ojai offers."""
+        return self.mtp is None and self.draft is None and not self.spec_type
 
     @property
     def spec_type_value(self) -> str:

@@ -79,3 +79,128 @@ def refusal(status: int, token_sent: bool) -> str:
     return ("a gated or private repository, and the account of HF_TOKEN has no access to it: "
             "accept its terms (or ask for access) on the Hub with that account, or set "
             "HF_TOKEN to a token of one that has")
+
+
+# -- a model's files and its GGUF header, before anything is downloaded -------------------------
+
+#: bytes asked for first when reading a GGUF header; then as many as the header says it needs
+#: (doubling while it cannot tell), up to :data:`HEADER_LIMIT`
+HEADER_FIRST = 2 << 20
+HEADER_LIMIT = 256 << 20
+HEADER_TIMEOUT = 60.0
+
+
+def _endpoint() -> str:
+    return (os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT).rstrip("/")
+
+
+def _offline(where: str) -> None:
+    if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"):
+        raise RemoteError(f"{where}: the Hub must be asked about it, but HF_HUB_OFFLINE is set")
+
+
+def _hub_refusal(where: str, what: str, exc: Exception) -> RemoteError:
+    response = getattr(exc, "response", None)
+    status = getattr(response, "status_code", None)
+    if status in (401, 403):
+        return RemoteError(f"{_endpoint()} refuses {what} of {where} (HTTP {status}): "
+                           f"{refusal(status, _authorization() is not None)}")
+    if status == 404:
+        return RemoteError(f"{_endpoint()} has no {where} (HTTP 404): check the repository's "
+                           "name and revision")
+    return RemoteError(f"{_endpoint()} answered {what} of {where} with "
+                       f"{' '.join(str(exc).split()) or type(exc).__name__}")
+
+
+def hub_listing(repo_id: str, revision: str | None = None):
+    """``(commit, files)``: the commit ``revision`` (default ``main``) resolves to, and every file
+    of ``repo_id`` there with its size and LFS sha256
+    (:class:`~ojai_setup.domain.own_model.HubFile`), from one ``GET /api/models/{repo}
+    /revision/{revision}?blobs=true`` (huggingface_hub's ``model_info(files_metadata=True)``)."""
+    from huggingface_hub import HfApi
+    from huggingface_hub.utils import HfHubHTTPError
+
+    from ojai_setup.domain.own_model import HubFile
+
+    where = f"{repo_id}@{revision or 'main'}"
+    _offline(where)
+    try:
+        info = HfApi(endpoint=_endpoint()).model_info(repo_id, revision=revision,
+                                                      files_metadata=True, timeout=TIMEOUT)
+    except HfHubHTTPError as exc:
+        raise _hub_refusal(where, "the file listing", exc) from None
+    except Exception as exc:  # httpx's transport errors: unreachable, refused, timed out
+        raise RemoteError(f"cannot reach {_endpoint()} for {where} "
+                          f"({' '.join(str(exc).split()) or type(exc).__name__})") from None
+    if not info.sha:
+        raise RemoteError(f"{_endpoint()} gave no commit for {where}")
+    files = [HubFile(path=s.rfilename, size=int(s.size or (s.lfs.size if s.lfs else 0)),
+                     sha256=s.lfs.sha256 if s.lfs else None) for s in info.siblings or ()]
+    return info.sha, files
+
+
+def read_gguf_header(repo_id: str, filename: str, commit: str, size: int):
+    """The GGUF metadata (:class:`~ojai_setup.formats.gguf.ModelInfo`) of ``filename`` in
+    ``repo_id`` at ``commit`` (``size`` bytes), read with HTTP range requests of its first bytes
+    only: the hub's ``resolve`` URL (its ``HEAD`` through huggingface_hub, with the token)
+    names the file's location, usually a CDN of another origin, which is asked for ``Range:
+    bytes=0-N`` without the token, and for the following bytes while the header goes on.
+    Raises :class:`~ojai_setup.formats.gguf.GGUFError` for a file that is not GGUF and
+    :class:`RemoteError` when the hub or its CDN will not answer."""
+    from huggingface_hub import get_hf_file_metadata, hf_hub_url
+    from huggingface_hub.utils import HfHubHTTPError, build_hf_headers
+
+    from ojai_setup.formats.gguf import GGUFError, HeaderIncomplete, parse_header
+
+    where = f"{repo_id}@{commit[:12]}:{filename}"
+    _offline(where)
+    url = hf_hub_url(repo_id, filename, revision=commit, endpoint=_endpoint())
+    try:
+        meta = get_hf_file_metadata(url, timeout=TIMEOUT, endpoint=_endpoint())
+    except HfHubHTTPError as exc:
+        raise _hub_refusal(where, "the file", exc) from None
+    except Exception as exc:
+        raise RemoteError(f"cannot reach {_endpoint()} for {where} "
+                          f"({' '.join(str(exc).split()) or type(exc).__name__})") from None
+    location = meta.location or url
+    headers = {k: v for k, v in build_hf_headers().items() if k.lower() != "accept-encoding"}
+    headers["Accept-Encoding"] = "identity"
+    if urllib.parse.urlsplit(location)[:2] != urllib.parse.urlsplit(url)[:2]:
+        headers.pop("authorization", None)  # a signed CDN URL: the token stays on the hub
+    data = bytearray()
+    want = min(HEADER_FIRST, size)
+    while True:
+        data += _range(location, headers, len(data), want - 1, size, where)
+        try:
+            return parse_header(bytes(data), size, f"{repo_id}:{filename}")
+        except HeaderIncomplete as more:
+            if len(data) >= size:
+                raise GGUFError(f"{repo_id}:{filename}: not a readable GGUF file (its header "
+                                "runs past the end of the file)") from None
+            if len(data) >= HEADER_LIMIT:
+                raise GGUFError(f"{repo_id}:{filename}: its GGUF header runs past "
+                                f"{HEADER_LIMIT >> 20} MiB, more than any model's; not read "
+                                "further") from None
+            want = min(size, HEADER_LIMIT, max(more.need, 2 * len(data)))
+
+
+def _range(location: str, headers: dict[str, str], start: int, end: int, size: int,
+           where: str) -> bytes:
+    """Bytes ``start``..``end`` (inclusive) of the file at ``location``, by a range request."""
+    request = urllib.request.Request(location, headers={**headers, "Range": f"bytes={start}-{end}"})
+    host = urllib.parse.urlsplit(location).netloc
+    try:
+        with urllib.request.urlopen(request, timeout=HEADER_TIMEOUT) as response:
+            if response.status != 206:
+                raise RemoteError(f"{host} ignored the range request for {where} (HTTP "
+                                  f"{response.status} instead of 206): its header cannot be read "
+                                  "without downloading the whole file")
+            body = response.read(end - start + 1)
+    except urllib.error.HTTPError as exc:
+        raise RemoteError(f"{host} answered HTTP {exc.code} to a range request for {where}") from None
+    except (urllib.error.URLError, OSError) as exc:
+        raise RemoteError(f"cannot reach {host} for {where} "
+                          f"({getattr(exc, 'reason', exc)})") from None
+    if len(body) != min(end, size - 1) - start + 1:
+        raise RemoteError(f"{host} sent {len(body)} bytes for bytes {start}-{end} of {where}")
+    return body

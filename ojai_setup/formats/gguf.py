@@ -38,11 +38,21 @@ from ojai_setup.core.errors import InputError
 
 ASSISTANT_ARCH = "gemma4-assistant"
 ASSISTANT_TARGET_ARCH = "gemma4"
-_CACHE_VERSION = 2
+_CACHE_VERSION = 3
+#: the four bytes every GGUF file starts with
+GGUF_MAGIC = b"GGUF"
 
 
 class GGUFError(InputError):
     """A file could not be read as GGUF; the text names the file."""
+
+
+class HeaderIncomplete(Exception):
+    """The bytes given end before the GGUF header does: ``need`` bytes (at least) hold it."""
+
+    def __init__(self, need: int) -> None:
+        super().__init__(f"the header needs at least {need} bytes")
+        self.need = need
 
 
 # The models here are built (defer_build) when a GGUF file is first read: most runs read none.
@@ -59,6 +69,8 @@ class ModelInfo(BaseModel):
     embedding_length_out: int | None = None
     nextn_predict_layers: int = 0
     block_count: int | None = None
+    #: the context the model was trained for (``<arch>.context_length``)
+    context_length: int | None = None
     head_count_kv: tuple[int, ...] = ()
     tokenizer_model: str | None = None
     # -- what the KV cache of a context costs (llama.cpp's hparams, read as its loader does) --
@@ -121,6 +133,46 @@ def _parse(path: Path) -> ModelInfo:
         reader = gguf.GGUFReader(path, "r")
     except (ValueError, KeyError, IndexError, OSError) as exc:
         raise GGUFError(f"{path}: not a readable GGUF file: {exc}") from None
+    return _info(reader, str(path), path.stat().st_size)
+
+
+def parse_header(data: bytes, file_size: int, name: str) -> ModelInfo:
+    """The metadata of a GGUF file from its first bytes only (``data``, e.g. fetched with an
+    HTTP range request), ``file_size`` being the whole file's size; ``name`` is what messages
+    and :attr:`ModelInfo.path` call it.
+
+    Raises :class:`GGUFError` when the bytes are not GGUF, and :class:`HeaderIncomplete` when
+    the header (metadata and tensor list) goes on past ``data``. The bytes are read with
+    :class:`gguf.GGUFReader`, from a sparse file of the whole size that holds ``data`` at its
+    start: the reader's view of tensor data (zeros here) is never used, and the header counts
+    as read only when it ends within ``data``."""
+    import tempfile
+
+    import gguf
+
+    if data[:4] != GGUF_MAGIC:
+        shown = data[:4].hex() if data else "nothing"
+        raise GGUFError(f"{name}: not a GGUF file (it starts with {shown}, not GGUF's magic "
+                        "bytes 47475546)")
+    with tempfile.TemporaryDirectory(prefix="ojai-gguf-") as folder:
+        sparse = Path(folder) / "header.gguf"
+        with sparse.open("wb") as f:
+            f.write(data)
+            f.truncate(max(file_size, len(data)))
+        try:
+            reader = gguf.GGUFReader(sparse, "r")
+        except (ValueError, KeyError, IndexError, OverflowError, OSError, MemoryError) as exc:
+            if len(data) >= file_size:
+                raise GGUFError(f"{name}: not a readable GGUF file: {exc}") from None
+            raise HeaderIncomplete(min(file_size, 2 * len(data))) from None
+        if reader.data_offset > len(data):
+            raise HeaderIncomplete(reader.data_offset)
+        info = _info(reader, name, file_size)
+        del reader  # the memory map, before its file goes
+    return info
+
+
+def _info(reader: gguf.GGUFReader, path: str, file_size: int) -> ModelInfo:
     arch = _scalar(reader, "general.architecture")
     if not isinstance(arch, str):
         raise GGUFError(f"{path}: GGUF file has no general.architecture")
@@ -133,13 +185,14 @@ def _parse(path: Path) -> ModelInfo:
         return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
     return ModelInfo(
-        path=str(path),
-        file_size=path.stat().st_size,
+        path=path,
+        file_size=file_size,
         architecture=arch,
         embedding_length=_scalar(reader, f"{arch}.embedding_length"),
         embedding_length_out=_scalar(reader, f"{arch}.embedding_length_out"),
         nextn_predict_layers=_scalar(reader, f"{arch}.nextn_predict_layers") or 0,
         block_count=_scalar(reader, f"{arch}.block_count"),
+        context_length=number("context_length"),
         head_count_kv=tuple(kv_heads) if isinstance(kv_heads, list) else ((kv_heads,) if kv_heads else ()),
         tokenizer_model=_scalar(reader, "tokenizer.ggml.model"),
         head_count=number("attention.head_count"),

@@ -49,6 +49,10 @@ class Settings(BaseModel):
     lemonade_tag: str | None = None
     #: a file holding the API key llama-server asks for (read at apply, never put in a plan)
     api_key_file: str | None = None
+    #: the routes' flash attention and weight loading; None: the catalog route's, else ojai's
+    #: defaults (flash attention on; GPU routes: no memory-mapped weights)
+    flash_attn: Literal["on", "off", "auto"] | None = None
+    load_mode: Literal["auto", "none", "mmap", "mlock", "mmap+mlock", "dio"] | None = None
 
     @field_validator("host")
     @classmethod
@@ -150,6 +154,8 @@ OPTIONS: tuple[tuple[str, str], ...] = (
     ("host", "--host"),
     ("api_key_file", "--api-key-file"),
     ("port", "--port"),
+    ("flash_attn", "--flash-attn"),
+    ("load_mode", "--load-mode"),
     ("systemd", "--systemd"),
     ("npu", "--no-npu"),
     ("user_catalog", "--catalog"),

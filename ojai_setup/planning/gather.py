@@ -184,6 +184,13 @@ def resolve_model(root: Root, settings: Settings) -> Settings:
         return settings
     from ojai_setup.core.commandline import closest, folded, ojai_command
     from ojai_setup.domain.catalog import CatalogError
+    from ojai_setup.domain.own_model import OwnModelError, parse_model_ref
+
+    try:
+        if parse_model_ref(settings.model) is not None:
+            return settings  # a Hub file or repository: resolved while planning
+    except OwnModelError:
+        return settings  # said by planning, in the model step
     from ojai_setup.domain.sglang import sglang_routes
 
     names = {n: n for n in sglang_routes()}
@@ -322,12 +329,14 @@ def gather(root: Root, settings: Settings, *, facts: Facts | None = None,
             catalog = user_catalog(root, settings, home)
         except CatalogError as exc:
             catalog_error = str(exc)
+    llama = llama_binary(root, settings, programs, facts, target)
+    own_footprint = None
     if settings.model and sglang is None:
         try:
             if catalog is None:
                 route_error = catalog_error
             else:
-                route = catalog.get(settings.model)
+                route, own_footprint = catalog_or_own_route(root, settings.model, catalog, llama)
         except OjaiError as exc:
             route_error = str(exc)
     draft_source = None
@@ -398,15 +407,31 @@ def gather(root: Root, settings: Settings, *, facts: Facts | None = None,
         budget_gib=budget_gib(facts, settings, profile), gpu_target=target, user=user,
         home=home, catalog=catalog, catalog_error=catalog_error, route=route,
         route_error=route_error, release=release, release_error=release_error,
-        llama=llama_binary(root, settings, programs, facts, target), lemonade=lemonade,
+        llama=llama, lemonade=lemonade,
         lemonade_deb=lemonade_deb, lemonade_deb_error=lemonade_deb_error,
         state=state, state_error=state_error, models_free_bytes=free,
         models_free_error=free_error, programs=programs, api_key_sha256=api_key_sha256,
         api_key_error=api_key_error, groups=machine_groups(root),
         draft_length_source=draft_source, toolchain_error=toolchain_error,
         hub_error=hub_error,
-        footprint=route_footprint(root, route, settings.models_dir) if route else None,
+        footprint=(route_footprint(root, route, settings.models_dir) if route else None)
+        or own_footprint,
         sglang=sglang)
+
+
+def catalog_or_own_route(root: Root, model: str, catalog: Catalog,
+                         llama: LlamaBinary) -> tuple[Route, Footprint | None]:
+    """The route ``--model`` names: a Hugging Face file or repository
+    (:func:`~ojai_setup.planning.own_model.resolve_own_model`, with its footprint from the Hub),
+    else the catalog's route of that name (its footprint: None, the catalog's)."""
+    from ojai_setup.domain.own_model import parse_model_ref
+
+    ref = parse_model_ref(model)
+    if ref is None:
+        return catalog.get(model), None
+    from ojai_setup.planning.own_model import resolve_own_model
+
+    return resolve_own_model(root, ref, llama)
 
 
 def hub_error_for(root: Root, route: Route, models_dir: str, remote: Remote) -> str | None:

@@ -78,7 +78,8 @@ def _environment(ctx: Context, binary: str) -> dict[str, str]:
 
 
 def drafted_route(model: CatalogRoute, name: str, main: str, draft: str | None, *, gpu: bool,
-                  host: str, port: int) -> Route:
+                  host: str, port: int, flash_attn: str | None = None,
+                  load_mode: str | None = None) -> Route:
     """The drafted route of the catalog route ``model``: one slot, its ``spec_type`` (a chain
     where the catalog says so), the draft length for a model drafter, the n-gram knobs, and a
     separate draft model's GPU layers, context and cache types."""
@@ -89,6 +90,7 @@ def drafted_route(model: CatalogRoute, name: str, main: str, draft: str | None, 
                  draft_n_max=model.draft_n_max if model.model_drafted else None,
                  ctx_size=model.context_size, parallel=1,
                  n_gpu_layers="all" if gpu else None, host=host, port=port,
+                 flash_attn=flash_attn, load_mode=load_mode,
                  ngram=model.ngram.flags() if model.ngram else {},
                  draft_n_gpu_layers=(model.draft_gpu_layers if gpu else None) if separate else None,
                  draft_ctx_size=model.draft_ctx_size if separate else None,
@@ -144,15 +146,22 @@ class RoutesStep:
         # each route fitted with its own context and slots, then the two together
         memory = fit_gpu_routes(model, ctx.budget_gib * GIB, footprint=ctx.footprint)
         gpu = facts.gpu is not None and bool(facts.gpu.agents)
+        from ojai_setup.domain.launch_defaults import decide
+
+        launch = decide(dialect, gpu=gpu, catalog_flash_attn=model.flash_attn,
+                        catalog_load_mode=model.load_mode, flash_attn=settings.flash_attn,
+                        load_mode=settings.load_mode)
         try:
             routes = [drafted_route(model, mtp_name, main, draft, gpu=gpu, host=settings.host,
-                                    port=settings.port)]
+                                    port=settings.port, flash_attn=launch.flash_attn,
+                                    load_mode=launch.load_mode)]
         except ValueError as exc:
             return StepResult.blocked(self.name, f"route {mtp_name}: {exc}")
         if memory.plain is not None:
             routes.append(Route(
                 name=plain_name, model=main, ctx_size=memory.plain.ctx_size,
                 parallel=PLAIN_SLOTS, n_gpu_layers="all" if facts.gpu and facts.gpu.agents else None,
+                flash_attn=launch.flash_attn, load_mode=launch.load_mode,
                 host=settings.host, port=settings.port + 1))
         env = _environment(ctx, binary)
         bundled = has_bundled_libs(ctx.root, binary) or (not installed and settings.llamacpp == "nightly")
@@ -226,12 +235,14 @@ class RoutesStep:
         if not actions:
             return StepResult.satisfied(self.name, f"launch scripts for {mtp_name} (port "
                                         f"{settings.port}){plain} are in place in {ROUTES_DIR} "
-                                        f"({length}); {memory.sentence(units=settings.systemd)}",
+                                        f"({length}); {memory.sentence(units=settings.systemd)}; "
+                                        f"{launch.sentence()}",
                                         reads=(TUNED_FILE,), warnings=warnings)
         plain = (f" and {plain_name} ({PLAIN_SLOTS} slots, port {settings.port + 1})"
                  if memory.plain is not None else "")
         return StepResult.change(
             self.name, f"write launch scripts for {mtp_name} ({model.drafting}, 1 slot, port "
-            f"{settings.port}; {length}){plain}{note}; {memory.sentence(units=settings.systemd)}",
+            f"{settings.port}; {length}){plain}{note}; {memory.sentence(units=settings.systemd)}; "
+            f"{launch.sentence()}",
             actions,
             handlers=handlers, records={"routes": records}, reads=(TUNED_FILE,), warnings=warnings)

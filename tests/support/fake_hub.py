@@ -11,7 +11,9 @@ hub
   ``lfs: {oid, size, pointerSize}``;
   ``GET /api/models/{org}/{repo}[/revision/{revision}]``: model info with ``siblings``.
 cdn
-  ``GET /cdn/{sha256}``: the bytes, honouring ``Range: bytes=N-`` with 206 and ``Content-Range``.
+  ``GET /cdn/{sha256}``: the bytes, honouring ``Range: bytes=S-`` and ``bytes=S-E`` with 206 and
+  ``Content-Range`` (an end past the file is its end; 416 from the file's size on), as the
+  Hub's CDN does.
 cas
   the Xet side of a file added with ``xet=True`` (see below).
 
@@ -364,7 +366,7 @@ def _make_handler(hub: FakeHub, role: str) -> type[BaseHTTPRequestHandler]:
                 if len(parts) == 6 and parts[4] == "xet-read-token" and self.command == "GET":
                     return self._xet_token(repo_id, parts[5])
                 if len(parts) == 4 or (len(parts) == 6 and parts[4] == "revision"):
-                    return self._model_info(repo_id)
+                    return self._model_info(repo_id, parts[5] if len(parts) == 6 else "main")
             self._reply(404, b"not found", {"Content-Type": "text/plain"})
 
         def _resolve(self, repo_id: str, revision: str, filename: str) -> None:
@@ -409,7 +411,11 @@ def _make_handler(hub: FakeHub, role: str) -> type[BaseHTTPRequestHandler]:
                                   **({"xetHash": entry.xet_hash} if entry.xet else {})})
             self._json(found)
 
-        def _model_info(self, repo_id: str) -> None:
+        def _model_info(self, repo_id: str, revision: str = "main") -> None:
+            if revision not in ("main", COMMIT):
+                self._reply(404, b'{"error":"Invalid rev id"}',
+                            {"X-Error-Code": "RevisionNotFound", "Content-Type": "application/json"})
+                return
             if not any(repo == repo_id for repo, _ in hub.files):
                 self._reply(404, b'{"error":"Repository not found"}',
                             {"X-Error-Code": "RepoNotFound", "Content-Type": "application/json"})
@@ -424,11 +430,19 @@ def _make_handler(hub: FakeHub, role: str) -> type[BaseHTTPRequestHandler]:
                 return
             body, total = entry.body, len(entry.body)
             start, status, headers = 0, 200, {"Accept-Ranges": "bytes", "Content-Type": "application/octet-stream"}
+            end = total  # exclusive
             range_header = self.headers.get("Range")
-            if range_header and range_header.startswith("bytes=") and range_header.endswith("-"):
-                start = int(range_header[len("bytes="):-1])
+            if range_header and range_header.startswith("bytes="):
+                # as the Hub's CDN answers: ``bytes=S-`` and ``bytes=S-E`` (E past the end is
+                # the end), 206 with Content-Range; 416 with ``bytes */size`` from S = size on
+                first, _, last = range_header[len("bytes="):].partition("-")
+                start = int(first)
+                end = min(total, int(last) + 1) if last else total
+                if start >= total:
+                    self._reply(416, b"", {"Content-Range": f"bytes */{total}"})
+                    return
                 status = 206
-                headers["Content-Range"] = f"bytes {start}-{total - 1}/{total}"
+                headers["Content-Range"] = f"bytes {start}-{end - 1}/{total}"
             with hub._lock:
                 cut, hub._cut_after = hub._cut_after, None
                 if cut is not None:
@@ -436,13 +450,13 @@ def _make_handler(hub: FakeHub, role: str) -> type[BaseHTTPRequestHandler]:
             self.send_response(status)
             for key, value in headers.items():
                 self.send_header(key, value)
-            self.send_header("Content-Length", str(total - start))
+            self.send_header("Content-Length", str(end - start))
             self.end_headers()
             view = memoryview(body)  # no copy of a large body per request
             if cut is None:
-                self.wfile.write(view[start:])
+                self.wfile.write(view[start:end])
                 return
-            self.wfile.write(view[start:start + cut])
+            self.wfile.write(view[start:min(end, start + cut)])
             self.wfile.flush()
             self.close_connection = True
 

@@ -86,3 +86,37 @@ def good_pair(folder: Path) -> tuple[Path, Path]:
     """A matched Gemma 4 main + ``mtp-`` sidecar, named the way the converter names them."""
     return (gemma4_main(folder / "gemma-4-tiny-it-Q4_K_M.gguf"),
             gemma4_assistant(folder / "mtp-gemma-4-tiny-it.gguf"))
+
+
+def attention_model(path: Path, *, arch: str = "llama", block_count: int = 4, head_count: int = 8,
+                    head_count_kv: int = 2, embedding_length: int = 256,
+                    context_length: int = 65536, nextn_predict_layers: int | None = None,
+                    tokens: Sequence[str] = TOKENS, payload_bytes: int = 4096,
+                    split_max_tensors: int = 0) -> list[Path]:
+    """A model whose header says all a KV cache size needs (``llama.cpp``'s loader reads
+    ``head_count``, ``head_count_kv`` and ``embedding_length / head_count`` per head): one file,
+    or with ``split_max_tensors`` the shards ``<stem>-0000i-of-0000n.gguf`` gguf's writer makes
+    (its ``split.*`` keys in each), returned in order."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    writer = gguf.GGUFWriter(path, arch, split_max_tensors=split_max_tensors)
+    writer.add_block_count(block_count)
+    writer.add_context_length(context_length)
+    writer.add_embedding_length(embedding_length)
+    writer.add_head_count(head_count)
+    writer.add_head_count_kv(head_count_kv)
+    if nextn_predict_layers is not None:
+        writer.add_nextn_predict_layers(nextn_predict_layers)
+    writer.add_tokenizer_model("llama")
+    writer.add_token_list(list(tokens))
+    writer.add_tensor("token_embd.weight", np.zeros((len(tokens), 4), dtype=np.float32))
+    rng = np.random.default_rng(block_count)
+    for i in range(2):
+        writer.add_tensor(f"blk.{i}.ffn_up.weight",
+                          rng.random(max(1, payload_bytes // 8), dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    if not split_max_tensors:
+        return [path]
+    return sorted(path.parent.glob(f"{path.stem}-*-of-*.gguf"))

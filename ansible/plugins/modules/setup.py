@@ -97,6 +97,14 @@ options:
     description: Port of the llama-server route (the plain route listens on O(port) + 1).
     type: int
     default: 8080
+  flash_attn:
+    description: Flash attention of the routes; default, the catalog route's, else C(on) where the binary has the option.
+    type: str
+    choices: ["on", "off", auto]
+  load_mode:
+    description: How the routes load weights (C(none) reads them into memory); default, the catalog route's, else C(none) on GPU routes.
+    type: str
+    choices: [auto, none, mmap, mlock, mmap+mlock, dio]
   systemd:
     description: Also write systemd units for the routes.
     type: bool
@@ -280,6 +288,8 @@ SETTINGS = {
     "catalog": ("--catalog", "user_catalog"),
     "host": ("--host", "host"),
     "port": ("--port", "port"),
+    "flash_attn": ("--flash-attn", "flash_attn"),
+    "load_mode": ("--load-mode", "load_mode"),
     "systemd": ("--systemd", "systemd"),
     "npu": ("--npu", "npu"),
     "gpu_target": ("--gpu-target", "gpu_target"),
@@ -305,6 +315,8 @@ ARGS = dict(
     catalog=dict(type="str"),
     host=dict(type="str", default="127.0.0.1"),
     port=dict(type="int", default=8080),
+    flash_attn=dict(type="str", choices=["on", "off", "auto"]),
+    load_mode=dict(type="str", choices=["auto", "none", "mmap", "mlock", "mmap+mlock", "dio"]),
     systemd=dict(type="bool", default=False),
     npu=dict(type="bool", default=True),
     gpu_target=dict(type="str"),

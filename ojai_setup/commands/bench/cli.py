@@ -167,6 +167,7 @@ def tune(
     max_minutes: Annotated[float, typer.Option("--max-minutes", min=0.1, help="Stop starting new work after this long (rerun to resume).")] = 60.0,
     no_write: Annotated[bool, typer.Option("--no-write", help="Measure and report, but leave /etc/ojai/tuned.toml alone.")] = False,
     synthetic_acceptance: Annotated[Optional[float], typer.Option("--synthetic-acceptance", min=0.0, max=1.0, help="Benchmarking only: force per-token acceptance A with llama-server's --spec-synth-rates.")] = None,
+    no_gate: Annotated[bool, typer.Option("--no-gate", help="Measure a binary without first comparing its output with its own CPU backend's (the correctness gate).")] = False,
     json_out: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ) -> None:
     """Choose the route's kind of drafting and its length from measurement (or no drafting, when
@@ -206,7 +207,8 @@ def tune(
                         binaries=tuple(binary or ()),
                         confirm_seeds=tuple(range(101, 101 + confirm_seeds)), confirm_tokens=confirm_tokens,
                         long_tokens=long_tokens, early_stop=not no_early_stop, max_seconds=max_minutes * 60,
-                        synthetic_acceptance=synthetic_acceptance, write=not no_write)
+                        synthetic_acceptance=synthetic_acceptance, write=not no_write,
+                        gate=not no_gate)
     config.bench = replace(config.bench, prompts=prompt_set, seeds=tuple(range(1, seeds + 1)),
                            n_predict=tokens, template=not raw, collapse_ratio=collapse_ratio,
                            temperature=temperature, top_p=top_p, top_k=top_k)

@@ -246,14 +246,15 @@ def save_result(root: Root, result: BenchResult, *, plot: bool = True) -> Path:
         folder = base / f"{name}-{n}"
     folder.mkdir(parents=True)
     if plot:
-        from ojai_setup.commands.bench.plot import render_plot
+        from ojai_setup.commands.bench.plot import PlotsMissing, render_plot
 
         try:
             render_plot(result, folder / "plot.png")
             result.plot = str(folder / "plot.png")
+        except PlotsMissing as exc:
+            result.plot, result.no_plot = None, str(exc)
         except Exception as exc:  # a plot is a convenience; never lose the measurements to it
-            result.plot = None
-            result.stopped = (result.stopped or "") + f" (no plot: {exc})"
+            result.plot, result.no_plot = None, f"plot.png could not be drawn: {exc}"
     write_text(folder / "results.json", json.dumps(result.dump(), indent=2) + "\n", mode=0o644)
     return folder
 

@@ -10,8 +10,26 @@ from ojai_setup.commands.bench.results import BenchResult
 from ojai_setup.commands.bench.stats import bootstrap_ci
 
 
+class PlotsMissing(ImportError):
+    """matplotlib is not installed: ojai's ``plots`` extra brings it."""
+
+
+def plots_missing_note() -> str:
+    """How to get plot.png where matplotlib is missing, for this very Python."""
+    import shlex
+    import sys
+
+    return (f"no plot.png: matplotlib is not installed (ojai's plots extra); "
+            f"`{shlex.quote(sys.executable)} -m pip install matplotlib` (or install ojai with "
+            "`pip install '.[plots]'`) and the next run draws it")
+
+
 def render_plot(result: BenchResult, path: Path) -> Path:
-    import matplotlib
+    """Draw ``path``; :class:`PlotsMissing` when matplotlib is not installed."""
+    try:
+        import matplotlib
+    except ImportError:
+        raise PlotsMissing(plots_missing_note()) from None
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

@@ -179,6 +179,10 @@ class BenchReport:
             p(f"verdict: [{style}]{result.verdict.decision}[/] ({result.verdict.reason})")
         if folder is not None:
             p(f"saved: {folder}/results.json" + (f" and {result.plot}" if result.plot else ""))
+            if result.no_plot:
+                from rich.markup import escape
+
+                p(f"[yellow]{escape(result.no_plot)}[/]")
 
 
 def compare(a: BenchResult, b: BenchResult) -> dict:

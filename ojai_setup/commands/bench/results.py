@@ -145,6 +145,8 @@ class BenchResult(BaseModel):
     interrupted: bool = False
     stopped: str | None = None  # why the run ended early (a cap, Ctrl-C)
     plot: str | None = None
+    #: why there is no plot.png, and how to get one (matplotlib missing: ojai's plots extra)
+    no_plot: str | None = None
 
     model_config = {"populate_by_name": True}
 

@@ -1,0 +1,56 @@
+"""``--model`` as a Hugging Face file or repository (:mod:`ojai_setup.domain.own_model`): its
+files and commit asked of the Hub, its GGUF header read with range requests, its architecture
+checked against the build that will serve it, all while planning and before any download."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Callable
+
+from ojai_setup.core.root import Root
+
+if TYPE_CHECKING:
+    from ojai_setup.domain.catalog import Footprint, Route
+    from ojai_setup.domain.own_model import HubFile, ModelRef
+    from ojai_setup.formats.gguf import ModelInfo
+    from ojai_setup.planning.context import LlamaBinary
+
+#: ``(repo, revision) -> (commit, files)`` and ``(repo, file, commit, size) -> header``
+Listing = Callable[[str, "str | None"], "tuple[str, list[HubFile]]"]
+Header = Callable[[str, str, str, int], "ModelInfo"]
+
+
+def hub_listing(repo: str, revision: str | None):
+    from ojai_setup.facts.hub import hub_listing as listing
+
+    return listing(repo, revision)
+
+
+def gguf_header(repo: str, filename: str, commit: str, size: int):
+    from ojai_setup.facts.hub import read_gguf_header
+
+    return read_gguf_header(repo, filename, commit, size)
+
+
+def resolve_own_model(root: Root, ref: ModelRef, llama: LlamaBinary, *,
+                      listing: Listing = hub_listing,
+                      header: Header = gguf_header) -> tuple[Route, Footprint]:
+    """The route ``ref`` names, and its footprint from the Hub's sizes and the header's KV
+    layout. Raises :class:`~ojai_setup.core.errors.OjaiError` (the Hub unreachable or refusing,
+    no such file, not GGUF, an architecture the build does not load) in plain words."""
+    from ojai_setup.domain.deployment import footprint_from_files
+    from ojai_setup.domain.own_model import own_route, pick_files
+    from ojai_setup.facts.probe import architecture_known
+
+    commit, files = listing(ref.repo, ref.revision)
+    chosen = pick_files(ref, files)
+    info = header(ref.repo, chosen[0].path, commit, chosen[0].size)
+    version = llama.dialect.version if llama.dialect is not None else None
+    build = version.build if version is not None and llama.installed else None
+    known, source = architecture_known(root, llama.path if llama.installed else None, build,
+                                       info.architecture)
+    label = (f"the llama-server at {llama.path} ({version.label() if version else 'unknown build'}"
+             f"{', by ' + source if source else ''})" if llama.installed
+             else f"llama.cpp build 11434, the build ojai plans against ({source})")
+    route = own_route(ref, commit, chosen, info, known, label)
+    footprint = footprint_from_files(route, sum(f.size for f in chosen), info, None)
+    return route, footprint.model_copy(update={"source": "the Hub's sizes and GGUF header"})
