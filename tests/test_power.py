@@ -92,7 +92,9 @@ def test_tuned_gets_a_performance_profile(machine):
     (root / "etc/tuned").mkdir(parents=True)
     (root / "etc/tuned/active_profile").write_text("balanced\n")
     step = power_step(root, "--power", "performance")
-    assert step["status"] == "change" and "tuned profile throughput-performance" in step["sentence"]
+    assert step["status"] == "change" and "tuned profile accelerator-performance" in step["sentence"]
+    after = {a["path"]: a.get("after") for a in step["actions"]}
+    assert after["/etc/tuned/active_profile"] == "accelerator-performance\n"
 
 
 def test_no_performance_choice_is_blocked(machine):

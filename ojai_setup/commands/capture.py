@@ -256,7 +256,7 @@ def write_capture(root: Root, environ: dict[str, str], dest: Path) -> CaptureRes
             put(machine_path, scrubber.text(data.decode("utf-8", "replace")).encode())
     for d in sorted({p for p in root.glob("/dev/accel/accel*")}):
         put(d, b"")  # a device node is stood in for by an empty file
-    for m in ("/sys/module/amdgpu", "/sys/module/amdttm"):
+    for m in ("/sys/module/amdgpu", "/sys/module/amdttm", "/sys/module/amd_ttm"):
         if root.exists(m):
             put(m + "/.present", b"")
     result: CommandResult

@@ -225,7 +225,7 @@ def fact_rows(facts: Facts) -> list[tuple[str, str]]:
             return "not set" if p is None else f"{p} pages ({p * PAGE / GIB:.1f} GiB)"
 
         active = (f"active {pages(t.active_pages)} in module {t.live_module}" if t.live_module
-                  else "active unknown (no pages_limit under /sys/module/ttm or amdttm: "
+                  else "active unknown (no pages_limit under /sys/module/ttm, amdttm or amd_ttm: "
                   "neither module is loaded)")
         rows.append(("TTM limit", f"{active}; {_configured_on_boot_path(facts, pages)}; kernel "
                      f"command line {pages(t.cmdline_pages)}"

@@ -71,3 +71,10 @@ ARCHIVE_MAX_BYTES = 16 * GIB
 
 #: what ojai calls itself in HTTP requests
 USER_AGENT = "ojai-setup"
+
+
+#: the modules that can own the GPU memory limit (``<module>.pages_limit``), in the order their
+#: sysfs names are probed when several are loaded: ``amdttm`` (amdgpu-dkms), ``amd_ttm``
+#: (``amd-ttm`` in modprobe.d: the newer variant ROCm/rocm-systems#5290 taught amd-smi),
+#: then the in-tree ``ttm``
+TTM_MODULES = ("amdttm", "amd_ttm", "ttm")

@@ -770,8 +770,21 @@ def _cmdline_absent(facts: Facts, profile: Profile, params: dict) -> Outcome:
                if kind not in ("nixos", "unknown") else
                f"Remove {params['token']} from the kernel command line of the boot loader you "
                "boot (NixOS: boot.kernelParams, then `sudo nixos-rebuild boot`), and reboot.")
-    return Outcome(ok=not bad, evidence=" ".join(bad) + " on the kernel command line" if bad
-                   else f"{params['token']} not on the kernel command line", fix=fix)
+    evidence = (" ".join(bad) + " on the kernel command line" if bad
+                else f"{params['token']} not on the kernel command line")
+    if params.get("only_with_npu") and params.get("without_npu"):
+        wanted = npu_route_wanted(facts)
+        if not wanted:
+            # the NPU is not used here: the IOMMU off is a trade the owner may make knowingly
+            note = params["without_npu"]
+            if bad:
+                return Outcome(ok=False, severity="info", evidence=f"{evidence}; FastFlowLM is "
+                               f"not installed, so the NPU is not used: {note}",
+                               fix=(fix or "Remove it from the kernel command line and reboot")
+                               .rstrip(".") + " before you set up the NPU route; until then it "
+                               "costs nothing.")
+            evidence += f"; the NPU is not used here (FastFlowLM is not installed): {note}"
+    return Outcome(ok=not bad, evidence=evidence, fix=fix)
 
 
 @kind("deprecated_gttsize")

@@ -113,8 +113,9 @@ def read_initramfs(root: Root, image: str, modprobe: list[ModprobeSetting]) -> I
         found.error = (f"`{found.tool} {image}` failed (exit {result.exit_code}): "
                        f"{(result.stderr or result.stdout).strip()[:200]}")
         return found
-    found.carries_ttm = any(n.endswith(("/ttm.ko", "/ttm.ko.xz", "/ttm.ko.zst", "/amdttm.ko",
-                                        "/amdttm.ko.xz", "/amdttm.ko.zst")) for n in names)
+    found.carries_ttm = any(n.endswith(tuple(f"/{m}.ko{z}" for m in ("ttm", "amdttm", "amd_ttm",
+                                                                     "amd-ttm")
+                                             for z in ("", ".xz", ".zst"))) for n in names)
     inside = sorted({"/" + n.lstrip("/") for n in names
                      if "modprobe.d/" in n and n.endswith(".conf")})
     found.modprobe_files = inside
@@ -123,7 +124,9 @@ def read_initramfs(root: Root, image: str, modprobe: list[ModprobeSetting]) -> I
         shown = root.run(["lsinitrd", *(a for path in inside for a in ("-f", path.lstrip("/"))),
                           image], timeout=300)
         texts = lsinitrd_files(shown.stdout, inside) if shown.ok else []
-        values = [s.value for mod in ("ttm", "amdttm")
+        from ojai_setup.core.paths import TTM_MODULES
+
+        values = [s.value for mod in reversed(TTM_MODULES)
                   for s in module_option_settings(texts, mod, "pages_limit")]
         found.pages = int(values[-1]) if values and values[-1] and values[-1].isdigit() else None
     try:
@@ -255,11 +258,12 @@ def read_configured(root: Root, loader: BootLoader) -> tuple[list[str], str] | N
         chain += root.glob(f"{DROPIN_DIR}/*.conf")
         chain += [LIMINE_DEFAULT] if root.exists(LIMINE_DEFAULT) else []
         tokens, _ = default_cmdline([(p, _read(root, p) or "") for p in chain])
+        from ojai_setup.core.paths import TTM_MODULES
         from ojai_setup.formats.grub import param_key, same_key
 
         where = next((t.path for t in reversed(tokens)
-                      if same_key(param_key(t.text), "ttm.pages_limit")
-                      or same_key(param_key(t.text), "amdttm.pages_limit")), LIMINE_DEFAULT)
+                      if any(same_key(param_key(t.text), f"{m}.pages_limit")
+                             for m in TTM_MODULES)), LIMINE_DEFAULT)
         return [t.text for t in tokens], where
     return None
 

@@ -271,15 +271,18 @@ def read_ttm(root: Root, cmdline: list[str] | None, grub: GrubConfig | None = No
         module_option_settings,
     )
 
+    from ojai_setup.core.paths import TTM_MODULES
+
+    keys = tuple(f"{m}.pages_limit" for m in TTM_MODULES)
     ttm = Ttm()
-    for module in ("amdttm", "ttm"):
+    for module in TTM_MODULES:
         value = _read(root, f"/sys/module/{module}/parameters/pages_limit")
         if value is not None:
             ttm.live_module = module  # amdttm wins when both are loaded: amdgpu-dkms uses it
             ttm.active_pages = _int(value)
             break
     if cmdline is not None:
-        for key in ("amdttm.pages_limit", "ttm.pages_limit"):
+        for key in keys:
             value = cmdline_param(cmdline, key)
             if value is not None:
                 ttm.cmdline_pages, ttm.cmdline_key = _int(value), key
@@ -288,7 +291,7 @@ def read_ttm(root: Root, cmdline: list[str] | None, grub: GrubConfig | None = No
                                   if re.match(r"amdgpu\.gtt_?size=", t)]
     grub_text = _read(root, GRUB_DEFAULT)
     if grub is not None and grub.error is None:
-        for key in ("amdttm.pages_limit", "ttm.pages_limit"):
+        for key in keys:
             value = cmdline_param(grub.tokens, key)
             if value is not None:
                 ttm.grub_pages, ttm.grub_key = _int(value), key
@@ -298,7 +301,7 @@ def read_ttm(root: Root, cmdline: list[str] | None, grub: GrubConfig | None = No
         ttm.grub_error = grub.error
     elif grub_text is not None:
         try:
-            for key in ("amdttm.pages_limit", "ttm.pages_limit"):
+            for key in keys:
                 for var in ("GRUB_CMDLINE_LINUX_DEFAULT", "GRUB_CMDLINE_LINUX"):
                     value = get_kernel_param(grub_text, key, var=var)
                     if value is not None and ttm.grub_pages is None:
@@ -317,7 +320,7 @@ def read_ttm(root: Root, cmdline: list[str] | None, grub: GrubConfig | None = No
             configured = None
         if configured is not None:
             tokens, where = configured
-            for key in ("amdttm.pages_limit", "ttm.pages_limit"):
+            for key in keys:
                 value = cmdline_param(tokens, key)
                 if value is not None:
                     ttm.config_pages, ttm.config_key, ttm.config_file = _int(value), key, where
@@ -325,7 +328,7 @@ def read_ttm(root: Root, cmdline: list[str] | None, grub: GrubConfig | None = No
     release = _read(root, "/proc/sys/kernel/osrelease")
     ttm.builtin = read_builtin(root, ttm.live_module or "ttm", release.strip() if release else None)
     files = [(p, _read(root, p) or "") for p in kmod_order(root.glob("/etc/modprobe.d/*.conf"))]
-    for module in ("ttm", "amdttm"):
+    for module in reversed(TTM_MODULES):
         try:
             settings = module_option_settings(files, module, "pages_limit")
         except ModprobeEditError as exc:

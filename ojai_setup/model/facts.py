@@ -130,7 +130,7 @@ class TtmRecord(_Model):
 
 
 class Ttm(_Model):
-    live_module: Literal["ttm", "amdttm"] | None = None
+    live_module: Literal["ttm", "amdttm", "amd_ttm"] | None = None
     active_pages: int | None = None  # /sys/module/<live>/parameters/pages_limit
     cmdline_pages: int | None = None  # from /proc/cmdline (ttm. or amdttm.)
     cmdline_key: str | None = None

@@ -1,8 +1,10 @@
 """The platform profile for the GPU routes: ``--power performance`` sets the ACPI platform
 profile to performance, persistently and the way the machine already manages it:
 
-* tuned: ``/etc/tuned/active_profile`` (``throughput-performance``) and ``profile_mode``
-  (``manual``), then ``systemctl restart tuned``;
+* tuned: ``/etc/tuned/active_profile`` (``accelerator-performance``: throughput-performance
+  with the higher-latency CPU idle states off, the profile Strix Halo owners use, cited in
+  noamsto/nix-amd-ai#19 from the Strix Halo wiki; an owner already on ``throughput-performance``
+  is left there) and ``profile_mode`` (``manual``), then ``systemctl restart tuned``;
 * power-profiles-daemon: ``Profile=performance`` in ``/var/lib/power-profiles-daemon/state.ini``
   (the state it restores at start), then ``systemctl restart power-profiles-daemon``;
 * neither: a small unit, ``ojai-power.service``, that writes ``performance`` to
@@ -21,7 +23,9 @@ from ojai_setup.planning.result import StepResult
 PROFILE = "/sys/firmware/acpi/platform_profile"
 TUNED_ACTIVE = "/etc/tuned/active_profile"
 TUNED_MODE = "/etc/tuned/profile_mode"
-TUNED_PROFILE = "throughput-performance"
+TUNED_PROFILE = "accelerator-performance"
+#: tuned profiles that set the platform profile to performance, any of which is kept
+TUNED_PERFORMANCE = ("accelerator-performance", "throughput-performance")
 PPD_STATE = "/var/lib/power-profiles-daemon/state.ini"
 UNIT = "/etc/systemd/system/ojai-power.service"
 UNIT_LINK = "/etc/systemd/system/multi-user.target.wants/ojai-power.service"
@@ -79,14 +83,16 @@ class PowerStep:
         root = ctx.root
         actions, handlers = [], {}
         if power.manager == "tuned":
-            for path, text in ((TUNED_ACTIVE, TUNED_PROFILE + "\n"), (TUNED_MODE, "manual\n")):
-                a = ctx.file_action(path, text, 0o644, f"tuned profile {TUNED_PROFILE}",
+            current = (root.read_text(TUNED_ACTIVE).strip() if root.exists(TUNED_ACTIVE) else "")
+            profile = current if current in TUNED_PERFORMANCE else TUNED_PROFILE
+            for path, text in ((TUNED_ACTIVE, profile + "\n"), (TUNED_MODE, "manual\n")):
+                a = ctx.file_action(path, text, 0o644, f"tuned profile {profile}",
                                     notify=("tuned",))
                 if a:
                     actions.append(a)
             handlers["tuned"] = RunCommand(argv=("systemctl", "restart", "tuned"), needs_root=True,
                                            reason="apply the tuned profile")
-            how = f"tuned profile {TUNED_PROFILE} ({TUNED_ACTIVE})"
+            how = f"tuned profile {profile} ({TUNED_ACTIVE})"
         elif power.manager == "power-profiles-daemon":
             before = root.read_text(PPD_STATE) if root.exists(PPD_STATE) else ""
             a = ctx.file_action(PPD_STATE, _ini_set(before, "State", "Profile", "performance"),

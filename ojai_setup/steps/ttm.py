@@ -21,7 +21,7 @@ from collections.abc import Callable
 from pathlib import PurePosixPath
 from typing import NamedTuple
 
-from ojai_setup.core.paths import GIB, GRUB_DEFAULT, OJAI_GRUB_DROPIN, PAGE
+from ojai_setup.core.paths import GIB, GRUB_DEFAULT, OJAI_GRUB_DROPIN, PAGE, TTM_MODULES
 from ojai_setup.domain.boot_path import KERNEL_CMDLINE, KERNELSTUB_CONFIG, PATHS
 from ojai_setup.domain.cmdline_edit import expected_others, plan_cmdline_edit
 from ojai_setup.formats.boot_files import edit_entry_options, entry_options
@@ -100,19 +100,20 @@ class Want(NamedTuple):
 
     gib: int
     pages: int
-    module: str  # ttm or amdttm
+    module: str  # ttm, amdttm or amd_ttm (TTM_MODULES)
 
     @property
     def key(self) -> str:
         return f"{self.module}.pages_limit"
 
     @property
-    def other(self) -> str:
-        return "ttm.pages_limit" if self.module == "amdttm" else "amdttm.pages_limit"
+    def others(self) -> tuple[str, ...]:
+        """The keys of the TTM modules that are not the live one."""
+        return tuple(f"{m}.pages_limit" for m in TTM_MODULES if m != self.module)
 
     @property
     def drop(self) -> tuple[str, ...]:
-        return (self.other, *DEPRECATED)
+        return (*self.others, *DEPRECATED)
 
     @property
     def param(self) -> str:
@@ -510,15 +511,16 @@ def _align_modprobe(ctx: Context, want: Want, reads: list[str],
                     files: list[tuple[str, str]]) -> list[WriteFile] | StepResult:
     """Every ``options ttm|amdttm pages_limit=`` brought to one setting for the live module."""
     out: list[WriteFile] = []
-    other_mod = "ttm" if want.module == "amdttm" else "amdttm"
+    other_mods = [m for m in TTM_MODULES if m != want.module]
     for path, text in files:
         reads.append(path)
         new = text
         try:
-            found = [f for mod in ("ttm", "amdttm")
+            found = [f for mod in TTM_MODULES
                      for f in module_option_settings([(path, text)], mod, "pages_limit")]
-            if any(f.module == other_mod or f.value != str(want.pages) for f in found):
-                new = remove_module_option(new, other_mod, "pages_limit", source=path)
+            if any(f.module != want.module or f.value != str(want.pages) for f in found):
+                for other in other_mods:
+                    new = remove_module_option(new, other, "pages_limit", source=path)
                 new = set_module_option(new, want.module, "pages_limit", str(want.pages),
                                         source=path)
         except ModprobeEditError as exc:
@@ -627,8 +629,8 @@ def _plan_modprobe(ctx: Context, want: Want, loader: BootLoader, reads: list[str
             STEP, f"the kernel command line sets another limit ({'; '.join(contradicts)}), "
             f"and {CMDLINE_WINS}; remove it there (or use --ttm-via cmdline), then run ojai "
             "again", reads=tuple(reads))
-    has_setting = [p for p, t in files for mod in ("ttm", "amdttm")
-                   if module_option_settings([(p, t)], mod, "pages_limit")]
+    has_setting = [p for p, t in files if any(module_option_settings([(p, t)], mod, "pages_limit")
+                                              for mod in TTM_MODULES)]
     aligned = _align_modprobe(ctx, want, reads, [(p, t) for p, t in files if p in has_setting])
     if isinstance(aligned, StepResult):
         return aligned
