@@ -119,9 +119,12 @@ def test_systemd_units_on_a_machine_without_systemctl_are_blocked_in_the_dry_run
     """ojai-fresh answers no systemctl: the units' daemon-reload could never run, so the step
     is blocked before anything changes, the GRUB edit included."""
     sentence = blocked_before_anything(box, [*model_args(box, catalog), "--systemd"], "routes")
-    assert sentence.startswith(
-        "`systemctl daemon-reload` needs systemctl, which this machine does not have (systemd "
-        "does not manage this machine's services: leave out --systemd, or set up systemd)"), sentence
+    assert sentence == (
+        "this step runs `systemctl daemon-reload`, and this machine has no systemctl (a machine "
+        "folder answers commands from its captures in .ojai/commands)."), sentence
+    step = planned_step([*model_args(box, catalog), "--systemd"], "routes")
+    assert step["ways"] == ["leave out --systemd (systemd does not manage this machine's "
+                            "services), or set up systemd", "install what is missing and plan again"]
 
 
 def test_a_boot_path_without_its_regeneration_tool_is_blocked_in_the_dry_run(box, catalog):
@@ -161,24 +164,24 @@ def test_a_program_ojai_would_run_on_this_computer_is_looked_for_at_planning(box
     systemd-sysusers or useradd, a source build's cmake, compilers and git) are looked for on
     this computer's PATH in the dry run: without them the step is blocked with what to install,
     and the apply changes nothing, the GRUB edit included."""
-    args, hidden, step, said_there = {
+    args, hidden, step, said_there, way = {
         "service-user": (["--root", box, *NO_LLAMA, "--systemd"], ("systemd-sysusers", "useradd"),
-                         "service-user", "to create the system user ojai (no home, no login "
+                         "service-user", "To create the system user ojai (no home, no login "
                          "shell), ojai runs systemd-sysusers or useradd on this computer (against "
-                         "the machine folder), and neither is installed (Debian and Ubuntu: apt "
-                         "install systemd (or passwd, for useradd))"),
+                         "the machine folder), and neither is installed.", "Debian and Ubuntu: "
+                         "apt install systemd (or passwd, for useradd)"),
         "cmake": (["--root", box, *SOURCE, "--llamacpp-src", "/srv/llama.tar.gz"], ("cmake",),
                   "llama.cpp", "ojai runs cmake on this computer (against the machine folder), "
-                  "and it is not installed (Debian and Ubuntu: apt install cmake; or a nightly "
-                  "build with --llamacpp nightly)"),
+                  "and it is not installed.", "Debian and Ubuntu: apt install cmake; or a nightly "
+                  "build with --llamacpp nightly"),
         "compilers": (["--root", box, *SOURCE, "--llamacpp-src", "/srv/llama.tar.gz"],
                       ("c++", "g++", "clang++"), "llama.cpp", "ojai runs c++ or g++ or clang++ on "
-                      "this computer (against the machine folder), and none is installed (Debian "
-                      "and Ubuntu: apt install build-essential)"),
+                      "this computer (against the machine folder), and none is installed.",
+                      "Debian and Ubuntu: apt install build-essential"),
         "git": (["--root", box, *SOURCE, "--llamacpp-src", "https://github.com/ggml-org/llama.cpp"],
                 ("git",), "llama.cpp", "ojai runs git on this computer (against the machine "
-                "folder), and it is not installed (Debian and Ubuntu: apt install git; or a "
-                "local source with --llamacpp-src)"),
+                "folder), and it is not installed.", "Debian and Ubuntu: apt install git; or a "
+                "local source with --llamacpp-src"),
     }[case]
     before = every_file(box)
     found = planned_step(args, step)
@@ -188,7 +191,7 @@ def test_a_program_ojai_would_run_on_this_computer_is_looked_for_at_planning(box
     assert plan.exit_code == 1, plan.output
     found = planned_step(args, step)
     assert found["status"] == "blocked" and said_there in found["sentence"], found
-    assert found["sentence"].endswith("install what is missing and plan again"), found
+    assert found["ways"] == [way, "install what is missing and plan again"], found
     applied = ojai("setup", *args, "--apply", "--yes")
     assert applied.exit_code == 1 and "nothing was applied" in applied.stderr, applied.output
     (box / "var/lib/ojai/lock").unlink()  # the apply took the machine's lock, and only that
@@ -366,7 +369,8 @@ def test_a_model_the_hub_will_not_serve_is_blocked_in_the_dry_run(box, catalog, 
     step = planned_step(model_args(box, catalog), "model")
     line = step["sentence"]
     assert step["status"] == "blocked" and line.startswith(f"{ROUTE}: ") and said_there in line
-    assert "--lemonade-downloads" in line and "HF_TOKEN" in line
+    ways = " ".join(step["ways"])
+    assert "--lemonade-downloads" in ways and "HF_TOKEN" in ways
     applied = ojai("setup", *model_args(box, catalog), "--apply", "--yes")
     assert applied.exit_code == 1 and (box / GRUB).read_bytes() == grub
     assert fake_hub.requests_to("cdn") == []

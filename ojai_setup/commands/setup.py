@@ -104,15 +104,21 @@ def clauses(sentence: str) -> list[str]:
     return [p for p in pieces if p]
 
 
-def show_step(term: Terminal, status: str, name: str, sentence: str) -> None:
+def show_step(term: Terminal, status: str, name: str, sentence: str,
+              ways: tuple[str, ...] = ()) -> None:
     """A step's head line (its status, name and what it does) and the rest of its sentence
-    beneath, each wrapped with a hanging indent."""
+    beneath, each wrapped with a hanging indent; then a blocked step's ways forward, one
+    ``- `` item each."""
     head, *rest = clauses(sentence) or [sentence]
     label = term.styled(status) + " " * (TEXT_AT - 2 - len(SYMBOLS.get(status, status)))
     term.entry(label, f"[bold]{escape(name)}[/]: {escape(head)}", indent=2, hang=TEXT_AT,
                markup=True)
     for piece in rest:
         term.entry("", piece, indent=DETAIL_AT, hang=DETAIL_AT + 2)
+    if ways:
+        term.entry("", "ways forward:", indent=DETAIL_AT)
+        for way in ways:
+            term.entry("- ", way, indent=DETAIL_AT, hang=DETAIL_AT + 2)
 
 
 def escape(text: str) -> str:
@@ -188,7 +194,7 @@ class PlanReport:
             term.print()
         term.print("[bold]Steps[/]:")
         for r in plan.steps:
-            show_step(term, r.status, r.step, r.sentence)
+            show_step(term, r.status, r.step, r.sentence, r.ways)
             for a in r.actions:
                 term.entry("", action_line(a), indent=DETAIL_AT, hang=DETAIL_AT + 2)
             for warning in r.warnings:

@@ -467,7 +467,19 @@ def hip_toolchain_error(root: Root, facts: Facts, settings: Settings,
     try:
         check_hip_toolchain(root, wanted)
     except ToolchainError as exc:
-        return str(exc).replace("; nothing was written for this build", "")
+        # for the plan: why, what is missing by name, and the ways forward as a list
+        import re
+
+        from ojai_setup.planning.result import WAYS_FORWARD
+
+        text = str(exc).replace("; nothing was written for this build", "")
+        head, _, rest = text.partition(". Missing: ")
+        pieces, _, hint = rest.partition("; install ")
+        if not hint:
+            return text
+        names = ", ".join(re.findall(r"\(([^()]*)\)", pieces)) or pieces
+        return (f"{head}. Missing: {names}{WAYS_FORWARD}install {hint}; or build for the CPU "
+                "with --backend cpu")
     return None
 
 

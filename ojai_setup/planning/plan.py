@@ -362,7 +362,7 @@ PACKAGE_PROGRAMS: dict[str, tuple[str, ...]] = {
 }
 #: how to get a program a command needs, where ojai knows it
 PROGRAM_HINTS: dict[str, str] = {
-    "systemctl": "systemd does not manage this machine's services: leave out --systemd, or "
+    "systemctl": "leave out --systemd (systemd does not manage this machine's services), or "
                  "set up systemd",
     "systemd-sysusers": "Debian and Ubuntu: apt install systemd (or passwd, for useradd)",
     "cmake": "Debian and Ubuntu: apt install cmake; or a nightly build with --llamacpp nightly",
@@ -394,13 +394,13 @@ def block_unrunnable(result: StepResult, root: Root, provided: set[str]) -> Step
     collects the programs the plan's installs bring, step after step."""
     if result.status != "change":
         return result
-    said: list[str] = []
-    command_missing = False
+    programs: dict[str, list[str]] = {}  # a missing command's program -> its commands
+    host: list[str] = []  # what ojai would run on this computer, and does not find
+    hints: list[str] = []
 
-    def missing(text: str, hint: str) -> None:
-        line = text + (f" ({PROGRAM_HINTS[hint]})" if hint in PROGRAM_HINTS else "")
-        if line not in said:
-            said.append(line)
+    def hint(program: str) -> None:
+        if program in PROGRAM_HINTS and PROGRAM_HINTS[program] not in hints:
+            hints.append(PROGRAM_HINTS[program])
 
     for action in result.actions:
         commands = [action] if isinstance(action, RunCommand) else []
@@ -408,26 +408,36 @@ def block_unrunnable(result: StepResult, root: Root, provided: set[str]) -> Step
         for command in commands:
             program = command.argv[0]
             if program not in provided and root.which(program) is None:
-                command_missing = True
-                missing(f"`{shlex.join(command.argv)}` needs {program}, which this machine "
-                        "does not have", program)
+                programs.setdefault(program, [])
+                if shlex.join(command.argv) not in programs[program]:
+                    programs[program].append(shlex.join(command.argv))
+                hint(program)
         for choices in action.host_programs():
             if not any(p in provided or root.host_which(p) for p in choices):
                 none = {1: "it is not", 2: "neither is"}.get(len(choices), "none is")
-                missing(f"to {action.describe()}, ojai runs {' or '.join(choices)} on this "
+                line = (f"to {action.describe()}, ojai runs {' or '.join(choices)} on this "
                         "computer" + ("" if root.is_host else " (against the machine folder)")
-                        + f", and {none} installed", choices[0])
+                        + f", and {none} installed")
+                if line not in host:
+                    host.append(line)
+                hint(choices[0])
         for package in _installs(action):
             provided.update(PACKAGE_PROGRAMS.get(package, ()))
-    if not said:
+    if not programs and not host:
         return result
-    where = " (a machine directory answers commands from its captures in .ojai/commands)" \
-        if command_missing and not root.is_host else ""
-    # a missing command says what the step would do; a missing program names its action itself
-    would = f" (it would {result.sentence})" if command_missing else ""
-    return StepResult.blocked(result.step, f"{'; '.join(said)}{where}, so this step cannot be "
-                              f"applied{would}; install what is missing and plan again",
-                              reads=result.reads)
+    sentences = []
+    if programs:
+        names = list(programs)
+        runs = [f"`{c}`" for cs in programs.values() for c in cs]
+        shown = ", ".join(runs[:2]) + (f" and {len(runs) - 2} more" if len(runs) > 2 else "")
+        where = " (a machine folder answers commands from its captures in .ojai/commands)" \
+            if not root.is_host else ""
+        sentences.append(f"this step runs {shown}, and this machine has no "
+                         f"{' or '.join(names)}{where}.")
+    sentences += [f"{h[0].upper()}{h[1:]}." for h in host[:2]]
+    ways = [*hints, "install what is missing and plan again"]
+    return StepResult.blocked(result.step, " ".join(sentences[:3]), reads=result.reads,
+                              ways=ways)
 
 
 def remake_command(plan: Plan, plan_path: str) -> str:

@@ -9,7 +9,8 @@ Three outcomes:
 - ``satisfied``: nothing to do; ``sentence`` says why (``"ttm.pages_limit=12582912 is already
   set in /etc/default/grub"``).
 - ``change``: ``actions`` says what to do; ``sentence`` summarises it.
-- ``blocked``: the step cannot be planned; ``sentence`` says why and what to do about it."""
+- ``blocked``: the step cannot be planned; ``sentence`` says why in at most three short
+  sentences, and ``ways`` lists the ways forward, one thing a person can do each."""
 
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
@@ -21,6 +22,34 @@ if TYPE_CHECKING:
     from ojai_setup.planning.context import Context
 
 StepStatus = Literal["satisfied", "change", "blocked"]
+
+
+#: where a blocked step's advice lists its ways forward
+WAYS_FORWARD = ". Ways forward: "
+
+
+def ways_forward(text: str) -> tuple[str, tuple[str, ...]]:
+    """``text`` cut at :data:`WAYS_FORWARD` into the sentence before it and its ways: the
+    items of the list after it (``a; b; or c``, outside brackets and backticks), and each
+    sentence that follows the list (``GITHUB_TOKEN raises GitHub's rate limit``)."""
+    head, marker, tail = text.partition(WAYS_FORWARD)
+    if not marker:
+        return text, ()
+    ways, depth, quoted, start = [], 0, False, 0
+    for i, c in enumerate(tail):
+        if c == "`":
+            quoted = not quoted
+        elif c in "([{" and not quoted:
+            depth += 1
+        elif c in ")]}" and not quoted:
+            depth = max(0, depth - 1)
+        elif not depth and not quoted and tail[i:i + 2] in ("; ", ". ") and (
+                c == ";" or tail[i + 2:i + 3].isupper()):
+            ways.append(tail[start:i])
+            start = i + 2
+    ways.append(tail[start:])
+    items = [w.strip().removeprefix("or ").rstrip(".").strip() for w in ways]
+    return head + ".", tuple(w for w in items if w)
 
 
 class SpaceNeed(BaseModel):
@@ -65,6 +94,8 @@ class StepResult(BaseModel):
     warnings: tuple[str, ...] = ()
     #: disk space the actions take (a change only), checked for the whole plan at once
     space: tuple[SpaceNeed, ...] = ()
+    #: a blocked step's ways forward, each one thing a person can do, shown as a list
+    ways: tuple[str, ...] = ()
 
     @model_validator(mode="after")
     def _consistent(self) -> "StepResult":
@@ -87,9 +118,15 @@ class StepResult(BaseModel):
                    warnings=warnings)
 
     @classmethod
-    def blocked(cls, step: str, sentence: str, *, reads: tuple[str, ...] = ()) -> "StepResult":
-        """Cannot proceed: why, and what the user can do."""
-        return cls(step=step, status="blocked", sentence=sentence, reads=reads)
+    def blocked(cls, step: str, sentence: str, *, reads: tuple[str, ...] = (),
+                ways: tuple[str, ...] | list[str] = ()) -> "StepResult":
+        """Cannot proceed: why, and what the user can do (``ways``). A ``sentence`` that ends
+        in ``Ways forward: a; b; or c`` (the form of the advice the planning helpers write,
+        :func:`ways_forward`) has that tail made into the list."""
+        if not ways:
+            sentence, ways = ways_forward(sentence)
+        return cls(step=step, status="blocked", sentence=sentence, reads=reads,
+                   ways=tuple(ways))
 
     @classmethod
     def change(cls, step: str, sentence: str, actions: list[Any] | tuple[Any, ...],

@@ -147,8 +147,8 @@ class LlamacppStep:
         if built is not None and self._current_target(ctx) in (folder, action.dest):
             return StepResult.satisfied(self.name, built, reads=(action.dest, CURRENT))
         if action.backend == "hip" and ctx.toolchain_error:
-            return StepResult.blocked(self.name, f"{ctx.toolchain_error}; or build for the "
-                                      "CPU with --backend cpu")
+            # the toolchain's error ends in its ways forward, the CPU build among them
+            return StepResult.blocked(self.name, ctx.toolchain_error)
         from ..domain.costs import disk_need, estimate
 
         need = disk_need(action.backend, action.gpu_target)

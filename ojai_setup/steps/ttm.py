@@ -471,20 +471,21 @@ def _blocked_nixos(ctx: Context, want: Want, loader: BootLoader,
                    reads: list[str]) -> StepResult:
     return StepResult.blocked(
         STEP, "NixOS builds the kernel command line from its configuration; ojai does not "
-        f"edit it. Add `boot.kernelParams = [ \"{want.param}\" ];` to "
-        "/etc/nixos/configuration.nix (or your flake's host module), then run `sudo "
-        "nixos-rebuild boot` and reboot", reads=tuple(reads))
+        "edit it.", reads=tuple(reads),
+        ways=(f"add `boot.kernelParams = [ \"{want.param}\" ];` to "
+              "/etc/nixos/configuration.nix (or your flake's host module), then run "
+              "`sudo nixos-rebuild boot` and reboot",))
 
 
 def _blocked_unknown(ctx: Context, want: Want, loader: BootLoader,
                      reads: list[str]) -> StepResult:
     seen = "; ".join([*loader.evidence, *loader.conflicts]) or "no marker"
     return StepResult.blocked(
-        STEP, f"ojai cannot tell which boot loader decides the next boot ({seen}), so it "
-        f"edits no kernel command line. Add {want.param} to the command line of the loader "
-        "you boot yourself, or use --ttm-via modprobe (options ttm pages_limit= in "
-        "/etc/modprobe.d, which works on any boot path while ttm is a module)",
-        reads=tuple(reads))
+        STEP, f"ojai cannot tell which boot loader decides the next boot, so it edits no "
+        f"kernel command line. It saw: {seen}.", reads=tuple(reads),
+        ways=(f"add {want.param} to the command line of the loader you boot yourself",
+              "--ttm-via modprobe (options ttm pages_limit= in /etc/modprobe.d, which works on "
+              "any boot path while ttm is a module)"))
 
 
 Planner = Callable[[Context, Want, BootLoader, list], "Planned | StepResult"]
@@ -627,8 +628,8 @@ def _plan_modprobe(ctx: Context, want: Want, loader: BootLoader, reads: list[str
     if contradicts:
         return StepResult.blocked(
             STEP, f"the kernel command line sets another limit ({'; '.join(contradicts)}), "
-            f"and {CMDLINE_WINS}; remove it there (or use --ttm-via cmdline), then run ojai "
-            "again", reads=tuple(reads))
+            f"and {CMDLINE_WINS}.", reads=tuple(reads),
+            ways=("remove it there, then run ojai again", "--ttm-via cmdline"))
     has_setting = [p for p, t in files if any(module_option_settings([(p, t)], mod, "pages_limit")
                                               for mod in TTM_MODULES)]
     aligned = _align_modprobe(ctx, want, reads, [(p, t) for p, t in files if p in has_setting])

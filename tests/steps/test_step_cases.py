@@ -48,9 +48,12 @@ ALL = sorted(CASES.glob("*/*.json"))
 
 
 def _outcome(result) -> dict:
-    return {"status": result.status, "sentence": result.sentence,
-            "actions": [[a.kind, *a.targets()] for a in result.actions],
-            "handlers": sorted(result.handlers)}
+    got = {"status": result.status, "sentence": result.sentence,
+           "actions": [[a.kind, *a.targets()] for a in result.actions],
+           "handlers": sorted(result.handlers)}
+    if result.ways:  # a blocked step's ways forward
+        got["ways"] = list(result.ways)
+    return got
 
 
 @pytest.mark.parametrize("case", ALL, ids=[f"{c.parent.name}/{c.stem}" for c in ALL])
