@@ -52,9 +52,13 @@ def running(tmp_path_factory, llama_server_bin, gemma_model):
 
 
 def test_verify_reads_real_drafting_per_kind(running):
-    result = CliRunner().invoke(app, ["verify", "--root", str(running.root), "--tokens", "32", "--json"])
+    result = CliRunner().invoke(app, ["verify", "--root", str(running.root), "--tokens", "32", "--json",
+                                      "--gate-stride", "16"])
     assert result.exit_code == 0, result.output
     checks = {r["route"]: r for r in json.loads(result.stdout)["routes"]}
+    # every route, drafted or not, computes what its build's CPU backend computes (one reference)
+    for r in checks.values():
+        assert r["gate"]["figures"]["passed"] and r["gate"]["figures"]["positions"] == 20, r["gate"]
     plain, self_draft, ngram = checks[MODEL], checks["gemma-self"], checks["gemma-ngram"]
     assert plain["draft_n"] is None and plain["predicted_n"] == 32
     # the model drafting for itself at temperature 0: every drafted token is accepted
@@ -65,7 +69,7 @@ def test_verify_reads_real_drafting_per_kind(running):
         assert r["predicted_speedup"] is None and r["no_prediction"]
     assert "n-gram" in ngram["no_prediction"] and ngram["spec_type"] == "ngram-simple"
     human = CliRunner().invoke(app, ["verify", "--root", str(running.root), "--tokens", "16",
-                                     "--route", "gemma-ngram"], env={"NO_COLOR": "1", "COLUMNS": "200"})
+                                     "--route", "gemma-ngram", "--no-gate"], env={"NO_COLOR": "1", "COLUMNS": "200"})
     assert "not predictive" in human.stdout and "ngram-simple drafted" in human.stdout
 
 
