@@ -18,7 +18,7 @@ Thresholds (:data:`MIN_AGREEMENT`, :data:`MAX_MEAN_KL`), from measurements on th
 270M Q4_K_M with llama.cpp b11434's CPU build over this text (305 positions; ``python
 benchmarks/gate.py``): legitimate changes of kernels and cache on the same file stay far inside
 them (1 thread instead of 2: agreement 99.3 %, mean KL 0.0005 nats; a q8_0 KV cache: 94.8 %,
-0.005; flash attention off, a 16-token batch: identical), while a copy of the file with one
+0.005; flash attention off: 93.8 %, 0.005; a 16-token batch: identical), while a copy of the file with one
 layer's ``ffn_down`` blocks reversed falls to 43 % and 0.82 nats, and every layer's to 0 % and
 3 nats. The public HIP failures on these iGPUs (perplexity 250,459 against 384 on the CPU;
 1334 against 6.8) are a cross-entropy gap of 6.5 and 5.3 nats per token, over 100 times the
