@@ -107,6 +107,7 @@ def test_verify_prints_the_gate_and_fails_a_route_serving_other_output(tmp_path,
     assert bad.exit_code == 1, bad.output
     flat = " ".join(bad.stdout.split())
     assert "does not compute what the CPU computes" in flat and "Do not serve it" in flat
+    assert flat.startswith("FAIL tiny (") and "FAIL gate against the same build's CPU backend" in flat
     assert off.exit_code == 0 and "gate: not run: --no-gate" in off.stdout
 
 

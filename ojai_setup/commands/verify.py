@@ -385,11 +385,12 @@ class VerifyReport:
                                f"{how_to_start(root, r.route, routes.get(r.route, {}))}")
                 continue
             if r.predicted_n is None:
-                term.print(f"{term.styled('pass')} {r.route} ({r.url}): ready")
+                term.print(f"{term.styled('fail' if r.gate_failed else 'pass')} {r.route} ({r.url}): ready")
                 for gate_line in self._gate_lines(term, r):
                     term.print(gate_line)
                 continue
-            line = f"{term.styled('pass')} {r.route} ({r.url}): {r.predicted_n} tokens at " \
+            status = "fail" if r.gate_failed else "pass"  # answers, but not what the CPU computes
+            line = f"{term.styled(status)} {r.route} ({r.url}): {r.predicted_n} tokens at " \
                    f"{r.tokens_per_second or 0:.1f} tokens/s"
             if r.draft_n is not None:
                 source = " (the server's /metrics)" if r.counters == "metrics" else ""
