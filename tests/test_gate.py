@@ -157,3 +157,28 @@ def test_launch_defaults_in_an_older_build_and_overrides() -> None:
     assert "as --load-mode asks" in chosen.sentence()
     no_fa = _without(d, "--flash-attn", "-fa")
     assert decide(no_fa, gpu=True).flash_attn is None
+
+
+def test_the_corrupted_copy_moves_only_the_chosen_tensors_blocks(tmp_path) -> None:
+    """The wrong backend of the real-model tests: the tensor table read directly agrees with
+    gguf's own reader, and the copy differs from the file only in the chosen tensor, whose
+    blocks are in reverse order."""
+    import gguf
+    import numpy as np
+    from support.corrupt_gguf import corrupt_copy, tensor_table
+    from support.tiny_models import write_llama_model
+
+    model = write_llama_model(tmp_path / "tiny.gguf", 64, 2, seed=7)
+    reader = gguf.GGUFReader(model)
+    assert [(t.name, int(t.data_offset), int(t.n_bytes)) for t in reader.tensors] == \
+        [(name, offset, size) for name, _, offset, size in tensor_table(model)]
+    copy = tmp_path / "copy.gguf"
+    assert corrupt_copy(model, copy, r"^blk\.1\.ffn_down\.weight$") == ["blk.1.ffn_down.weight"]
+    changed = gguf.GGUFReader(copy)
+    for before, after in zip(reader.tensors, changed.tensors):
+        if before.name == "blk.1.ffn_down.weight":
+            assert np.array_equal(np.asarray(after.data).ravel(), np.asarray(before.data).ravel()[::-1])
+        else:
+            assert np.array_equal(np.asarray(after.data), np.asarray(before.data)), before.name
+    assert model.read_bytes()[:int(reader.tensors[0].data_offset)] == \
+        copy.read_bytes()[:int(reader.tensors[0].data_offset)]

@@ -116,7 +116,7 @@ def test_real_model_cpu_passes_and_a_corrupted_copy_fails(tmp_path, llama_server
     """Gemma 3 270M Q4_K_M: the CPU backend against itself passes; the same file with one
     layer's ffn_down blocks reversed (a backend reading the right weights at the wrong place)
     fails on both figures."""
-    corrupt = tmp_path / "corrupt.gguf"
+    corrupt = tmp_path / "corrupt.gguf"  # under a second: the tensor table is read directly
     assert corrupt_copy(gemma_model, corrupt, r"^blk\.5\.ffn_down\.weight$") == ["blk.5.ffn_down.weight"]
     test, reference = scripts(_base(llama_server_bin, gemma_model))
     cache: dict = {}
