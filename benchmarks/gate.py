@@ -19,6 +19,7 @@ and wrong backends, which must fail: the same file with one layer's or every lay
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 import tempfile
 import time
@@ -41,6 +42,8 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--only", default="")
     opts = parser.parse_args()
+    # a SIGTERM unwinds like Ctrl-C, so that the servers started below are stopped
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     binary = str(ensure_llama_server())
     model = ensure_gemma()
     base = LaunchScript("set -euo pipefail\n", (binary, "-m", str(model), "-t", str(opts.threads),
