@@ -147,6 +147,11 @@ def _http_download(part: Path, location: str, headers: dict[str, str], resume: i
             while left and (chunk := f.read(min(_HASH_CHUNK, left))):
                 digest.update(chunk)
                 left -= len(chunk)
+    if resume and resume == expected_size:
+        # every byte arrived before the interruption (the rename had not happened): a range
+        # from the file's size on is one no server can satisfy (the Hub's CDN answers 416), so
+        # the part is only hashed
+        return digest.hexdigest()
     request = urllib.request.Request(location, headers={
         **{k: v for k, v in headers.items() if k.lower() != "accept-encoding"},
         "Accept-Encoding": "identity", **({"Range": f"bytes={resume}-"} if resume else {})})
