@@ -213,6 +213,27 @@ def test_plan_made_with_other_settings_is_refused(fleet):
     assert "ttm.pages_limit" not in (fleet.roots["fresh"] / "etc/default/grub").read_text()
 
 
+def test_cmake_defines_are_planned_compared_with_the_plan_and_checked_by_ojai(fleet):
+    source = ("llamacpp: none", "llamacpp: source\n        backend: cpu\n        cmake_define:"
+              "\n          - GGML_NATIVE=OFF\n          - GGML_CUDA_FA=OFF")
+    check = fleet.play(SETUP_PLAY.replace(*source), "--check", "--diff", "--limit", "fresh")
+    res = check.results("ojai setup")["fresh"]
+    assert res["changed"] is True, res
+    built = [d["prepared"] for d in res["diff"] if "build llama-server" in d.get("prepared", "")]
+    assert len(built) == 1 and (" with -DGGML_CUDA_FA=OFF -DGGML_NATIVE=OFF into "
+                                "/opt/ojai/llama.cpp/src-llama.cpp-cpu-d") in built[0], built
+    other = fleet.play(SETUP_PLAY.replace(source[0], source[1].replace("NATIVE=OFF", "NATIVE=ON")),
+                       "--limit", "fresh").results("ojai setup")["fresh"]
+    assert other["failed"] is True
+    assert ("cmake_define=['GGML_CUDA_FA=OFF', 'GGML_NATIVE=ON'] (the plan has "
+            "['GGML_CUDA_FA=OFF', 'GGML_NATIVE=OFF'])") in other["msg"]
+    assert not (fleet.roots["fresh"] / "opt/ojai/llama.cpp").exists()
+    owned = fleet.play(SETUP_PLAY.replace(source[0], source[1].replace("NATIVE=OFF", "HIP=ON")),
+                       "--check", "--limit", "fresh").results("ojai setup")["fresh"]
+    assert owned["failed"] is True
+    assert "GGML_HIP is set by ojai itself (the backend comes from --backend)" in owned["msg"]
+
+
 def test_no_saved_plan_in_normal_mode_fails_with_what_to_do(fleet):
     run = fleet.play(SETUP_PLAY, "--limit", "fresh")
     res = run.results("ojai setup")["fresh"]

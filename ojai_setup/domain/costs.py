@@ -11,6 +11,7 @@ is measured as processor time (user + system of every compiler, from the install
 from __future__ import annotations
 
 import tomllib
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -32,28 +33,44 @@ class Measured:
 
 @cache
 def measured() -> dict[str, Measured]:
+    """The measured builds: ``cpu``, ``hip <target>``, and the same with extra CMake
+    definitions (``[with."<the -D arguments, as the plan has them>"...]``) as
+    ``<key> with <the -D arguments>``."""
     data = tomllib.loads(Path(__file__).with_name("build-costs.toml").read_text(encoding="utf-8"))
     found: dict[str, Measured] = {}
-    if "cpu" in data:
-        found["cpu"] = Measured("cpu", **data["cpu"])
-    for target, fields in data.get("hip", {}).items():
-        found[f"hip {target}"] = Measured(f"hip {target}", **fields)
+    for suffix, table in [("", data)] + [(f" with {args}", t)
+                                         for args, t in data.get("with", {}).items()]:
+        if "cpu" in table:
+            found["cpu" + suffix] = Measured("cpu" + suffix, **table["cpu"])
+        for target, fields in table.get("hip", {}).items():
+            found[f"hip {target}{suffix}"] = Measured(f"hip {target}{suffix}", **fields)
     return found
+
+
+def _find(table: dict[str, Measured], key: str, extra: tuple[str, ...]) -> tuple[Measured | None, bool]:
+    """The figures of the build ``key`` with the definitions ``extra``, and whether they were
+    measured with them (else those of the build without them, when measured)."""
+    if extra and (m := table.get(f"{key} with {' '.join(extra)}")) is not None:
+        return m, True
+    return table.get(key), not extra
 
 
 def _size(n: int) -> str:
     return f"{n / 1e9:.1f} GB" if n >= 1e9 else f"{max(1, round(n / 1e6))} MB"
 
 
-def estimate(backend: str, gpu_target: str | None) -> str:
-    """The expected build time and disk space, per target, as one phrase for the plan."""
+def estimate(backend: str, gpu_target: str | None, extra: Iterable[str] = ()) -> str:
+    """The expected build time and disk space, per target, as one phrase for the plan; with
+    extra CMake definitions ``extra``, the figures measured with them, else those measured
+    without them, and said so."""
     table = measured()
+    extra = tuple(extra)
     targets = [t for t in (gpu_target or "").replace(";", ",").split(",") if t]
     keys = [f"hip {t}" for t in targets] if backend == "hip" else ["cpu"]
     parts = []
     for key in keys:
         label = key.removeprefix("hip ")
-        m = table.get(key)
+        m, exact = _find(table, key, extra)
         if m is None:
             ref = table.get("hip gfx1150")
             parts.append(f"{label} not measured" + (
@@ -63,17 +80,18 @@ def estimate(backend: str, gpu_target: str | None) -> str:
         parts.append(f"{label}: about {m.minutes_on(REFERENCE_CORES)} min on "
                      f"{REFERENCE_CORES} cores ({round(m.cpu_seconds / 60)} min of compiler time, "
                      f"less with more cores), {_size(m.build_bytes)} free while building, "
-                     f"{_size(m.install_bytes)} installed")
+                     f"{_size(m.install_bytes)} installed"
+                     + ("" if exact else ", as measured without the extra definitions"))
     return "; ".join(parts)
 
 
-def disk_need(backend: str, gpu_target: str | None) -> int | None:
+def disk_need(backend: str, gpu_target: str | None, extra: Iterable[str] = ()) -> int | None:
     """The bytes a build needs free (its build folder and its install, as measured, the
     largest measured target standing in for one not measured); None when nothing is measured."""
     table = measured()
     targets = [t for t in (gpu_target or "").replace(";", ",").split(",") if t]
     keys = [f"hip {t}" for t in targets] if backend == "hip" else ["cpu"]
-    found = [table.get(k) or table.get("hip gfx1150") for k in keys]
+    found = [_find(table, k, tuple(extra))[0] or table.get("hip gfx1150") for k in keys]
     found = [m for m in found if m is not None]
     if not found:
         return None

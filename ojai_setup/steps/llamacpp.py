@@ -151,10 +151,8 @@ class LlamacppStep:
             return StepResult.blocked(self.name, ctx.toolchain_error)
         from ..domain.costs import disk_need, estimate
 
-        need = disk_need(action.backend, action.gpu_target)
-        cost = estimate(action.backend, action.gpu_target)
-        if action.cmake_args:  # the figures are those of the build ojai makes by itself
-            cost += ", as measured without the extra definitions"
+        need = disk_need(action.backend, action.gpu_target, action.cmake_args)
+        cost = estimate(action.backend, action.gpu_target, action.cmake_args)
         return StepResult.change(
             self.name, f"{action.reason} ({cost}; progress is shown)", [action],
             space=(SpaceNeed(

@@ -420,6 +420,8 @@ def _apply(build: HipBuild) -> None:
               "load_average_1min": round(os.getloadavg()[0], 2),
               "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     (build.cache / "build.json").write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+    print(f"hip build: {record['seconds']} s, {record['cpu_seconds']} processor seconds on "
+          f"{record['cores']} cores (build.json)", file=sys.stderr, flush=True)
 
 
 def _prepared(chroot: Path, cache: Path) -> HipBuild | None:

@@ -116,6 +116,12 @@ options:
   gpu_target:
     description: GPU target(s) of a HIP source build (for example C(gfx1150,gfx1151)); default, the GPU's own.
     type: str
+  cmake_define:
+    description:
+      - With O(llamacpp=source), extra CMake definitions C(KEY=VALUE) passed to the configure (for example C(GGML_HIP_ROCWMMA_FATTN=ON)).
+      - Another set of definitions is another build, in a folder of its own; ojai refuses the options it sets itself.
+    type: list
+    elements: str
   lemonade:
     description:
       - Install Lemonade when it is missing.
@@ -293,6 +299,7 @@ SETTINGS = {
     "systemd": ("--systemd", "systemd"),
     "npu": ("--npu", "npu"),
     "gpu_target": ("--gpu-target", "gpu_target"),
+    "cmake_define": ("--cmake-define", "cmake_defines"),
     "lemonade": ("--lemonade", "lemonade"),
     "lemonade_tag": ("--lemonade-tag", "lemonade_tag"),
     "lemonade_downloads": ("--lemonade-downloads", "lemonade_downloads"),
@@ -320,6 +327,7 @@ ARGS = dict(
     systemd=dict(type="bool", default=False),
     npu=dict(type="bool", default=True),
     gpu_target=dict(type="str"),
+    cmake_define=dict(type="list", elements="str"),
     lemonade=dict(type="str", choices=["none", "distro", "release"], default="none"),
     lemonade_tag=dict(type="str"),
     lemonade_downloads=dict(type="bool", default=False),
@@ -339,6 +347,9 @@ def setting_flags(params):
         elif name in ("systemd", "lemonade_downloads"):
             if value:
                 flags.append(flag)
+        elif isinstance(value, list):  # a repeatable option
+            for item in value:
+                flags.extend([flag, str(item)])
         elif value is not None:
             flags.extend([flag, str(value)])
     return flags
@@ -356,7 +367,9 @@ def describe(action):
     if kind == "hub_download":
         return f"download {action['repo_id']}:{action['filename']} to {action['dest']}"
     if kind == "build_from_source":
-        return f"build llama-server ({action.get('backend')}) from {action['source']} into {action['dest']}"
+        extra = "".join(" " + a for a in action.get("cmake_args") or [])
+        return (f"build llama-server ({action.get('backend')}) from {action['source']}"
+                f"{' with' + extra if extra else ''} into {action['dest']}")
     if kind == "run_command":
         return "run " + shlex.join(action.get("argv", []))
     return f"{kind} {action}"
@@ -448,6 +461,8 @@ def load_saved_plan(module, path):
     differ = []
     for name, (_flag, key) in SETTINGS.items():
         value = module.params.get(name)
+        if isinstance(value, list):  # the plan has the definitions sorted by name
+            value = sorted(value, key=lambda d: d.partition("=")[0])
         if value is not None and key in settings and settings[key] != value:
             differ.append(f"{name}={value!r} (the plan has {settings[key]!r})")
     if differ:
