@@ -15,11 +15,13 @@ MIB = 1 << 20
 MTP_ROUTES = {"gemma-4-26b-a4b", "gemma-4-31b", "gemma-4-12b", "qwen3.6-27b", "qwen3.6-35b-a3b"}
 #: Gemma 3 270M, the real model the tests run: n-gram drafting, and drafting for itself
 SMALL_ROUTES = {"gemma-3-270m", "gemma-3-270m-self"}
+#: popular models without a draft, and an embedding model (tests/test_popular_models.py)
+POPULAR_ROUTES = {"gpt-oss-20b", "gpt-oss-120b", "qwen3-coder-30b-a3b", "nomic-embed-text-v1"}
 
 
 def test_builtin_routes_are_the_matched_pairs():
     catalog = load_catalog(None)
-    assert set(catalog.routes) == MTP_ROUTES | SMALL_ROUTES
+    assert set(catalog.routes) == MTP_ROUTES | SMALL_ROUTES | POPULAR_ROUTES
     for r in (catalog.routes[name] for name in MTP_ROUTES):
         assert r.lemonade_checkpoint.startswith(r.repo + ":")
         assert r.draft_n_max == 2 and r.sizes_estimated
@@ -161,7 +163,7 @@ kv = { full_layers = 17, full_kv_heads = 4, full_head_dim = 256 }
     catalog = load_catalog(user)
     route = catalog.get("qwen3.6-27b-q8")
     assert route.main[0].sha256 == "ab" * 32 and route.draft_n_max == 2 and route.revision == "main"
-    assert len(catalog.routes) == len(MTP_ROUTES | SMALL_ROUTES) + 1
+    assert len(catalog.routes) == len(MTP_ROUTES | SMALL_ROUTES | POPULAR_ROUTES) + 1
 
 
 @pytest.mark.parametrize(("text", "field"), [

@@ -55,9 +55,12 @@ def test_models_at_80_columns_is_one_line_a_route_with_its_name_whole(tmp_path):
     header = next(line for line in lines if line.startswith("route"))
     assert header.split() == ["route", "drafting", "context", "memory", "fits", "downloaded"]
     rows = {line.split()[0]: line.split()[1:] for line in lines
-            if re.match(r"^(gemma|qwen|deepseek)", line)}
-    assert list(rows) == ["gemma-4-12b", "gemma-4-26b-a4b", "qwen3.6-27b", "gemma-4-31b",
-                          "qwen3.6-35b-a3b"]  # by the memory they need; no test routes
+            if re.match(r"^(gemma|qwen|deepseek|gpt|nomic)", line)}
+    assert list(rows) == ["nomic-embed-text-v1", "gemma-4-12b", "gpt-oss-20b", "gemma-4-26b-a4b",
+                          "qwen3.6-27b", "qwen3-coder-30b-a3b", "gemma-4-31b",
+                          "qwen3.6-35b-a3b", "gpt-oss-120b"]  # by the memory they need; no test routes
+    assert rows["nomic-embed-text-v1"][0] == "embeddings"
+    assert rows["gpt-oss-120b"][-2:] == ["no", "no"]  # does not fit the 48 GiB budget
     assert rows["gemma-4-26b-a4b"] == ["MTP", "sidecar", "32768", "~18.1", "GiB", "yes", "no"]
     assert rows["qwen3.6-27b"][:2] == ["MTP", "in-file"]
     assert "2 routes for ojai's own tests not shown (--all shows them)" in shown

@@ -36,6 +36,8 @@ class RouteCheck(BaseModel):
     healthy: bool
     error: str | None = None
     model_id: str | None = None  # the id Lemonade lists the route under
+    #: an embedding route: the length of the vector ``/v1/embeddings`` returned
+    embedding_dims: int | None = None
     predicted_n: int | None = None
     tokens_per_second: float | None = None
     draft_n: int | None = None
@@ -207,6 +209,42 @@ def check_route(name: str, host: str, port: int, draft_n_max: int | None, *, tim
     if extra.get("steps"):
         out["tokens_per_step"] = 1 + (out.get("draft_n_accepted") or 0) / extra["steps"]
     return RouteCheck(route=name, url=base, healthy=True, **out, **extra)
+
+
+def check_embedding_route(name: str, host: str, port: int, *, timeout: float,
+                          api_key: str | None = None) -> RouteCheck:
+    """An embedding route (``--embeddings``, which serves no completions): ``/health``, then
+    one ``POST /v1/embeddings`` whose first vector must be non-empty numbers."""
+    base = f"http://{host}:{port}"
+    deadline = time.monotonic() + timeout
+    status, body = 0, ""
+    while True:
+        try:
+            status, body = _get(base + "/health", timeout=5)
+        except OSError as exc:
+            status, body = 0, str(exc)
+        if status == 200 or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    if status != 200:
+        return RouteCheck(route=name, url=base, healthy=False,
+                          error=f"/health answered {status or 'nothing'}: {body.strip()[:200]}")
+    headers = {"Content-Type": "application/json"}
+    if api_key:
+        headers["Authorization"] = f"Bearer {api_key}"
+    req = urllib.request.Request(base + "/v1/embeddings", headers=headers,
+                                 data=json.dumps({"input": PROMPT, "model": name}).encode())
+    try:
+        with urllib.request.urlopen(req, timeout=max(timeout, 120)) as resp:
+            data = json.loads(resp.read())
+        vector = data["data"][0]["embedding"]
+    except (OSError, ValueError, KeyError, IndexError, TypeError) as exc:
+        return RouteCheck(route=name, url=base, healthy=True,
+                          error=f"/v1/embeddings failed: {exc}")
+    if not vector or not all(isinstance(v, (int, float)) for v in vector):
+        return RouteCheck(route=name, url=base, healthy=True,
+                          error="/v1/embeddings returned no vector of numbers")
+    return RouteCheck(route=name, url=base, healthy=True, embedding_dims=len(vector))
 
 
 def check_sglang_route(name: str, host: str, port: int, draft_n_max: int | None, *,
@@ -384,6 +422,10 @@ class VerifyReport:
                     term.print(f"{'':>5}is it running? start it with: "
                                f"{how_to_start(root, r.route, routes.get(r.route, {}))}")
                 continue
+            if r.embedding_dims is not None:
+                term.print(f"{term.styled('pass')} {r.route} ({r.url}): embeddings of "
+                           f"{r.embedding_dims} dimensions")
+                continue
             if r.predicted_n is None:
                 term.print(f"{term.styled('fail' if r.gate_failed else 'pass')} {r.route} ({r.url}): ready")
                 for gate_line in self._gate_lines(term, r):
@@ -494,7 +536,12 @@ def run_verify(term: Terminal, root_dir: Path, *, only: str | None, timeout: flo
             results.append(RouteCheck(route=name, url=f"http://{r.get('host', '127.0.0.1')}:"
                                       f"{r['port']}", healthy=False, error=problem))
             continue
-        if r.get("server") == "sglang":
+        if r.get("embedding"):
+            check = check_embedding_route(name, r.get("host", "127.0.0.1"), r["port"],
+                                          timeout=timeout, api_key=key)
+            check.gate_note = "an embedding route generates no tokens to compare"
+            results.append(check)
+        elif r.get("server") == "sglang":
             results.append(check_sglang_route(name, r.get("host", "127.0.0.1"), r["port"],
                                               r.get("draft_n_max"), timeout=timeout,
                                               n_predict=n_predict, api_key=key))

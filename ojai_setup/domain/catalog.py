@@ -264,6 +264,9 @@ class Route(_Model):
     #: Lemonade's checkpoint strings (a quant name or a file after the colon)
     lemonade_checkpoint: str = Field(min_length=1)
     lemonade_draft_checkpoint: str | None = None
+    #: an embedding model: served plain with ``--embeddings`` only (it generates no tokens, so
+    #: nothing drafts), as one route, ``<name>``
+    embedding: bool = False
     kv: KvLayout
     context_size: int = Field(gt=0)
     max_context: int = Field(gt=0)
@@ -286,6 +289,9 @@ class Route(_Model):
             raise ValueError("mtp = 'sidecar' needs a draft file")
         if self.mtp == "in_file" and self.draft is not None:
             raise ValueError("mtp = 'in_file' takes no draft file: the heads are inside the main file")
+        if self.embedding and (self.mtp or self.draft or self.spec_type or self.ngram):
+            raise ValueError("an embedding model generates no tokens to draft: it takes no mtp, "
+                             "draft, spec_type or ngram")
         types = self.spec_types
         unknown = [t for t in types if t not in SPEC_TYPES]
         if unknown:
@@ -330,6 +336,8 @@ class Route(_Model):
         """The drafted route's speculative types (:attr:`spec_type` or its default: MTP heads
         draft with ``draft-mtp``, a draft file with ``draft-simple``, and a plain route is
         offered :data:`OFFERED_NGRAM`)."""
+        if self.embedding:
+            return ()
         value = self.spec_type or ("draft-mtp" if self.mtp else "draft-simple" if self.draft
                                    else OFFERED_NGRAM)
         return tuple(t.strip() for t in value.split(",") if t.strip())
@@ -366,7 +374,10 @@ class Route(_Model):
     @property
     def drafting(self) -> str:
         """What drafts, in a few words: ``MTP sidecar``, ``MTP in-file``, ``self-draft``,
-        ``draft model``, ``n-gram (ngram-simple)``; chained types joined with `` + ``."""
+        ``draft model``, ``n-gram (ngram-simple)``; chained types joined with `` + ``;
+        ``embeddings`` for an embedding model, which does not draft."""
+        if self.embedding:
+            return "embeddings"
         words = []
         for t in self.spec_types:
             if t == "draft-mtp":

@@ -32,7 +32,9 @@ _STATE_ELEMENT = 4
 
 #: architectures whose files carry no sliding-window pattern: llama.cpp makes all but every
 #: n-th layer slide (``src/models/gemma3.cpp``: ``load_swa_pattern(ml, 6)``)
-_SWA_EVERY = {"gemma3": 6}
+_SWA_EVERY = {"gemma3": 6,
+              # every other layer, the first sliding (src/models/openai-moe.cpp: load_swa_pattern(ml, 2))
+              "gpt-oss": 2}
 
 
 def kv_layout(info: ModelInfo) -> KvLayout | None:
@@ -121,7 +123,8 @@ class Deployment(NamedTuple):
     """The GPU routes of one catalog model fitted to the GPU budget, alone and together."""
 
     budget_bytes: int
-    mtp: Fit
+    #: the drafted route; None for an embedding model, served by its plain route alone
+    mtp: Fit | None
     #: the plain route at the context it gets (``PLAIN_SLOTS`` x the route's, or the largest
     #: that fits alone); None when not even the smallest context fits
     plain: Fit | None
@@ -133,16 +136,24 @@ class Deployment(NamedTuple):
 
     @property
     def together_bytes(self) -> int:
-        return self.mtp.need_bytes + (self.plain.need_bytes if self.plain else 0)
+        return ((self.mtp.need_bytes if self.mtp else 0)
+                + (self.plain.need_bytes if self.plain else 0))
 
     @property
     def together(self) -> bool:
-        """Both GPU routes fit the budget at once."""
+        """Both GPU routes fit the budget at once (an embedding model's one route: it fits)."""
         return self.plain is not None and self.together_bytes <= self.budget_bytes
 
     def sentence(self, *, units: bool = False) -> str:
         """What the plan says about memory: each route's need and which run together
         (``units``: systemd units are written, and say so)."""
+        if self.mtp is None:  # an embedding model: its plain route alone
+            if self.plain is None:
+                return (f"not even ctx {PLAIN_SLOTS * 1024} ({PLAIN_SLOTS} slots) fits the "
+                        f"{_gib(self.budget_bytes)} GPU budget (sizes from {self.source})")
+            return (f"{self.plain.route} at ctx {self.plain.ctx_size} ({self.plain.slots} slots) "
+                    f"needs {_gib(self.plain.need_bytes)} of the {_gib(self.budget_bytes)} GPU "
+                    f"budget (sizes from {self.source})")
         parts = [f"{self.mtp.route} at ctx {self.mtp.ctx_size} needs {_gib(self.mtp.need_bytes)}"]
         if self.plain is not None:
             parts.append(f"{self.plain.route} at ctx {self.plain.ctx_size} ({self.plain.slots} "
@@ -166,7 +177,8 @@ class Deployment(NamedTuple):
             out.append(f"{self.plain.route}: {self.plain_asked_ctx} tokens ({PLAIN_SLOTS} slots) "
                        f"do not fit the GPU budget; it gets ctx {self.plain.ctx_size}, the "
                        "largest that does")
-        if self.plain is not None and not self.together and self.mtp.fits and self.plain.fits:
+        if (self.plain is not None and self.mtp is not None and not self.together
+                and self.mtp.fits and self.plain.fits):
             out.append(f"{self.mtp.route} and {self.plain.route} cannot run at the same time "
                        f"({_gib(self.together_bytes)} of {_gib(self.budget_bytes)}): start one "
                        "or the other")
@@ -180,8 +192,8 @@ def fit_gpu_routes(route: Route, budget_bytes: int, *, footprint: Footprint | No
     the two together."""
     size = footprint or route.footprint()
     mtp_name, plain_name = route_names(route.name, route.drafted_suffix)
-    mtp = fit(route, route.context_size, budget_bytes, cache_type=cache_type, footprint=size,
-              name=mtp_name)
+    mtp = None if route.embedding else fit(route, route.context_size, budget_bytes,
+                                           cache_type=cache_type, footprint=size, name=mtp_name)
     asked = route.context_size * slots
     plain = fit(route, asked, budget_bytes, cache_type=cache_type, slots=slots, draft=False,
                 footprint=size, name=plain_name)
@@ -191,7 +203,7 @@ def fit_gpu_routes(route: Route, budget_bytes: int, *, footprint: Footprint | No
                  if plain.max_ctx is not None else None)
     deployment = Deployment(budget_bytes=budget_bytes, mtp=mtp, plain=plain,
                             plain_asked_ctx=asked, source=size.source, conflicts={})
-    if plain is not None and not deployment.together:
+    if plain is not None and mtp is not None and not deployment.together:
         return Deployment(budget_bytes=budget_bytes, mtp=mtp, plain=plain, plain_asked_ctx=asked,
                           source=size.source,
                           conflicts={mtp_name: (plain_name,), plain_name: (mtp_name,)})

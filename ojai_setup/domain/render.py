@@ -122,6 +122,8 @@ class Route(BaseModel):
     #: the draft model's GPU layers (``-ngld``) and context (where the binary has a flag)
     draft_n_gpu_layers: int | Literal["auto", "all"] | None = None
     draft_ctx_size: int | None = Field(default=None, ge=0)
+    #: serve embeddings only (``--embeddings``), for an embedding model
+    embeddings: bool = False
     #: n-gram knobs by the help's name after the type's prefix: ``{"size-n": 3, "size-m": 8}``
     #: for ``ngram-simple``/``ngram-map-k*``, ``n-min``/``n-max``/``n-match`` for ``ngram-mod``
     ngram: dict[str, int] = Field(default_factory=dict)
@@ -264,6 +266,8 @@ class _Renderer:
             self._load_mode(r.load_mode)
         if r.lazy_mode is not None:
             self._lazy_mode(r.lazy_mode)
+        if r.embeddings:
+            self.add("embeddings only", ("--embeddings", "--embedding"))
         self._speculative()
         return self.args
 

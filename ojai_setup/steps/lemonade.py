@@ -217,7 +217,7 @@ class LemonadeStep:
         own = own_llama_server(ctx)
         lemonade_settings = LemonadeSettings(layout=layout, llama_server=own)
         # the label mtp makes Lemonade add --spec-type draft-mtp; other kinds say their type
-        args = [] if model.mtp else ["--spec-type", model.spec_type_value]
+        args = [] if model.mtp or model.embedding else ["--spec-type", model.spec_type_value]
         if model.model_drafted:
             args += ["--spec-draft-n-max", str(model.draft_n_max)]
         args += model.ngram_args()
@@ -233,7 +233,8 @@ class LemonadeStep:
             writes = [a for a in (
                 user_models_action(ctx.root, layout, model.name, main, draft,
                                    max(round(model.weights_bytes / GIB, 2), 0.01),
-                                   ["mtp"] if model.mtp else [], source=source,
+                                   ["mtp"] if model.mtp else ["embeddings"] if model.embedding
+                                   else [], source=source,
                                    mtp=model.mtp is not None),
                 recipe_options_action(ctx.root, layout, f"user.{model.name}", model.context_size,
                                       own.backend if own else "rocm", args),
@@ -277,7 +278,8 @@ class LemonadeStep:
                                         f"already serves user.{model.name}; {detail}", reads=reads)
         return StepResult.change(
             self.name, f"register user.{model.name} ("
-            + ("label mtp" if model.mtp else model.drafting) + ") with Lemonade in "
+            + ("label mtp" if model.mtp else "label embeddings" if model.embedding
+               else model.drafting) + ") with Lemonade in "
             f"{layout.config_dir} ({layout.reason}); {detail}", actions, handlers=handlers,
             reads=reads, records={STATE_KEY: {"config": {**done, **values}, "model": model.name,
                                               "config_dir": layout.config_dir,

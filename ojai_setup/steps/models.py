@@ -41,7 +41,9 @@ class ModelStep:
                 + " into its own Hugging Face cache on first load")
         budget = ctx.budget_gib * GIB
         verdict = fit(route, route.context_size, budget, alternatives=catalog.routes.values(),
-                      footprint=ctx.footprint, name=route_names(route.name, route.drafted_suffix)[0])
+                      footprint=ctx.footprint,
+                      name=route.name if route.embedding
+                      else route_names(route.name, route.drafted_suffix)[0])
         if not verdict.fits:
             return StepResult.blocked(self.name, "does not fit the GPU memory budget: "
                                       + verdict.sentence())
@@ -79,6 +81,10 @@ class ModelStep:
                     folder=settings.models_dir, bytes=need, what=route.name,
                     detail=f"the downloads need {_size(need)}{kept}",
                     fix="choose another folder with --models-dir"),))
+        if route.embedding:
+            return StepResult.satisfied(self.name, f"{route.name}: main file present and verified "
+                                        f"in {settings.models_dir} (an embedding model: nothing "
+                                        "drafts, no pair to prove)")
         if route.pair_kind == "ngram":
             return StepResult.satisfied(self.name, f"{route.name}: main file present and verified "
                                         f"in {settings.models_dir} (pairing not applicable: "

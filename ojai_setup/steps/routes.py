@@ -122,7 +122,9 @@ class RoutesStep:
         model = ctx.route
         if model is None:
             return StepResult.blocked(self.name, ctx.route_error or "no such route")
-        if model.model_drafted:
+        if model.embedding:
+            length = "embeddings only: nothing drafts"
+        elif model.model_drafted:
             length = (f"draft length {model.draft_n_max}: "
                       f"{ctx.draft_length_source or 'catalog default'}")
         else:
@@ -151,18 +153,25 @@ class RoutesStep:
         launch = decide(dialect, gpu=gpu, catalog_flash_attn=model.flash_attn,
                         catalog_load_mode=model.load_mode, flash_attn=settings.flash_attn,
                         load_mode=settings.load_mode)
-        try:
-            routes = [drafted_route(model, mtp_name, main, draft, gpu=gpu, host=settings.host,
-                                    port=settings.port, flash_attn=launch.flash_attn,
-                                    load_mode=launch.load_mode)]
-        except ValueError as exc:
-            return StepResult.blocked(self.name, f"route {mtp_name}: {exc}")
+        routes = []
+        if not model.embedding:
+            try:
+                routes.append(drafted_route(model, mtp_name, main, draft, gpu=gpu,
+                                            host=settings.host, port=settings.port,
+                                            flash_attn=launch.flash_attn,
+                                            load_mode=launch.load_mode))
+            except ValueError as exc:
+                return StepResult.blocked(self.name, f"route {mtp_name}: {exc}")
+        elif memory.plain is None:
+            return StepResult.blocked(self.name, f"{plain_name}: {memory.sentence()}")
+        # an embedding model's one route takes the first port
+        plain_port = settings.port if model.embedding else settings.port + 1
         if memory.plain is not None:
             routes.append(Route(
                 name=plain_name, model=main, ctx_size=memory.plain.ctx_size,
                 parallel=PLAIN_SLOTS, n_gpu_layers="all" if facts.gpu and facts.gpu.agents else None,
                 flash_attn=launch.flash_attn, load_mode=launch.load_mode,
-                host=settings.host, port=settings.port + 1))
+                host=settings.host, port=plain_port, embeddings=model.embedding))
         env = _environment(ctx, binary)
         bundled = has_bundled_libs(ctx.root, binary) or (not installed and settings.llamacpp == "nightly")
         actions: list = []
@@ -172,9 +181,11 @@ class RoutesStep:
         if ctx.llama.warning:
             warnings += (ctx.llama.warning,)
         if not is_loopback(settings.host):
-            warnings += (network_warning(f"the llama-server routes {mtp_name} and {plain_name}",
-                                        settings.host, f"{settings.port} and {settings.port + 1}",
-                                        api_key=settings.api_key_file is not None),)
+            warnings += (network_warning(
+                f"the llama-server route {plain_name}" if model.embedding else
+                f"the llama-server routes {mtp_name} and {plain_name}", settings.host,
+                str(settings.port) if model.embedding else f"{settings.port} and {settings.port + 1}",
+                api_key=settings.api_key_file is not None),)
         env_file = None
         if settings.api_key_file is not None:
             if not settings.systemd:
@@ -212,6 +223,7 @@ class RoutesStep:
                                "main": main, "draft": draft, "mtp": model.mtp,
                                "pairing": model.pair_kind,
                                "drafting": model.drafting if drafted else "none",
+                               **({"embedding": True} if model.embedding else {}),
                                "ngram": dict(r.ngram),
                                "api_key_env": env_file, "ctx_size": r.ctx_size,
                                "conflicts": list(memory.conflicts.get(r.name, ()))}
@@ -230,6 +242,16 @@ class RoutesStep:
                     actions.append(a)
                     handlers["systemd"] = RunCommand(argv=("systemctl", "daemon-reload"),
                                                      needs_root=True, reason="load the new units")
+        if model.embedding:
+            what = f"{plain_name} (embeddings, {PLAIN_SLOTS} slots, port {plain_port})"
+            if not actions:
+                return StepResult.satisfied(self.name, f"the launch script for {what} is in "
+                                            f"place in {ROUTES_DIR}; {memory.sentence()}; "
+                                            f"{launch.sentence()}", warnings=warnings)
+            return StepResult.change(
+                self.name, f"write the launch script for {what}{note}; {memory.sentence()}; "
+                f"{launch.sentence()}", actions, handlers=handlers, records={"routes": records},
+                warnings=warnings)
         plain = (f" and {plain_name} (port {settings.port + 1})" if memory.plain is not None
                  else "")
         if not actions:
