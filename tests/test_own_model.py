@@ -286,3 +286,49 @@ def test_references_that_are_not_hub_models_and_the_refusals():
         pick_files(parse_model_ref("o/r:IQ1_S"), [HubFile("a-Q4.gguf", 1, None)])
     assert route_name((HubFile("Q4_K_M/Qwen3 Coder-Q4_K_M-00001-of-00002.gguf", 1, None),)) == \
         "qwen3-coder-q4_k_m"
+
+
+# -- a GGUF file on the machine ------------------------------------------------------------------
+def test_a_local_gguf_is_planned_where_it_is_with_nothing_downloaded(box, fake_hub):
+    folder = box / "srv/models"
+    [path] = attention_model(folder / "Mine-Q5_K_M.gguf", arch="qwen3", block_count=8,
+                             payload_bytes=PAYLOAD)
+    before = sorted(p.name for p in folder.iterdir())
+    data = plan(box, "/srv/models/Mine-Q5_K_M.gguf")
+    model = step(data, "model")
+    assert model["status"] == "satisfied", model
+    assert "mine-q5_k_m: uses /srv/models/Mine-Q5_K_M.gguf where it is" in model["sentence"]
+    assert "mine-q5_k_m-ngram at ctx 32768 needs" in model["sentence"]
+    routes = step(data, "routes")
+    script = next(a["after"] for a in routes["actions"] if a["path"].endswith("mine-q5_k_m.sh"))
+    assert "/srv/models/Mine-Q5_K_M.gguf" in script
+    assert "sizes from the GGUF files" in routes["sentence"]
+    assert not fake_hub.requests  # the Hub is not asked
+    assert sorted(p.name for p in folder.iterdir()) == before  # nothing written beside it
+    assert not (box / MODELS).exists()
+
+
+def test_a_local_split_gguf_is_one_model(box):
+    shards = attention_model(box / "srv/models/Parts-Q4_K_M.gguf", payload_bytes=PAYLOAD,
+                             split_max_tensors=1)
+    data = plan(box, f"/srv/models/{shards[1].name}")  # any shard names the model
+    model = step(data, "model")
+    assert "and its 2 other shard(s) where it is" in model["sentence"], model
+    total = sum(p.stat().st_size for p in shards)
+    assert f"weights {total / (1 << 30):.1f} GiB" in model["sentence"]
+    script = next(a["after"] for a in step(data, "routes")["actions"]
+                  if a["path"].endswith("parts-q4_k_m.sh"))
+    assert f"/srv/models/{shards[0].name}" in script
+
+
+def test_local_files_are_refused_in_plain_words(box):
+    (box / "srv").mkdir()
+    (box / "srv/notes.gguf").write_text("not a model")
+    attention_model(box / "srv/odd.gguf", arch="notanarch")
+    for model, words in (
+            ("/srv/missing.gguf", "no file /srv/missing.gguf on the machine"),
+            ("/srv/notes.gguf", "notes.gguf: not a GGUF file (it starts with 6e6f7420"),
+            ("/srv/odd.gguf", "is a 'notanarch' model, an architecture"),
+            ("models/x.gguf", "give the GGUF file's absolute path on the machine")):
+        found = step(plan(box, model), "model")
+        assert found["status"] == "blocked" and words in found["sentence"], (model, found)

@@ -264,6 +264,9 @@ class Route(_Model):
     #: Lemonade's checkpoint strings (a quant name or a file after the colon)
     lemonade_checkpoint: str = Field(min_length=1)
     lemonade_draft_checkpoint: str | None = None
+    #: the machine folder holding the main file(s) when they are the owner's own, used where they
+    #: are (``--model /path/file.gguf``); None: downloaded from ``repo`` into the models folder
+    local_dir: str | None = None
     #: an embedding model: served plain with ``--embeddings`` only (it generates no tokens, so
     #: nothing drafts), as one route, ``<name>``
     embedding: bool = False
@@ -289,6 +292,8 @@ class Route(_Model):
             raise ValueError("mtp = 'sidecar' needs a draft file")
         if self.mtp == "in_file" and self.draft is not None:
             raise ValueError("mtp = 'in_file' takes no draft file: the heads are inside the main file")
+        if self.local_dir is not None and (not self.local_dir.startswith("/") or self.draft):
+            raise ValueError("local_dir is an absolute folder of main files, without a draft file")
         if self.embedding and (self.mtp or self.draft or self.spec_type or self.ngram):
             raise ValueError("an embedding model generates no tokens to draft: it takes no mtp, "
                              "draft, spec_type or ngram")
@@ -430,8 +435,15 @@ class Route(_Model):
         return self.footprint().need(ctx_size, cache_type, slots=slots, draft=draft)
 
     def main_path(self, models_dir: str) -> str:
-        """Machine path of the (first) main file under ``models_dir``."""
-        return model_path(models_dir, self.repo, self.main[0].file)
+        """Machine path of the (first) main file under ``models_dir`` (or in ``local_dir``)."""
+        return self.file_path(models_dir, self.main[0])
+
+    def file_path(self, models_dir: str, f: ModelFile) -> str:
+        """Machine path of ``f`` (one of :meth:`files`): in ``local_dir`` for the owner's own
+        files, else in the models folder."""
+        if self.local_dir is not None:
+            return str(PurePosixPath(self.local_dir) / f.file)
+        return model_path(models_dir, self.file_repo(f), f.file)
 
     def draft_path(self, models_dir: str) -> str | None:
         if self.draft is None:

@@ -31,7 +31,10 @@ def verified_digest(path: Path) -> str | None:
 
 
 def plan_model_downloads(root: Root, route: Route, models_dir: str = DEFAULT_MODELS_DIR) -> list[HubDownload]:
-    """Downloads for the files of ``route`` that are missing or not verified; [] when all are."""
+    """Downloads for the files of ``route`` that are missing or not verified; [] when all are
+    (and for the owner's own files, used where they are)."""
+    if route.local_dir is not None:
+        return []
     actions = []
     for f in route.files():
         dest = model_path(models_dir, route.file_repo(f), f.file)

@@ -14,7 +14,9 @@ The forms ``--model`` takes beside a catalog name:
   ``QUANT.gguf``, or the shards in the folder ``QUANT/``); where several models match, ojai
   asks for the file rather than take the first;
 - ``ORG/REPO`` alone: llama.cpp's default, ``Q4_K_M``, else ``Q8_0``;
-- ``@REVISION`` after the repository (``ORG/REPO@v1:Q4_K_M``) asks for a branch, tag or commit.
+- ``@REVISION`` after the repository (``ORG/REPO@v1:Q4_K_M``) asks for a branch, tag or commit;
+- a GGUF file on the machine (an absolute path, or a relative one on the machine ojai runs on;
+  a split model's first shard or any shard): used where it is, nothing downloaded.
 
 The route is made from what the Hub reports (the commit the revision resolves to, each file's
 size and LFS sha256, all pinned in the plan as for catalog files) and from the file's GGUF
@@ -27,6 +29,7 @@ none (a plain route, offered n-gram drafting).
 from __future__ import annotations
 
 import re
+from pathlib import PurePosixPath
 from typing import NamedTuple
 
 from ojai_setup.core.errors import InputError
@@ -65,6 +68,36 @@ class HubFile(NamedTuple):
     size: int
     #: the LFS sha256; None for a file not stored with LFS
     sha256: str | None
+
+
+def local_model_path(text: str, relative_to: PurePosixPath | None = None) -> str | None:
+    """The machine path ``text`` names when it is a GGUF file rather than a catalog name or a
+    Hub reference: absolute, or (``relative_to`` given: ojai runs on the machine itself)
+    ``./``, ``../``, ``~/`` or a relative name ending in ``.gguf``; None otherwise."""
+    if text.startswith("hf:") or ":" in text:
+        return None
+    if text.startswith("/"):
+        return str(PurePosixPath(text))
+    if not (text.startswith(("./", "../", "~/")) or text.lower().endswith(".gguf")):
+        return None
+    if relative_to is None:
+        raise OwnModelError(f"--model {text}: give the GGUF file's absolute path on the machine "
+                            "(a relative one is ambiguous under --root)")
+    import os.path
+
+    if text.startswith("~/"):
+        return os.path.abspath(os.path.expanduser(text))
+    return os.path.abspath(os.path.join(str(relative_to), text))
+
+
+def local_files(name: str, folder_listing: list[tuple[str, int]]) -> tuple[HubFile, ...]:
+    """The files of the local model ``name`` (a file name in its folder, whose files and sizes
+    are ``folder_listing``): a split model's shards in order, or the file itself."""
+    files = [HubFile(n, size, None) for n, size in folder_listing]
+    found = next((f for f in files if f.path == name), None)
+    if found is None:
+        raise OwnModelError(f"{name}: no such file")
+    return _shards(files, found)
 
 
 def parse_model_ref(text: str) -> ModelRef | None:
@@ -151,7 +184,7 @@ def route_name(files: tuple[HubFile, ...]) -> str:
 
 def own_route(ref: ModelRef, commit: str, files: tuple[HubFile, ...], info: ModelInfo,
               arch_known: bool | None, build: str, *,
-              overhead_bytes: int | None = None) -> Route:
+              overhead_bytes: int | None = None, local_dir: str | None = None) -> Route:
     """The route of the Hub model ``files`` (at ``commit``) whose first file's header is
     ``info``: refused in plain words when the llama.cpp build that will serve it (``build``, in
     words) does not load the header's architecture (``arch_known`` False; None: not known),
@@ -174,21 +207,25 @@ def own_route(ref: ModelRef, commit: str, files: tuple[HubFile, ...], info: Mode
         raise OwnModelError(f"--model {ref.text}: the header of {first} ({arch}) does not say "
                             "enough to size its KV cache (layers, KV heads, head sizes)")
     unpinned = [f.path for f in files if f.sha256 is None]
-    if unpinned:
+    if unpinned and local_dir is None:
         raise OwnModelError(f"--model {ref.text}: {unpinned[0]} is not stored with LFS, so the "
                             "Hub gives no sha256 to check the download against")
     max_context = info.context_length or DEFAULT_CONTEXT
     mtp = "in_file" if info.nextn_predict_layers > 0 else None
     variant = ref.variant if ref.variant and not ref.variant.lower().endswith(".gguf") else first
+    where = (f"{local_dir}/{first} ({arch}, a local file)" if local_dir
+             else f"{ref.repo}:{first} ({arch}, from the Hub)")
     data = dict(
-        name=route_name(files), title=f"{ref.repo}:{first} ({arch}, from the Hub)",
-        repo=ref.repo, revision=commit,
+        name=route_name(files), title=where, repo=ref.repo, revision=commit,
         main=tuple({"file": f.path, "size": f.size, "sha256": f.sha256} for f in files),
-        mtp=mtp, lemonade_checkpoint=f"{ref.repo}:{variant}", kv=kv,
+        mtp=mtp, kv=kv, local_dir=local_dir,
+        # Lemonade takes an existing file's path as its checkpoint
+        lemonade_checkpoint=f"{local_dir}/{first}" if local_dir else f"{ref.repo}:{variant}",
         context_size=min(DEFAULT_CONTEXT, max_context), max_context=max_context,
         note=(f"{info.block_count} blocks"
               + (f" ({info.nextn_predict_layers} MTP)" if info.nextn_predict_layers else "")
-              + f"; read from the GGUF header at {commit[:12]}"))
+              + ("; read from its GGUF header" if local_dir
+                 else f"; read from the GGUF header at {commit[:12]}")))
     if overhead_bytes is not None:
         data["overhead_bytes"] = overhead_bytes
     return Route.model_validate(data)

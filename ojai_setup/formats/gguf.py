@@ -213,17 +213,27 @@ def _info(reader: gguf.GGUFReader, path: str, file_size: int) -> ModelInfo:
     )
 
 
-def read_model_info(path: str | os.PathLike[str]) -> ModelInfo:
+def read_model_info(path: str | os.PathLike[str], *, cache: bool = True) -> ModelInfo:
     """Read the pairing metadata of a GGUF file (for a split model: its first shard).
 
     A cached result is used while the file's size and mtime are unchanged; the cache is
-    written when the folder allows it and silently skipped when it does not.
+    written when the folder allows it and silently skipped when it does not. ``cache=False``
+    neither reads nor writes it (a file of the owner's own, read while planning).
     """
     path = Path(path)
     try:
         stat = path.stat()
     except OSError as exc:
         raise GGUFError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    if not cache:
+        if not path.is_file():
+            raise GGUFError(f"{path}: not a file")
+        with path.open("rb") as f:
+            magic = f.read(4)
+        if magic != GGUF_MAGIC:
+            raise GGUFError(f"{path}: not a GGUF file (it starts with {magic.hex() or 'nothing'}, "
+                            "not GGUF's magic bytes 47475546)")
+        return _parse(path)
     key = {"version": _CACHE_VERSION, "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
     cache = _info_cache_path(path)
     try:

@@ -184,11 +184,11 @@ def resolve_model(root: Root, settings: Settings) -> Settings:
         return settings
     from ojai_setup.core.commandline import closest, folded, ojai_command
     from ojai_setup.domain.catalog import CatalogError
-    from ojai_setup.domain.own_model import OwnModelError, parse_model_ref
+    from ojai_setup.domain.own_model import OwnModelError, local_model_path, parse_model_ref
 
     try:
-        if parse_model_ref(settings.model) is not None:
-            return settings  # a Hub file or repository: resolved while planning
+        if parse_model_ref(settings.model) is not None or local_model_path(settings.model):
+            return settings  # a Hub file or repository, or a GGUF file: resolved while planning
     except OwnModelError:
         return settings  # said by planning, in the model step
     from ojai_setup.domain.sglang import sglang_routes
@@ -424,8 +424,13 @@ def catalog_or_own_route(root: Root, model: str, catalog: Catalog,
     """The route ``--model`` names: a Hugging Face file or repository
     (:func:`~ojai_setup.planning.own_model.resolve_own_model`, with its footprint from the Hub),
     else the catalog's route of that name (its footprint: None, the catalog's)."""
-    from ojai_setup.domain.own_model import parse_model_ref
+    from ojai_setup.domain.own_model import local_model_path, parse_model_ref
 
+    local = local_model_path(model, relative_to=None if root.path != Path("/") else Path.cwd())
+    if local is not None:
+        from ojai_setup.planning.own_model import resolve_local_model
+
+        return resolve_local_model(root, model, local, llama)
     ref = parse_model_ref(model)
     if ref is None:
         return catalog.get(model), None
@@ -487,17 +492,16 @@ def route_footprint(root: Root, route: Route, models_dir: str) -> Footprint | No
     """The route's sizes from its files once they are downloaded (every main file on disk):
     their sizes and the main file's KV layout. None (the catalog's numbers) before that, or
     when the main file cannot be read as GGUF (the model step then says why)."""
-    from ojai_setup.domain.catalog import model_path
     from ojai_setup.domain.deployment import footprint_from_files
     from ojai_setup.formats.gguf import GGUFError, read_model_info
 
-    mains = [root.resolve(model_path(models_dir, route.repo, f.file)) for f in route.main]
+    mains = [root.resolve(route.file_path(models_dir, f)) for f in route.main]
     if not all(p.is_file() for p in mains):
         return None
     draft_path = route.draft_path(models_dir)
     draft = root.resolve(draft_path) if draft_path else None
-    try:
-        info = read_model_info(mains[0])
+    try:  # the owner's own file: nothing written beside it
+        info = read_model_info(mains[0], cache=route.local_dir is None)
     except GGUFError:
         return None
     return footprint_from_files(route, sum(p.stat().st_size for p in mains), info,

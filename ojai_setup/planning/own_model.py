@@ -54,3 +54,43 @@ def resolve_own_model(root: Root, ref: ModelRef, llama: LlamaBinary, *,
     route = own_route(ref, commit, chosen, info, known, label)
     footprint = footprint_from_files(route, sum(f.size for f in chosen), info, None)
     return route, footprint.model_copy(update={"source": "the Hub's sizes and GGUF header"})
+
+
+def _build_label(root: Root, llama: LlamaBinary, arch: str) -> tuple[bool | None, str]:
+    from ojai_setup.facts.probe import architecture_known
+
+    version = llama.dialect.version if llama.dialect is not None else None
+    build = version.build if version is not None and llama.installed else None
+    known, source = architecture_known(root, llama.path if llama.installed else None, build, arch)
+    label = (f"the llama-server at {llama.path} ({version.label() if version else 'unknown build'}"
+             f"{', by ' + source if source else ''})" if llama.installed
+             else f"llama.cpp build 11434, the build ojai plans against ({source})")
+    return known, label
+
+
+def resolve_local_model(root: Root, text: str, path: str,
+                        llama: LlamaBinary) -> tuple[Route, Footprint]:
+    """The route of the GGUF file at the machine ``path`` (``--model`` ``text``), used where it
+    is: its header read from the file (nothing cached beside it), a split model's shards found
+    in its folder. Refused in plain words as Hub files are."""
+    from pathlib import PurePosixPath
+
+    from ojai_setup.domain.deployment import footprint_from_files
+    from ojai_setup.domain.own_model import ModelRef, OwnModelError, local_files, own_route, route_name
+    from ojai_setup.formats.gguf import read_model_info
+
+    machine = PurePosixPath(path)
+    real = root.resolve(str(machine))
+    if not real.is_file():
+        raise OwnModelError(f"--model {text}: no file {machine} on the machine")
+    listing = [(p.name, p.stat().st_size) for p in real.parent.iterdir() if p.is_file()]
+    try:
+        chosen = local_files(machine.name, listing)
+    except OwnModelError as exc:
+        raise OwnModelError(f"--model {text}: {exc}") from None
+    info = read_model_info(real.parent / chosen[0].path, cache=False)
+    known, label = _build_label(root, llama, info.architecture)
+    ref = ModelRef(text=text, repo=f"local/{route_name(chosen)}", revision=None, variant=None)
+    route = own_route(ref, "local", chosen, info, known, label, local_dir=str(machine.parent))
+    footprint = footprint_from_files(route, sum(f.size for f in chosen), info, None)
+    return route, footprint.model_copy(update={"source": "the file's size and GGUF header"})

@@ -47,6 +47,12 @@ class ModelStep:
         if not verdict.fits:
             return StepResult.blocked(self.name, "does not fit the GPU memory budget: "
                                       + verdict.sentence())
+        if route.local_dir is not None:
+            return StepResult.satisfied(
+                self.name, f"{route.name}: uses {route.main_path(settings.models_dir)}"
+                + (f" and its {len(route.main) - 1} other shard(s)" if len(route.main) > 1 else "")
+                + " where it is (the owner's own file: nothing to download, no published sha256 "
+                f"to check it against); {verdict.sentence()}")
         downloads = plan_model_downloads(ctx.root, route, settings.models_dir)
         on_disk = [p for p in (route.main_path(settings.models_dir),
                                route.draft_path(settings.models_dir))

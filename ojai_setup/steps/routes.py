@@ -230,7 +230,8 @@ class RoutesStep:
             if settings.systemd:
                 try:
                     unit = render_llama_unit(path, r.name, ctx.service_user,
-                                             models_dir=settings.models_dir, host=r.host,
+                                             models_dir=model.local_dir or settings.models_dir,
+                                             host=r.host,
                                              env_file=env_file, groups=ctx.groups,
                                              conflicts=tuple(f"ojai-{other}.service" for other
                                                              in memory.conflicts.get(r.name, ())))
