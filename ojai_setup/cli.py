@@ -158,6 +158,7 @@ class Llamacpp(str, Enum):
 class Backend(str, Enum):
     hip = "hip"
     cpu = "cpu"
+    vulkan = "vulkan"
 
 
 def _value(choice: Enum | None) -> str | None:
@@ -343,7 +344,8 @@ def setup(
         help="The git ref it builds.")] = None,
     backend: Annotated[Optional[Backend], typer.Option(
         "--backend", case_sensitive=False, rich_help_panel=LLAMA,
-        help="Its backend (default: hip where ROCm is).")] = None,
+        help="Its backend (default: hip where ROCm is); vulkan with the nightly: upstream "
+        "llama.cpp's Vulkan release instead of Lemonade's ROCm build.")] = None,
     gpu_target: Annotated[Optional[str], typer.Option(
         "--gpu-target", metavar="GFX[,GFX]", rich_help_panel=LLAMA, help="Its GPU targets (default: "
         "the GPU's own).")] = None,

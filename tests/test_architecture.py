@@ -125,7 +125,7 @@ def test_help_lists_the_choices_of_every_fixed_option():
 
     profiles = ", ".join(_profiles())
     assert "generic" in profiles and len(_profiles()) > 1
-    for choices in ("nightly|source|distro|none", "hip|cpu", "auto|cmdline|modprobe",
+    for choices in ("nightly|source|distro|none", "hip|cpu|vulkan", "auto|cmdline|modprobe",
                     "none|distro|release", "none|performance", profiles):
         assert choices in text, text
 

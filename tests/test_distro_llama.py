@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from support.distro_box import SID, debian_sid_box
 from typer.testing import CliRunner
 
@@ -135,3 +136,22 @@ def test_an_rpm_owned_llama_server_is_recognised_by_rpm_qf(machine, monkeypatch)
     d = diagnose(Root(root)).facts.distro_llama
     assert (d.manager, d.package, d.package_version, d.build) == ("rpm", "llama-cpp",
                                                                  "11669-1.fc43", 11669)
+
+
+@pytest.mark.parametrize("vulkan", [True, False])
+def test_setup_llamacpp_distro_backend_vulkan_needs_debians_vulkan_backend(machine, monkeypatch,
+                                                                           vulkan):
+    """``--backend vulkan`` with the distribution's build: satisfied where Debian's
+    ``libggml0-backend-vulkan`` is installed, else blocked with that package to install."""
+    monkeypatch.delenv("OJAI_RUN_ROOT_PROGRAMS")
+    args = ["--llamacpp", "distro", "--backend", "vulkan", "--no-npu", "--json"]
+    root = debian_sid_box(machine("ojai-fresh"), hip=True, vulkan=vulkan)
+    plan = json.loads(CliRunner().invoke(app, ["setup", "--root", str(root), *args]).stdout)
+    step = next(s for s in plan["steps"] if s["step"] == "llama.cpp")
+    if vulkan:
+        assert step["status"] == "satisfied", step
+        assert "llama-server on its Vulkan backend" in step["sentence"] and not step["warnings"]
+        return
+    assert step["status"] == "blocked"
+    assert "has no Vulkan backend installed" in step["sentence"]
+    assert "`sudo apt install libggml0-backend-vulkan`" in step["sentence"]

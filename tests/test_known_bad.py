@@ -269,17 +269,27 @@ def test_every_row_is_dated_and_the_newest_date_is_what_doctor_knows(machine):
     assert data["knowledge_date"] == newest
 
 
-def test_mtp_route_on_vulkan_in_lemonade(machine):
+@pytest.mark.parametrize("build, family, fires", [
+    (11474, "vulkan", True),     # the build ROCmFPX#23 saw it on
+    (11475, "vulkan", False),    # another build: for measurement, not assumed
+    (11434, "vulkan", False),
+    (11474, "gfx1151", False),   # the same build on ROCm drafted at 60 %
+])
+def test_mtp_on_vulkan_only_for_the_build_it_was_seen_on(machine, build, family, fires):
+    from support.stand_ins import give_llama_server
+
     root = machine("strix-halo-dkms")
+    server = give_llama_server(root, family)
+    server.write_text(server.read_text().replace("build 11434", f"build {build}"))
+    # Lemonade running an MTP route on its own Vulkan build no longer matches by itself
     give_lemonade(root, (), user_models=json.dumps({"gemma-4-26b-a4b": {
         "checkpoints": {"main": "/m/main.gguf", "draft": "/m/mtp.gguf"}, "recipe": "llamacpp",
         "labels": ["custom", "mtp"]}}),
         recipe_options=json.dumps({"user.gemma-4-26b-a4b": {"llamacpp_backend": "vulkan"}}))
-    found = known_bad(root)["known-bad.mtp-on-vulkan"]
-    assert "gemma-4-26b-a4b on vulkan" in found["evidence"]
-    (root / "var/lib/lemonade/recipe_options.json").write_text(
-        json.dumps({"user.gemma-4-26b-a4b": {"llamacpp_backend": "rocm"}}))
-    assert "known-bad.mtp-on-vulkan" not in known_bad(root)
+    found = known_bad(root).get("known-bad.mtp-on-vulkan")
+    assert (found is not None) == fires, found
+    if fires:
+        assert "llama-server vulkan build 11474" in found["evidence"]
 
 
 def test_setup_shows_a_matching_row_among_its_findings(machine):

@@ -174,3 +174,19 @@ def test_a_plain_catalog_model_gets_ngram_mod_and_a_plain_route(machine, tmp_pat
     assert scripts["/opt/ojai/routes/tiny.sh"].endswith("--spec-type none")
     record = step["records"]["routes"]["tiny-ngram"]
     assert (record["pairing"], record["draft"], record["spec_type"]) == ("ngram", None, "ngram-mod")
+
+
+def test_a_vulkan_build_gets_no_hsa_override_and_no_library_path(machine, tmp_path):
+    """Upstream's Vulkan build on a box whose GPU (gfx1150) no ROCm family covers here: no HSA
+    override (it does not run on ROCm) and no LD_LIBRARY_PATH (it finds its libraries and
+    backends beside itself through RPATH $ORIGIN), although libraries sit next to it."""
+    root = machine("ojai-fresh")
+    server = give_llama_server(root, "vulkan")
+    (server.parent / "libggml-vulkan.so").write_bytes(b"\x7fELF")
+    script = mtp_script(root, tmp_path)
+    assert "HSA_OVERRIDE_GFX_VERSION" not in script and "LD_LIBRARY_PATH" not in script
+    # the same folder recorded as a ROCm build for another family gets both
+    record = server.parent / "ojai-install.json"
+    record.write_text(json.dumps({"tag": "b1311", "family": "gfx110X"}))
+    script = mtp_script(root, tmp_path)
+    assert "export HSA_OVERRIDE_GFX_VERSION=11.5.0" in script and "LD_LIBRARY_PATH" in script

@@ -358,3 +358,23 @@ def test_a_folder_set_by_hand_is_repaired_and_doctor_says_so(box, catalog):
     doctor = json.loads(ojai("doctor", "--root", box, "--json").stdout)
     finding = next(f for f in doctor["findings"] if f["id"] == "lemonade.bins")
     assert finding["severity"] == "pass", finding
+
+
+def test_lemonade_runs_an_installed_vulkan_nightly_as_its_vulkan_backend(box, catalog):
+    """ojai's install behind ``current`` is upstream's Vulkan release: Lemonade gets it as
+    ``llamacpp.vulkan_bin`` (the executable), the route's recipe ``llamacpp_backend: vulkan``,
+    and no ROCm channel."""
+    folder = box / "opt/ojai/llama.cpp/b1311-stand-in"
+    (folder / "ojai-install.json").write_text(json.dumps({
+        "tag": "b7000", "family": "vulkan", "asset": "llama-b7000-bin-ubuntu-vulkan-x64.tar.gz",
+        "url": "https://github.com/ggml-org/llama.cpp/releases/download/b7000/"
+               "llama-b7000-bin-ubuntu-vulkan-x64.tar.gz", "sha256": "0" * 64,
+        "files_digest": "0" * 64}))
+    s = step(plan_json(box, catalog), "lemonade")
+    config = json.loads(next(a for a in s["actions"] if a["path"].endswith("config.json"))["after"])
+    assert config["llamacpp"]["vulkan_bin"] == "/opt/ojai/llama.cpp/current/llama-server"
+    assert "rocm_bin" not in config["llamacpp"] and "rocm_channel" not in config
+    options = json.loads(next(a for a in s["actions"]
+                              if a["path"].endswith("recipe_options.json"))["after"])
+    assert options[f"user.{ROUTE}"]["llamacpp_backend"] == "vulkan"
+    assert options["user.my-coder"]["llamacpp_backend"] == "vulkan"  # the user's own, kept

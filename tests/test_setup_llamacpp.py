@@ -537,3 +537,45 @@ def test_a_pinned_tag_github_no_longer_has_is_withdrawn_not_offline(machine, rel
     assert "b1299 in lemonade-sdk/llamacpp-rocm: GitHub answers 404 for it, so it was " \
         "withdrawn" in other
     assert "never published" in other and "GITHUB_TOKEN" not in other
+
+
+# -- source: the Vulkan backend ---------------------------------------------------------------
+@pytest.mark.parametrize("box, packages", [
+    ("ojai-fresh", "sudo apt install glslc libvulkan-dev"),
+    ("fedora-bls-stale", "sudo dnf install glslc vulkan-headers vulkan-loader-devel"),
+    ("arch-sdboot-leftover-grub", "sudo pacman -S shaderc vulkan-headers vulkan-icd-loader"),
+])
+def test_source_vulkan_is_blocked_without_glslc_and_headers_naming_the_packages(machine, box,
+                                                                                packages):
+    root = machine(box)
+    s = step(plan_json(root, "--llamacpp", "source", "--backend", "vulkan"))
+    assert s["status"] == "blocked", s
+    assert "the shader compiler glslc" in s["sentence"]
+    assert "the Vulkan headers (vulkan/vulkan.h)" in s["sentence"]
+    assert f"`{packages}`" in s["sentence"]
+
+
+def test_source_vulkan_is_planned_once_glslc_headers_and_loader_are_there(machine):
+    root = machine("ojai-fresh")
+    for path in ("usr/bin/glslc", "usr/include/vulkan/vulkan.h",
+                 "usr/lib/x86_64-linux-gnu/libvulkan.so"):
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).write_bytes(b"")
+    (root / "usr/bin/glslc").chmod(0o755)
+    s = step(plan_json(root, "--llamacpp", "source", "--backend", "vulkan"))
+    assert s["status"] == "change", s
+    [action] = s["actions"]
+    assert action["backend"] == "vulkan" and action["gpu_target"] is None
+    assert action["dest"] == f"{BASE}/src-llama.cpp-vulkan"
+    s = step(plan_json(root, "--llamacpp", "source", "--backend", "vulkan", "--gpu-target",
+                       "gfx1150"))
+    assert s["status"] == "blocked" and "a Vulkan build runs on any GPU" in s["sentence"]
+
+
+def test_vulkan_configure_options():
+    from ojai_setup.domain.build import BuildError, cmake_configure_args
+
+    args = cmake_configure_args("vulkan", None, source_options={"GGML_VULKAN", "GGML_HIP"})
+    assert "-DGGML_VULKAN=ON" in args and not any("HIP" in a or "GPU_TARGETS" in a for a in args)
+    with pytest.raises(BuildError, match="no GGML_VULKAN option"):
+        cmake_configure_args("vulkan", None, source_options={"GGML_HIP"})

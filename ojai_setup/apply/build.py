@@ -273,6 +273,12 @@ def execute_build_from_source(root: Root, action: BuildFromSource,
 
         # before anything is written: a missing or too old toolchain names what to install
         toolchain = check_hip_toolchain(root, action.gpu_target)
+    elif action.backend == "vulkan":
+        from ojai_setup.apply.toolchain import vulkan_toolchain_error
+
+        missing = vulkan_toolchain_error(root)
+        if missing is not None:  # before anything is written
+            raise BuildError(f"{missing}; nothing was written for this build")
     started = time.monotonic()
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
     ensure_dir(dest.parent, DIR_MODE)

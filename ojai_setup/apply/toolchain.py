@@ -11,4 +11,5 @@ from ojai_setup.facts.toolchain import (  # noqa: F401 - re-exported
     origin,
     parse_supported_cpus,
     split_targets,
+    vulkan_toolchain_error,
 )

@@ -38,7 +38,7 @@ SERVER = "llama-server"
 INSTALL_RECORD = "ojai-install.json"
 
 
-Backend = Literal["hip", "cpu"]
+Backend = Literal["hip", "cpu", "vulkan"]
 
 
 _OPTION = re.compile(r"^\s*option\s*\(\s*([A-Za-z0-9_]+)", re.MULTILINE)
@@ -141,6 +141,13 @@ def cmake_configure_args(backend: Backend, gpu_target: str | None, *,
     elif backend == "cpu":
         if gpu_target:
             raise ValueError(f"a CPU build takes no GPU target (got {gpu_target!r})")
+    elif backend == "vulkan":
+        if gpu_target:
+            raise ValueError(f"a Vulkan build takes no GPU target (got {gpu_target!r})")
+        if not known("GGML_VULKAN"):
+            raise BuildError("this llama.cpp source has no GGML_VULKAN option; it is too old "
+                             "for a Vulkan build")
+        args.append("-DGGML_VULKAN=ON")
     else:
         raise ValueError(f"unknown backend {backend!r}")
     if build_number is not None:

@@ -66,7 +66,7 @@ def estimate(backend: str, gpu_target: str | None, extra: Iterable[str] = ()) ->
     table = measured()
     extra = tuple(extra)
     targets = [t for t in (gpu_target or "").replace(";", ",").split(",") if t]
-    keys = [f"hip {t}" for t in targets] if backend == "hip" else ["cpu"]
+    keys = [f"hip {t}" for t in targets] if backend == "hip" else [backend]
     parts = []
     for key in keys:
         label = key.removeprefix("hip ")
@@ -90,7 +90,7 @@ def disk_need(backend: str, gpu_target: str | None, extra: Iterable[str] = ()) -
     largest measured target standing in for one not measured); None when nothing is measured."""
     table = measured()
     targets = [t for t in (gpu_target or "").replace(";", ",").split(",") if t]
-    keys = [f"hip {t}" for t in targets] if backend == "hip" else ["cpu"]
+    keys = [f"hip {t}" for t in targets] if backend == "hip" else [backend]
     found = [_find(table, k, tuple(extra))[0] or table.get("hip gfx1150") for k in keys]
     found = [m for m in found if m is not None]
     if not found:

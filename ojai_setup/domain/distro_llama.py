@@ -55,3 +55,12 @@ def install_hint(distro_id: str, like: list[str]) -> str:
     if "fedora" in family:
         return "`sudo dnf install llama-cpp`"
     return "your distribution's llama.cpp package"
+
+
+def vulkan_hint(d: DistroLlama) -> str:
+    """How to add the Vulkan backend to the distribution's llama.cpp: Debian's ggml ships each
+    backend as a package of its own (``libggml0-backend-vulkan``, loaded by ``llama-server`` at
+    start); elsewhere the package manager's ggml Vulkan package."""
+    if d.manager == "dpkg":
+        return "`sudo apt install libggml0-backend-vulkan`"
+    return "your distribution's ggml Vulkan backend package"

@@ -176,14 +176,14 @@ class LemonadeRoute(BaseModel):
 
 class OwnLlamaServer(BaseModel):
     """ojai's own ``llama-server``: its executable's machine path, how it was installed, and the
-    Lemonade backend it serves as (``rocm`` for a nightly zip or a HIP build, ``cpu`` for a CPU
-    build)."""
+    Lemonade backend it serves as (``rocm`` for Lemonade's nightly zip or a HIP build,
+    ``vulkan`` for upstream's Vulkan release or a Vulkan build, ``cpu`` for a CPU build)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     executable: str
     install: Literal["nightly", "source"]
-    backend: Literal["rocm", "cpu"] = "rocm"
+    backend: Literal["rocm", "vulkan", "cpu"] = "rocm"
 
 
 class LemonadeSettings(BaseModel):

@@ -1,4 +1,6 @@
-"""llama.cpp from Lemonade's nightly ROCm builds (github.com/lemonade-sdk/llamacpp-rocm).
+"""llama.cpp from Lemonade's nightly ROCm builds (github.com/lemonade-sdk/llamacpp-rocm), and
+upstream llama.cpp's own Vulkan builds (github.com/ggml-org/llama.cpp), the build Lemonade's
+``llamacpp:vulkan`` runs.
 
 Each release is tagged ``b`` + a build number (``b1311``) and carries one flat zip per GPU
 family, ``llama-<tag>-ubuntu-rocm-<family>-x64.zip``: ``llama-server``, its shared libraries
@@ -6,9 +8,17 @@ and the bundled ROCm runtime side by side, linked with RPATH ``$ORIGIN``. There 
 checksum files; GitHub's release API gives each asset a ``sha256:`` digest, and an asset
 without one is refused, because nothing is unpacked unverified.
 
-Layout on the machine::
+Upstream's Vulkan build is the "family" ``vulkan``: one asset a release,
+``llama-<tag>-bin-ubuntu-vulkan-x64.tar.gz`` (its release workflow packs ``build/bin`` with
+``tar --transform "s,^\\.,llama-<tag>,"``: one top folder ``llama-<tag>/`` holding
+``llama-server``, the ``libggml*``/``libllama`` libraries and ``libggml-vulkan.so``, RPATH
+``$ORIGIN``), a ``.zip`` of ``build/bin/`` in older builds. Its install is unpacked from the
+folder that holds ``llama-server``, so it lands in the same flat layout.
+
+Layout on the machine (both can be installed; ``current`` names the one the routes run)::
 
     /opt/ojai/llama.cpp/b1311-gfx1150/llama-server      (+ libraries, + ojai-install.json)
+    /opt/ojai/llama.cpp/b7000-vulkan/llama-server
     /opt/ojai/llama.cpp/current -> b1311-gfx1150
 
 Reading the release is :func:`resolve_release`; :func:`install_action` turns its answer into an
@@ -36,6 +46,17 @@ REPO = "lemonade-sdk/llamacpp-rocm"
 RELEASES_PAGE = f"https://github.com/{REPO}/releases"
 
 
+#: upstream llama.cpp, whose releases carry the Vulkan build
+VULKAN_REPO = "ggml-org/llama.cpp"
+
+
+VULKAN_RELEASES_PAGE = f"https://github.com/{VULKAN_REPO}/releases"
+
+
+#: the family name of upstream's Vulkan build (one build for every GPU)
+VULKAN = "vulkan"
+
+
 #: GPU families Lemonade builds for, in the order its release lists them.
 FAMILIES = ("gfx1150", "gfx1151", "gfx110X", "gfx120X", "gfx103X", "gfx90a", "gfx908")
 
@@ -56,6 +77,20 @@ TAG_RE = r"^b\d{4,}$"
 
 
 ASSET_RE = r"^llama-(?P<tag>b\d{4,})-ubuntu-rocm-(?P<family>gfx[0-9a-zA-Z]+)-x64\.zip$"
+
+
+VULKAN_ASSET_RE = (r"^llama-(?P<tag>b\d{4,})-bin-ubuntu-(?P<family>vulkan)-x64"
+                   r"\.(?P<ext>tar\.gz|zip)$")
+
+
+def match_asset(name: str) -> re.Match[str] | None:
+    """The tag and family of a nightly asset name (either source), or None."""
+    return re.match(ASSET_RE, name) or re.match(VULKAN_ASSET_RE, name)
+
+
+def repo_for(family: str) -> tuple[str, str]:
+    """The GitHub repository and its releases page that build ``family``."""
+    return (VULKAN_REPO, VULKAN_RELEASES_PAGE) if family == VULKAN else (REPO, RELEASES_PAGE)
 
 
 class NightlyError(ApplyError, RemoteError):
@@ -84,7 +119,7 @@ class NightlyAsset(BaseModel):
 
     @property
     def family(self) -> str:
-        match = re.match(ASSET_RE, self.name)
+        match = match_asset(self.name)
         if match is None:  # resolve_release only builds assets with matching names
             raise NightlyError(f"not a nightly asset name: {self.name!r}")
         return match["family"]
@@ -121,8 +156,18 @@ def family_for_target(gfx: str) -> str:
 
 
 def asset_name(tag: str, family: str) -> str:
-    """The zip name of ``family``'s build in release ``tag``."""
+    """The archive name of ``family``'s build in release ``tag`` (upstream's Vulkan build: the
+    tarball of current releases; :func:`asset_names` gives the older zip too)."""
+    if family == VULKAN:
+        return f"llama-{tag}-bin-ubuntu-vulkan-x64.tar.gz"
     return f"llama-{tag}-ubuntu-rocm-{family}-x64.zip"
+
+
+def asset_names(tag: str, family: str) -> tuple[str, ...]:
+    """The names ``family``'s build may have in release ``tag``, preferred first."""
+    if family == VULKAN:
+        return (asset_name(tag, family), f"llama-{tag}-bin-ubuntu-vulkan-x64.zip")
+    return (asset_name(tag, family),)
 
 
 def install_dir_name(tag: str, family: str) -> str:
@@ -138,7 +183,7 @@ def install_action(asset: NightlyAsset) -> InstallArchive:
     return InstallArchive(
         url=asset.url, sha256=asset.sha256, size=asset.size, dest=dest, link=CURRENT_LINK,
         needs_root=True,
-        reason=f"llama.cpp nightly {asset.tag} for {asset.family} from {RELEASES_PAGE}")
+        reason=f"llama.cpp nightly {asset.tag} for {asset.family} from {repo_for(asset.family)[1]}")
 
 
 def _check_tag(tag: str) -> None:
@@ -147,8 +192,9 @@ def _check_tag(tag: str) -> None:
 
 
 def _check_family(family: str) -> None:
-    if family not in FAMILIES:
-        raise NightlyError(f"unknown GPU family {family!r}; one of {', '.join(FAMILIES)}")
+    if family not in FAMILIES and family != VULKAN:
+        raise NightlyError(f"unknown GPU family {family!r}; one of {', '.join(FAMILIES)} "
+                           f"(or {VULKAN})")
 
 
 # -- install state ----------------------------------------------------------------------------

@@ -370,21 +370,25 @@ def _install_record(root: Root) -> dict | None:
 
 
 def installed_nightly_tag(root: Root) -> str | None:
-    """The llamacpp-rocm release tag of ojai's install, when it is a nightly."""
+    """The llamacpp-rocm release tag of ojai's install, when it is a nightly of Lemonade's
+    (not upstream's Vulkan build, whose tags are another series)."""
     record = _install_record(root)
     tag = record.get("tag") if record else None
-    return tag if isinstance(tag, str) else None
+    return tag if isinstance(tag, str) and record.get("family") != "vulkan" else None
 
 
 def installed_backend(root: Root) -> str | None:
     """The ggml backend of ojai's install (its ``ojai-install.json``): a source build's
-    ``backend``, ``hip`` for a nightly (Lemonade's ROCm builds)."""
+    ``backend``, ``hip`` for a nightly of Lemonade's ROCm builds, ``vulkan`` for upstream's."""
     record = _install_record(root)
     if record is None:
         return None
     backend = record.get("backend")
-    return str(backend) if backend else ("hip" if record.get("tag") or record.get("family")
-                                         else None)
+    if backend:
+        return str(backend)
+    if record.get("family") == "vulkan":
+        return "vulkan"
+    return "hip" if record.get("tag") or record.get("family") else None
 
 
 def read_tools(root: Root) -> dict[str, Tool]:

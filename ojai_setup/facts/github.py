@@ -1,5 +1,5 @@
 """The remote facts of what to install from GitHub: the llama.cpp nightly (a release of
-lemonade-sdk/llamacpp-rocm) and Lemonade's own .deb (a release of lemonade-sdk/lemonade), from
+lemonade-sdk/llamacpp-rocm, or of ggml-org/llama.cpp for the Vulkan build) and Lemonade's own .deb (a release of lemonade-sdk/lemonade), from
 GitHub's release API (``OJAI_GITHUB_API`` moves it, ``GITHUB_TOKEN`` authenticates), with the
 sha256 digest GitHub states for each asset."""
 
@@ -19,16 +19,18 @@ from ojai_setup.core.paths import USER_AGENT
 from ojai_setup.domain.lemonade_release import LemonadeDeb
 from ojai_setup.formats.github_release import release_file
 from ojai_setup.domain.nightly import (
-    ASSET_RE,
     RELEASES_PAGE,
     REPO,
     TAG_RE,
+    VULKAN,
     NightlyAsset,
     NightlyError,
     ReleaseNotFound,
     _check_family,
     _check_tag,
-    asset_name,
+    asset_names,
+    match_asset,
+    repo_for,
 )
 
 DEFAULT_API = "https://api.github.com"
@@ -50,7 +52,9 @@ def github_api_base(env: Mapping[str, str] = os.environ) -> str:
 
 
 def resolve_release(api_base: str | None, tag: str | None, family: str) -> NightlyAsset:
-    """Find ``family``'s zip in release ``tag`` (``None``: the latest release) and its sha256.
+    """Find ``family``'s archive in release ``tag`` (``None``: the latest release) and its sha256:
+    a release of lemonade-sdk/llamacpp-rocm for a GPU family, of ggml-org/llama.cpp for
+    ``vulkan``.
 
     ``api_base`` ``None`` means :func:`github_api_base`. ``$GITHUB_TOKEN`` is sent when set
     (it raises the API's rate limit). Raises :class:`NightlyError` when the release does not
@@ -59,33 +63,38 @@ def resolve_release(api_base: str | None, tag: str | None, family: str) -> Night
     _check_family(family)
     if tag is not None:
         _check_tag(tag)
+    repo, page = repo_for(family)
     base = (api_base or github_api_base()).rstrip("/")
     path = "releases/latest" if tag is None else f"releases/tags/{urllib.parse.quote(tag)}"
-    release = _get_json(f"{base}/repos/{REPO}/{path}", what=f"release {tag or 'latest'}",
+    release = _get_json(f"{base}/repos/{repo}/{path}", what=f"release {tag or 'latest'}",
+                        repo=repo, page=page,
                         not_found=ReleaseNotFound if tag is not None else None)
     if not isinstance(release, dict):
-        raise NightlyError(f"unexpected answer from the GitHub API for {REPO} {path}")
+        raise NightlyError(f"unexpected answer from the GitHub API for {repo} {path}")
     return _pick_asset(release, family)
 
 
 def _pick_asset(release: dict, family: str) -> NightlyAsset:
+    repo, page = repo_for(family)
     tag = release.get("tag_name")
     if not isinstance(tag, str) or not re.match(TAG_RE, tag):
-        raise NightlyError(f"release of {REPO} has an unexpected tag {tag!r}")
+        raise NightlyError(f"release of {repo} has an unexpected tag {tag!r}")
     assets = [a for a in release.get("assets") or [] if isinstance(a, dict)]
-    wanted = asset_name(tag, family)
-    asset = next((a for a in assets if a.get("name") == wanted), None)
+    names = asset_names(tag, family)
+    asset = next((a for name in names for a in assets if a.get("name") == name), None)
     if asset is None:
         offered = sorted({m["family"] for a in assets
-                          if (m := re.match(ASSET_RE, str(a.get("name", "")))) and m["tag"] == tag})
+                          if (m := match_asset(str(a.get("name", "")))) and m["tag"] == tag})
+        what = "no Ubuntu Vulkan build" if family == VULKAN else "no Ubuntu ROCm builds"
         raise NightlyError(
-            f"release {tag} of {REPO} has no {wanted}; it offers "
-            f"{', '.join(offered) if offered else 'no Ubuntu ROCm builds'} "
-            f"(see {RELEASES_PAGE}/tag/{tag}); pick another tag or build from source")
+            f"release {tag} of {repo} has no {names[0]}; it offers "
+            f"{', '.join(offered) if offered else what} "
+            f"(see {page}/tag/{tag}); pick another tag or build from source")
+    wanted = asset["name"]
     checked = release_file(asset, wanted, tag, kind="an archive", error=NightlyError)
+    unpacked = zip_unpacked_size(checked.url, checked.size) if wanted.endswith(".zip") else None
     return NightlyAsset(tag=tag, name=wanted, url=checked.url, size=checked.size,
-                        sha256=checked.sha256,
-                        unpacked_size=zip_unpacked_size(checked.url, checked.size))
+                        sha256=checked.sha256, unpacked_size=unpacked)
 
 
 #: how much of a zip's end is fetched to read its directory (a nightly's has a few hundred

@@ -191,3 +191,55 @@ def check_hip_toolchain(root: Root, gpu_target: str) -> HipToolchain:
         raise _fail(root, rocm_path, missing, details, targets,
                     too_old=any("too old" in d for d in details))
     return HipToolchain(llvm_bin, rocm_path, known)
+
+
+# -- the Vulkan build --------------------------------------------------------------------------
+#: distribution family -> (the shader compiler's package, the headers' and loader's packages):
+#: what ``find_package(Vulkan COMPONENTS glslc REQUIRED)`` of ggml's Vulkan backend needs
+#: (Debian and Ubuntu as upstream llama.cpp's release workflow installs them; Fedora's shaderc
+#: split ships ``glslc`` on its own; Arch and openSUSE ship glslc in ``shaderc``)
+VULKAN_PACKAGES: dict[str, tuple[str, ...]] = {
+    "debian": ("glslc", "libvulkan-dev"),
+    "fedora": ("glslc", "vulkan-headers", "vulkan-loader-devel"),
+    "arch": ("shaderc", "vulkan-headers", "vulkan-icd-loader"),
+    "suse": ("shaderc", "vulkan-headers", "vulkan-devel"),
+}
+_VULKAN_INSTALL = {"debian": "sudo apt install", "fedora": "sudo dnf install",
+                   "arch": "sudo pacman -S", "suse": "sudo zypper install"}
+#: where the loader's development link ``libvulkan.so`` lives on these distributions
+_VULKAN_LIBS = ("/usr/lib/x86_64-linux-gnu/libvulkan.so", "/usr/lib/aarch64-linux-gnu/libvulkan.so",
+                "/usr/lib64/libvulkan.so", "/usr/lib/libvulkan.so", "/usr/local/lib/libvulkan.so")
+
+
+def vulkan_family(distro_id: str, like: list[str]) -> str | None:
+    """The package family of a distribution for :data:`VULKAN_PACKAGES`, or None."""
+    words = {distro_id, *like}
+    for family, names in (("debian", {"debian", "ubuntu"}), ("fedora", {"fedora", "rhel", "centos"}),
+                          ("arch", {"arch"}), ("suse", {"suse", "opensuse", "sles"})):
+        if words & names or any(w.startswith("opensuse") for w in words) and family == "suse":
+            return family
+    return None
+
+
+def vulkan_toolchain_error(root: Root) -> str | None:
+    """Why a Vulkan build of llama.cpp cannot be configured here (the shader compiler
+    ``glslc``, the Vulkan headers or the loader's ``libvulkan.so`` missing, with the packages
+    that bring them on this distribution), or None when all three are there."""
+    missing = []
+    if root.which("glslc") is None and \
+            not any(root.exists(f"{d}/glslc") for d in ("/usr/bin", "/usr/local/bin")):
+        missing.append("the shader compiler glslc")
+    if not root.exists("/usr/include/vulkan/vulkan.h") and \
+            not root.exists("/usr/local/include/vulkan/vulkan.h"):
+        missing.append("the Vulkan headers (vulkan/vulkan.h)")
+    if not any(root.exists(p) for p in _VULKAN_LIBS):
+        missing.append("the Vulkan loader's development link (libvulkan.so)")
+    if not missing:
+        return None
+    family = vulkan_family(*distribution(root))
+    if family is None:
+        hint = ("install your distribution's glslc (shaderc), Vulkan headers and Vulkan loader "
+                "development packages")
+    else:
+        hint = f"install them with `{_VULKAN_INSTALL[family]} {' '.join(VULKAN_PACKAGES[family])}`"
+    return f"a Vulkan build of llama.cpp needs {', '.join(missing)}; {hint}"

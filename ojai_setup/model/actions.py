@@ -148,7 +148,7 @@ class BuildFromSource(_Action):
     kind: Literal["build_from_source"] = "build_from_source"
     source: str  # URL or path (directory, tarball)
     ref: str | None = None
-    backend: Literal["hip", "cpu"] = "hip"
+    backend: Literal["hip", "cpu", "vulkan"] = "hip"
     gpu_target: str | None = None
     cmake_args: tuple[str, ...] = ()
     env: dict[str, str] = {}

@@ -24,7 +24,9 @@ class Settings(BaseModel):
     llamacpp_tag: str | None = None
     llamacpp_src: str = "https://github.com/ggml-org/llama.cpp"
     llamacpp_ref: str | None = None
-    llamacpp_backend: Literal["hip", "cpu"] | None = None  # None: hip where ROCm is, else cpu
+    #: the ggml backend: of a source build (None: hip where ROCm is, else cpu), and of a nightly
+    #: (vulkan: upstream llama.cpp's Vulkan release; else Lemonade's ROCm build)
+    llamacpp_backend: Literal["hip", "cpu", "vulkan"] | None = None
     #: GPU target(s) of a HIP source build (gfx1150, or gfx1150,gfx1151); None: the GPU's own
     gpu_target: str | None = None
     #: extra CMake definitions (KEY=VALUE) of a source build, sorted by key

@@ -21,6 +21,7 @@ from ojai_setup.core.root import Root
 from ojai_setup.domain.checks import Profile, chosen_profile
 from ojai_setup.domain.lemonade_release import LemonadeDeb, offline_advice
 from ojai_setup.domain.nightly import (
+    VULKAN,
     NightlyAsset,
     ReleaseNotFound,
     family_for_target,
@@ -121,15 +122,16 @@ def _current_nightly_tag(root: Root) -> str | None:
     return record.tag if record is not None else None
 
 
-def withdrawn_advice(tag: str) -> str:
+def withdrawn_advice(tag: str, family: str = "") -> str:
     """What to say when GitHub answers 404 for the pinned nightly ``tag``: it was withdrawn
     (with the reason, where the known-bad table names the tag), not that GitHub is out of
-    reach."""
+    reach. The table's tags are Lemonade's; upstream's Vulkan releases are not looked up."""
     from ojai_setup.domain.known_bad import TABLE, withdrawn
-    from ojai_setup.domain.nightly import RELEASES_PAGE, REPO
+    from ojai_setup.domain.nightly import repo_for
     from ojai_setup.domain.profiles import checks_dir
 
-    row = withdrawn(tag, checks_dir() / "tables" / TABLE)
+    REPO, RELEASES_PAGE = repo_for(family)
+    row = None if family == VULKAN else withdrawn(tag, checks_dir() / "tables" / TABLE)
     why = f" ({row.title[0].lower()}{row.title[1:]}: {row.source})" if row else \
         " or never published"
     return (f"no release {tag} in {REPO}: GitHub answers 404 for it, so it was withdrawn{why}. Ways "
@@ -355,7 +357,17 @@ def gather(root: Root, settings: Settings, *, facts: Facts | None = None,
 
     release = release_error = None
     if settings.llamacpp == "nightly" and sglang is None:  # the SGLang route runs no llama.cpp
-        if target is None:
+        if settings.llamacpp_backend == "vulkan":  # one build for every GPU: no target needed
+            try:
+                release = installed_release(root, settings.llamacpp_tag, VULKAN) or \
+                    (remote or Remote.github()).release(settings.llamacpp_tag, VULKAN)
+            except ReleaseNotFound:
+                release_error = withdrawn_advice(settings.llamacpp_tag or "", VULKAN)
+            except RemoteError as exc:
+                release_error = _offline_advice(root, str(exc).rstrip("."))
+            except OjaiError as exc:
+                release_error = str(exc)
+        elif target is None:
             release_error = ("no GPU target detected, so no nightly build can be chosen; build "
                              "from source instead: --llamacpp source --backend cpu (or --profile NAME)")
         else:
@@ -458,12 +470,16 @@ def hub_error_for(root: Root, route: Route, models_dir: str, remote: Remote) -> 
 
 def hip_toolchain_error(root: Root, facts: Facts, settings: Settings,
                         target: str | None) -> str | None:
-    """For a HIP source build (``--llamacpp source``, the HIP backend): why the machine's
-    toolchain cannot build for the target, read now so that the dry run blocks the step
+    """For a HIP or Vulkan source build (``--llamacpp source``): why the machine's toolchain
+    cannot build (for the target), read now so that the dry run blocks the step
     before anything changes; None when it can or no HIP build is asked for."""
     if settings.llamacpp != "source":
         return None
     backend = settings.llamacpp_backend or ("hip" if facts.rocm_version else "cpu")
+    if backend == "vulkan":
+        from ojai_setup.facts.toolchain import vulkan_toolchain_error
+
+        return vulkan_toolchain_error(root)
     wanted = settings.gpu_target or target
     if backend != "hip" or not wanted:
         return None

@@ -31,20 +31,24 @@ def own_llama_server(ctx: Context) -> OwnLlamaServer | None:
     from ojai_setup.domain.lemonade import OwnLlamaServer
 
     settings = ctx.settings
+    lemonade_name = {"hip": "rocm", "vulkan": "vulkan"}
     if settings.llamacpp == "nightly":
-        return OwnLlamaServer(executable=LLAMA_SERVER, install="nightly", backend="rocm")
+        return OwnLlamaServer(executable=LLAMA_SERVER, install="nightly",
+                              backend="vulkan" if settings.llamacpp_backend == "vulkan" else "rocm")
     if settings.llamacpp == "source":
         backend = settings.llamacpp_backend or ("hip" if ctx.facts.rocm_version else "cpu")
         return OwnLlamaServer(executable=LLAMA_SERVER, install="source",
-                              backend="rocm" if backend == "hip" else "cpu")
+                              backend=lemonade_name.get(backend, "cpu"))
     if not ctx.root.exists(LLAMA_SERVER):
         return None
     record = build.read_install_record(ctx.root, LLAMACPP_CURRENT)
     if record is not None:
         return OwnLlamaServer(executable=LLAMA_SERVER, install="source",
-                              backend="rocm" if record.backend == "hip" else "cpu")
-    if nightly.read_record(ctx.root, LLAMACPP_CURRENT) is not None:
-        return OwnLlamaServer(executable=LLAMA_SERVER, install="nightly", backend="rocm")
+                              backend=lemonade_name.get(record.backend, "cpu"))
+    got = nightly.read_record(ctx.root, LLAMACPP_CURRENT)
+    if got is not None:
+        return OwnLlamaServer(executable=LLAMA_SERVER, install="nightly",
+                              backend="vulkan" if got.family == nightly.VULKAN else "rocm")
     return None
 
 

@@ -58,6 +58,9 @@ def source_action(ctx: Context) -> BuildFromSource:
     if backend == "cpu" and settings.gpu_target:
         raise ValueError(f"--gpu-target {settings.gpu_target} is for a HIP build, not "
                          "--backend cpu")
+    if backend == "vulkan" and settings.gpu_target:
+        raise ValueError(f"--gpu-target {settings.gpu_target} is for a HIP build; a Vulkan build "
+                         "runs on any GPU with a Vulkan driver")
     target = (settings.gpu_target or ctx.gpu_target) if backend == "hip" else None
     if backend == "hip" and target is None:
         raise ValueError("a HIP build needs the GPU's target and none was detected; "
@@ -108,6 +111,16 @@ class LlamacppStep:
                                       f"distribution package on PATH; install it with {hint}, "
                                       "or let ojai put one in place (--llamacpp nightly or source)")
         cov = coverage(d, ctx.gpu_target)
+        if ctx.settings.llamacpp_backend == "vulkan":
+            if "vulkan" not in d.backends:
+                from ojai_setup.domain.distro_llama import vulkan_hint
+
+                return StepResult.blocked(self.name, f"--llamacpp distro --backend vulkan: {d.path} "
+                                          f"has no Vulkan backend installed ({cov.sentence}); "
+                                          f"install it with {vulkan_hint(d)}, or take upstream's "
+                                          "Vulkan build with --llamacpp nightly --backend vulkan")
+            return StepResult.satisfied(self.name, f"the routes use the distribution's "
+                                        f"llama-server on its Vulkan backend: {cov.sentence}")
         if cov.runs_on == "hip" and cov.hip_covers:
             return StepResult.satisfied(self.name, f"the routes use the distribution's "
                                         f"llama-server: {cov.sentence}")
@@ -149,6 +162,9 @@ class LlamacppStep:
         if action.backend == "hip" and ctx.toolchain_error:
             # the toolchain's error ends in its ways forward, the CPU build among them
             return StepResult.blocked(self.name, ctx.toolchain_error)
+        if action.backend == "vulkan" and ctx.toolchain_error:
+            return StepResult.blocked(self.name, f"{ctx.toolchain_error}; or build for the "
+                                      "CPU with --backend cpu")
         from ..domain.costs import disk_need, estimate
 
         need = disk_need(action.backend, action.gpu_target, action.cmake_args)

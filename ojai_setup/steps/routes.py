@@ -58,7 +58,17 @@ def _binary_targets(ctx: Context, binary: str) -> set[str] | None:
     except (OSError, ValueError):
         return None
     targets = {t for t in (data.get("family"), data.get("gpu_target")) if t}
-    return targets or ({"cpu"} if data.get("backend") == "cpu" else None)
+    backend = data.get("backend")
+    return targets or ({backend} if backend in ("cpu", "vulkan") else None)
+
+
+def _vulkan_build(ctx: Context, binary: str) -> bool:
+    """Whether ``binary`` is (or the nightly this plan installs will be) a Vulkan build: its
+    launch script then sets no HSA override and no library path (upstream's Vulkan build finds
+    its libraries and backends beside it through RPATH ``$ORIGIN``)."""
+    if ctx.settings.llamacpp in ("nightly", "source"):  # what this apply puts behind current
+        return ctx.settings.llamacpp_backend == "vulkan"
+    return "vulkan" in (_binary_targets(ctx, binary) or ())
 
 
 def _environment(ctx: Context, binary: str) -> dict[str, str]:
@@ -66,7 +76,7 @@ def _environment(ctx: Context, binary: str) -> dict[str, str]:
 
     target = ctx.gpu_target
     built_for = _binary_targets(ctx, binary)
-    if target is None or built_for is None or "cpu" in built_for:
+    if target is None or built_for is None or built_for & {"cpu", "vulkan"}:
         return {}
     try:
         covered = target in built_for or family_for_target(target) in built_for
@@ -172,8 +182,10 @@ class RoutesStep:
                 parallel=PLAIN_SLOTS, n_gpu_layers="all" if facts.gpu and facts.gpu.agents else None,
                 flash_attn=launch.flash_attn, load_mode=launch.load_mode,
                 host=settings.host, port=plain_port, embeddings=model.embedding))
-        env = _environment(ctx, binary)
-        bundled = has_bundled_libs(ctx.root, binary) or (not installed and settings.llamacpp == "nightly")
+        vulkan = _vulkan_build(ctx, binary)
+        env = {} if vulkan else _environment(ctx, binary)
+        bundled = not vulkan and (has_bundled_libs(ctx.root, binary) or
+                                  (not installed and settings.llamacpp == "nightly"))
         actions: list = []
         records: dict[str, dict] = {}
         handlers: dict[str, RunCommand] = {}

@@ -312,3 +312,62 @@ def origin_runpath(elf: bytes) -> bytes:
             raise ValueError(f"RUNPATH {elf[start:end]!r} is too short to rewrite in place")
         out[start:end] = b"$ORIGIN".ljust(end - start, b"\0")
     return bytes(out)
+
+
+# -- upstream llama.cpp's release tarballs ----------------------------------------------------
+UPSTREAM_REPO = "ggml-org/llama.cpp"
+
+
+def make_upstream_tarball(path: Path, tag: str, entries: list[Entry]) -> bytes:
+    """Write ``entries`` as upstream llama.cpp's release workflow packs its Ubuntu builds
+    (``.github/workflows/release.yml``, job ubuntu-vulkan: ``tar -czvf
+    llama-<tag>-bin-ubuntu-vulkan-x64.tar.gz --transform "s,^\\.,llama-<tag>," -C ./build/bin .``):
+    GNU tar's format, gzip'd, the folder ``./`` renamed to ``llama-<tag>`` first, then each
+    entry of build/bin under it (symlinks as symlinks). Returns the bytes."""
+    import io
+    import tarfile
+
+    top = f"llama-{tag}"
+    with tarfile.open(path, "w:gz", format=tarfile.GNU_FORMAT) as tf:
+        def add(name: str, kind: bytes, data: bytes = b"", mode: int = 0o644,
+                target: str = "") -> None:
+            info = tarfile.TarInfo(name)
+            info.type, info.mode, info.mtime = kind, mode, 1796443920
+            info.uname = info.gname = "runner"
+            if kind == tarfile.SYMTYPE:
+                info.linkname = target
+            else:
+                info.size = len(data)
+            tf.addfile(info, io.BytesIO(data) if kind == tarfile.REGTYPE else None)
+
+        add(top, tarfile.DIRTYPE, mode=0o755)
+        for e in entries:
+            name = f"{top}/{e.name}"
+            mode = e.mode if e.mode is not None else 0o100644
+            if stat.S_ISLNK(mode):
+                add(name, tarfile.SYMTYPE, target=e.data.decode(), mode=0o777)
+            elif stat.S_ISDIR(mode):
+                add(name, tarfile.DIRTYPE, mode=stat.S_IMODE(mode))
+            else:
+                add(name, tarfile.REGTYPE, e.data, stat.S_IMODE(mode))
+    return path.read_bytes()
+
+
+def upstream_vulkan_entries(server: bytes, tag: str) -> list[Entry]:
+    """build/bin of upstream's ubuntu-vulkan job, in small: ``llama-server`` and the other
+    tools, ``libllama``/``libggml``/``libggml-base`` with their version links (SOVERSION 0),
+    the dynamically loaded backends (GGML_BACKEND_DL: ``libggml-vulkan.so``, a CPU variant per
+    microarchitecture from GGML_CPU_ALL_VARIANTS) and the LICENSE the job copies in."""
+    number = tag.removeprefix("b")
+    entries = [Entry("LICENSE", b"MIT License\n", 0o100644),
+               Entry("llama-server", server, 0o100755),
+               Entry("llama-cli", b"\x7fELF llama-cli", 0o100755),
+               Entry("rpc-server", b"\x7fELF rpc-server", 0o100755)]
+    for lib in ("libllama", "libggml", "libggml-base"):
+        entries += [Entry(f"{lib}.so.0.0.{number}", f"\x7fELF {lib}".encode(), 0o100755),
+                    Entry.symlink(f"{lib}.so.0", f"{lib}.so.0.0.{number}"),
+                    Entry.symlink(f"{lib}.so", f"{lib}.so.0")]
+    for backend in ("libggml-vulkan.so", "libggml-rpc.so", "libggml-cpu-haswell.so",
+                    "libggml-cpu-zen4.so", "libggml-cpu-x64.so"):
+        entries.append(Entry(backend, f"\x7fELF {backend}".encode(), 0o100755))
+    return entries
