@@ -59,7 +59,9 @@ class DoctorReport:
             "profile": {"id": self.profile.id, "name": self.profile.name, "forced": self.forced},
             "result": self.result.label,
             "findings": [f.model_dump(mode="json") for f in self.findings],
-            "facts": self.facts.model_dump(mode="json"),
+            # a machine without any Vulkan has no ``vulkan`` fact at all
+            "facts": self.facts.model_dump(mode="json",
+                                           exclude={"vulkan"} if self.facts.vulkan is None else None),
         }
 
     def render(self, term: Terminal) -> None:

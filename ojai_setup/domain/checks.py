@@ -147,7 +147,7 @@ class ProfileError(UsageError):
     pass
 
 
-CheckFn = Callable[[Facts, Profile, dict[str, Any]], Outcome]
+CheckFn = Callable[[Facts, Profile, dict[str, Any]], "Outcome | None"]
 KINDS: dict[str, CheckFn] = {}
 
 
@@ -340,6 +340,8 @@ def run_checks(facts: Facts, profile: Profile) -> list[Finding]:
             out = KINDS[spec.kind](facts, profile, spec.params)
         except _Unknown as exc:
             out = Outcome(ok=None, evidence=f"unknown: {exc}")
+        if out is None:  # nothing of what the check looks at exists here: no finding
+            continue
         if out.ok is True:
             sev = "pass"
         elif out.ok is None:
@@ -1253,3 +1255,25 @@ def _sysctl_value(facts: Facts, profile: Profile, params: dict) -> Outcome:
     if have is None:
         return Outcome(ok=None, evidence=f"unknown: /proc/sys/{key.replace('.', '/')} was not read")
     return Outcome(ok=have == want, evidence=f"{key} = {have}" + ("" if have == want else f"; want {want}"))
+
+
+@kind("vulkan_driver")
+def _vulkan_driver(facts: Facts, profile: Profile, params: dict) -> Outcome | None:
+    """Which Vulkan driver (ICD) drives the GPU; no finding where the machine has no Vulkan."""
+    from ojai_setup.domain.vulkan import driver_outcome
+
+    if facts.vulkan is None:
+        return None
+    ok, evidence, fix = driver_outcome(facts.vulkan)
+    return Outcome(ok=ok, evidence=evidence, fix=fix)
+
+
+@kind("vulkan_render")
+def _vulkan_render(facts: Facts, profile: Profile, params: dict) -> Outcome | None:
+    """Whether ojai's service user can open the render nodes the Vulkan drivers use."""
+    from ojai_setup.domain.vulkan import render_outcome
+
+    if facts.vulkan is None:
+        return None
+    ok, evidence, fix = render_outcome(facts.vulkan)
+    return Outcome(ok=ok, evidence=evidence, fix=fix)

@@ -555,6 +555,12 @@ def collect(root: Root) -> Facts:
     except Exception as exc:  # noqa: BLE001
         facts.unknown["distro_llama"] = _reason(exc, root)
     try:
+        from ojai_setup.facts.vulkan import read_vulkan
+
+        facts.vulkan = read_vulkan(root)
+    except Exception as exc:  # noqa: BLE001
+        facts.unknown["vulkan"] = _reason(exc, root)
+    try:
         from ojai_setup.facts.grub_env import read_grub_config
 
         facts.grub = read_grub_config(root)

@@ -279,6 +279,46 @@ class DistroLlama(_Model):
     hip_targets: list[str] | None = None
 
 
+class VulkanDevice(_Model):
+    """A physical device ``vulkaninfo --summary`` lists."""
+
+    name: str
+    #: integrated, discrete, virtual, cpu or other (``deviceType`` without its prefix)
+    type: str
+    #: ``driverID`` without its prefix: MESA_RADV, AMD_OPEN_SOURCE (AMDVLK), AMD_PROPRIETARY,
+    #: MESA_LLVMPIPE (lavapipe), ...
+    driver_id: str | None = None
+    driver_name: str | None = None
+    driver_info: str | None = None
+    api_version: str | None = None
+    vendor_id: str | None = None
+
+
+class RenderNode(_Model):
+    """A DRM render node (``/dev/dri/renderD128``) with its mode and group."""
+
+    path: str
+    mode: str
+    group: str
+
+
+class Vulkan(_Model):
+    """The Vulkan stack: the loader, the ICD manifests, what ``vulkaninfo --summary`` reports
+    and the render nodes the drivers open."""
+
+    #: the loader library's path (``libvulkan.so.1``), None when not installed
+    loader: str | None = None
+    #: ICD manifest files (``/usr/share/vulkan/icd.d/radeon_icd.x86_64.json``)
+    icds: list[str] = []
+    #: the devices ``vulkaninfo --summary`` lists; None when it could not be run
+    devices: list[VulkanDevice] | None = None
+    instance_version: str | None = None
+    #: why the device list is unknown (vulkaninfo missing or failing)
+    devices_unknown: str | None = None
+    #: the render nodes (None: ``ls -l /dev/dri`` could not be read)
+    render_nodes: list[RenderNode] | None = None
+
+
 class Power(_Model):
     """The ACPI platform profile and what manages it."""
 
@@ -333,4 +373,6 @@ class Facts(_Model):
     #: amdgpu, amdxdna and KFD lines of the kernel log (dmesg)
     kernel_log: list[str] | None = None
     power: Power | None = None
+    #: the Vulkan stack (None: neither a loader, an ICD nor vulkaninfo on this machine)
+    vulkan: Vulkan | None = None
     unknown: dict[str, str] = {}
