@@ -100,4 +100,4 @@ def test_an_example_and_a_backend_in_other_case_are_taken():
     assert result.exit_code == ExitStatus.CHANGES, result.output
     bad = ojai("setup", "--example", "ojai-fresh", "--backend", "rocm")
     assert bad.exit_code == ExitStatus.USAGE
-    assert bad.stderr == "error: --backend rocm: must be one of hip, cpu\n"
+    assert bad.stderr == "error: --backend rocm: must be one of hip, cpu, vulkan\n"

@@ -77,9 +77,9 @@ options:
     description: Git ref to build with O(llamacpp=source).
     type: str
   backend:
-    description: Source build backend (default, C(hip) when ROCm is installed).
+    description: The llama.cpp backend (default, C(hip) when ROCm is installed); C(vulkan) with the nightly installs upstream llama.cpp's Vulkan release.
     type: str
-    choices: [hip, cpu]
+    choices: [hip, cpu, vulkan]
   model:
     description: The catalog route to download and serve (C(ojai models) lists them).
     type: str
@@ -316,7 +316,7 @@ ARGS = dict(
     llamacpp_tag=dict(type="str"),
     llamacpp_src=dict(type="str"),
     llamacpp_ref=dict(type="str"),
-    backend=dict(type="str", choices=["hip", "cpu"]),
+    backend=dict(type="str", choices=["hip", "cpu", "vulkan"]),
     model=dict(type="str"),
     models_dir=dict(type="str"),
     catalog=dict(type="str"),
