@@ -151,3 +151,17 @@ def test_tune_with_an_unknown_route_suggests_the_closest(machine):
     assert ("no route or model named 'gemma3-270m'; did you mean gemma-3-270m or "
             "gemma-3-270m-ngram?") in result.stderr
     assert "--mtp-url" not in result.stderr
+
+
+def test_the_dry_run_names_the_machine_in_the_commands_it_quotes(machine, tmp_path):
+    root = machine("ojai-fresh")
+    shown = screen(tmp_path, f"{OJAI} setup --root {root} --llamacpp none --no-npu", joined=True)
+    text = " ".join(shown.split())
+    assert f"Doctor's findings on this machine (`ojai doctor --root {root}` for all):" in text
+    assert f"`ojai models --root {root}` lists them" in text
+    assert "`ojai doctor` for all" not in text and "`ojai models` lists" not in text
+    # the plan's JSON stays the machine's own words
+    data = json.loads(CliRunner().invoke(app, ["setup", "--root", str(root), "--llamacpp", "none",
+                                               "--no-npu", "--json"]).stdout)
+    model = next(s for s in data["steps"] if s["step"] == "model")
+    assert "`ojai models` lists them" in model["sentence"]

@@ -129,13 +129,13 @@ def test_apply_json_in_a_real_terminal_refuses_instead_of_asking(box, tmp_path):
 
 def _sections(screen: str, width: int | None = None) -> dict[str, list[str]]:
     """The lines of the dry run's sections (findings, steps, files, follow-ups), by the head
-    line that opens each, as they are on screen (with ``width``: a word the terminal wrapped
+    line that opens each, as they are on screen (with ``width``: a line the terminal wrapped
     at its edge joined again, as :func:`_at_column_0` sees it)."""
     sections: dict[str, list[str]] = {}
     current = None
     lines: list[str] = []
     for line in screen.splitlines():
-        if width and lines and len(lines[-1]) == width and " " not in lines[-1].strip():
+        if width and lines and len(lines[-1]) == width and line[:1].strip():
             lines[-1] += line
         else:
             lines.append(line)
@@ -157,13 +157,13 @@ HEADS = ("Doctor's findings on this machine", "Steps:")
 def _at_column_0(screen: str, width: int | None = None) -> list[str]:
     """The lines above the first diff and file list (doctor's findings and the steps) that
     start at column 0 without being a section's head: a wrapped line that lost its indent.
-    With ``width``, a line that continues a word the terminal wrapped at its edge (a URL
-    longer than a line, given a line of its own and never cut by ojai) is not one."""
+    With ``width``, a line that continues one the terminal wrapped at its edge (a URL or a
+    command longer than a line, which ojai never cuts) is not one."""
     top = screen.split("\n--- ", 1)[0].split("\nFiles ", 1)[0].split("\nOther files ", 1)[0]
     lines = top.splitlines()
     return [line for i, line in enumerate(lines)
             if line.strip() and not line[0].isspace() and not line.startswith(HEADS)
-            and not (width and i and len(lines[i - 1]) == width and " " not in lines[i - 1].strip())]
+            and not (width and i and len(lines[i - 1]) == width)]
 
 
 @pytest.mark.parametrize("width, height", [(80, 24), (200, 50)])
@@ -187,7 +187,8 @@ def test_wrapped_steps_and_findings_keep_their_hanging_indent_in_a_real_terminal
         assert len(steps) > len(heads) + 10
         assert any(line.startswith(" " * 10) and not line.startswith(" " * 11) for line in steps)
     # a line is within the width, or a URL ojai gave a line of its own, whole
-    assert all(len(line.rstrip()) <= width or line.strip().startswith("https://")
+    # (or one holding a URL or a command, which ojai never cuts: the terminal wrapped it)
+    assert all(len(line.rstrip()) <= width or "https://" in line or "`ojai " in line
                for line in steps + findings), screen
 
 

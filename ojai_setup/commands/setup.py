@@ -187,18 +187,27 @@ class PlanReport:
         from ojai_setup.planning.plan import unified_diff
         from ojai_setup.planning.summary import written_files
 
+        from ojai_setup.core.commandline import ojai_command
+        from ojai_setup.domain.checks import fix_for_root
+
         plan = self.plan
+
+        def here(text: str) -> str:  # the `ojai ...` commands it quotes, for this machine
+            return fix_for_root(text, plan.root) or text
+
         if plan.preconditions:
-            term.print("[bold]Doctor's findings on this machine[/] (`ojai doctor` for all):")
+            term.print("[bold]Doctor's findings on this machine[/] "
+                       f"(`{escape(ojai_command(plan.root, 'doctor'))}` for all):",
+                       soft_wrap=True)  # never cut: the terminal wraps it
             show_findings(term, plan.preconditions)
             term.print()
         term.print("[bold]Steps[/]:")
         for r in plan.steps:
-            show_step(term, r.status, r.step, r.sentence, r.ways)
+            show_step(term, r.status, r.step, here(r.sentence), tuple(map(here, r.ways)))
             for a in r.actions:
                 term.entry("", action_line(a), indent=DETAIL_AT, hang=DETAIL_AT + 2)
             for warning in r.warnings:
-                term.entry("[bold yellow]warning:[/] ", warning, indent=DETAIL_AT,
+                term.entry("[bold yellow]warning:[/] ", here(warning), indent=DETAIL_AT,
                            hang=DETAIL_AT + 2)
         files = written_files(plan)
         # whole: every file that exists and is edited, and any the boot reads (a new
