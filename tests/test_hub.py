@@ -163,6 +163,45 @@ def test_interrupted_download_resumes_on_the_next_call(published, root, tmp_path
     assert leftovers(root.path) == []
 
 
+def test_a_full_disk_says_how_much_of_the_download_it_kept(published, root, tmp_path,
+                                                           monkeypatch):
+    """The disk fills up after 1 MiB of an 8 MiB download, in the middle of a 4 MiB block (the
+    kernel writes what fits, then says ENOSPC, as os.write below does): the message counts the
+    MiB the partial file keeps, not 0, says how much more to free, and the next run resumes
+    from it to the right file."""
+    import errno
+    import os
+
+    big = "gemma-4-big-it-Q4_K_M.gguf"
+    entry = published.add_path(REPO, big, gemma4_main(tmp_path / big, payload_bytes=8 << 20))
+    size, room = len(entry.data), [1 << 20]
+    real_write = os.write
+
+    def write(fd: int, data) -> int:  # a disk with 1 MiB free, for the download's file only
+        if not os.readlink(f"/proc/self/fd/{fd}").endswith(".partial"):
+            return real_write(fd, data)
+        if not room[0]:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        n = real_write(fd, bytes(data[:room[0]]))
+        room[0] -= n
+        return n
+
+    monkeypatch.setattr(os, "write", write)
+    with pytest.raises(HubError) as stopped:
+        execute_hub_download(root, action(big), NullProgress())
+    said = str(stopped.value)
+    assert f"download stopped after {1 << 20} of {size} bytes (" in said, said
+    assert "No space left on device" in said and f"free {size - (1 << 20)} bytes or more" in said
+    [partial] = root.path.rglob("*.partial")
+    assert partial.read_bytes() == entry.data[:1 << 20]
+    room[0] = 1 << 40  # room again: the next run resumes from the MiB kept
+    published.requests.clear()
+    assert execute_hub_download(root, action(big), NullProgress()) is True
+    [get] = published.requests_to("cdn", "GET")
+    assert get.headers.get("range") == f"bytes={1 << 20}-"
+    assert dest(root, big).read_bytes() == entry.data
+
+
 def test_a_download_is_hashed_as_it_is_written_not_read_again(published, root, tmp_path,
                                                                monkeypatch):
     """The sha256 is taken from the bytes on their way to the file: no second read of a

@@ -152,7 +152,9 @@ def test_rollback_restores_files_links_and_records_and_removes_created_files(tmp
     assert stat.S_IMODE(os.stat(root.resolve(GRUB)).st_mode) == 0o600
     assert not root.exists(MODPROBE)
     assert os.readlink(root.resolve(LINK)) == "/opt/ojai/b1"
-    assert sorted(result.restored) == [GRUB, LINK] and result.removed == [MODPROBE]
+    # the folder the apply made for it goes too, once empty
+    assert sorted(result.restored) == [GRUB, LINK] and result.removed == [MODPROBE, "/etc/modprobe.d"]
+    assert not root.exists("/etc/modprobe.d")
     assert result.handlers == ["update-grub"]
     assert sum(1 for c in root.commands if c.argv == ("update-grub",)) == 2
     assert result.reboot == ["the kernel command line changed"]

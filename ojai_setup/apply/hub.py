@@ -176,10 +176,12 @@ def _http_download(part: Path, location: str, headers: dict[str, str], resume: i
                     break
                 chunk = memoryview(buffer)[:n]
                 written = 0
-                while written < n:
-                    written += os.write(fd, chunk[written:])
+                try:
+                    while written < n:
+                        written += os.write(fd, chunk[written:])
+                finally:  # what is in the file counts, a block the disk filled up in too
+                    got += written
                 hasher.work.put((buffer, n))
-                got += n
                 task.advance(n)
                 fault_point("download-block")  # a block is in the file: Ctrl-C or a kill here
                 if got > expected_size:

@@ -186,7 +186,7 @@ class Journal:
         before = path_digest(self.root, machine_path)
         record = FileRecord(path=machine_path, existed_before=before is not None, before=before,
                             download=download,
-                            made_dirs=_missing_parents(self.root, machine_path) if download else [],
+                            made_dirs=_missing_parents(self.root, machine_path),
                             rollback_to=rollback_to if before is None and not download else None)
         if before is not None and before.startswith("sha256:") and not download:
             st = os.lstat(real)
@@ -270,13 +270,15 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def _settle_files(root: Root, directory: Path, entry: JournalEntry) -> None:
-    """Record what each staged path is now; forget (and unback) those left unchanged."""
+def _settle_files(root: Root, directory: Path, entry: JournalEntry, *,
+                  dry: bool = False) -> None:
+    """Record what each staged path is now; forget (and unback, unless ``dry``) those left
+    unchanged."""
     kept: list[FileRecord] = []
     for record in entry.files:
         record.after = path_digest(root, record.path)
         if record.after == record.before:
-            if record.backup:
+            if record.backup and not dry:
                 _drop_backup(directory, directory / record.backup)
             if record.download and record.before is None and _download_traces(root, record) \
                     and record.path not in {t.path for t in entry.traces}:
@@ -332,14 +334,17 @@ def _temp_leftovers(root: Root, paths: list[str]) -> list[Path]:
     return found
 
 
-def recover(root: Root, *, euid: int | None = None) -> Interrupted | None:
+def recover(root: Root, *, euid: int | None = None, dry: bool = False) -> Interrupted | None:
     """Settle an apply or rollback whose process died; call it holding the machine's lock.
 
     The entry becomes ``interrupted``: each path it staged is recorded as it is now (those
     left unchanged are dropped), the follow-up commands owed by every action that started are
-    added to ``state.json``'s pending handlers (the next apply runs them; a rollback runs its
-    own), ``last_apply`` points at it when it changed something (so ``ojai rollback`` undoes
-    it), and temp files it left beside its targets and in the state folder are removed.
+    added to ``state.json``'s pending handlers (the next apply or rollback runs them; a
+    rollback's too: the ``systemctl daemon-reload`` after the units it removed, the
+    ``limine-update`` after the drop-in), ``last_apply`` points at it when it changed
+    something (so ``ojai rollback`` undoes it), and temp files it left beside its targets and
+    in the state folder are removed. ``dry``: work out the same without writing or removing
+    anything (what a rollback shows for review before the person says yes).
     """
     directory = state_dir(root, euid=euid)
     state = _load_state(directory)
@@ -348,19 +353,15 @@ def recover(root: Root, *, euid: int | None = None) -> Interrupted | None:
     try:
         entry = load_entry(root, state.running, euid=euid)
     except JournalError:
-        state.running = None
-        _save_state(directory, state)
+        if not dry:
+            state.running = None
+            _save_state(directory, state)
         return None
-    _settle_files(root, directory, entry)
-    owed: dict[str, HandlerRecord] = {h.name: h for h in state.pending_handlers}
-    for h in entry.owed:
-        owed.setdefault(h.name, h)
-    changed_paths = {f.path for f in entry.files}
-    for planned in entry.planned:
-        started = planned.status in ("running", "failed") and changed_paths.intersection(planned.targets)
-        if started or planned.changed:
-            for h in planned.notify:
-                owed.setdefault(h.name, h)
+    _settle_files(root, directory, entry, dry=dry)
+    owed = _owed(entry, state.pending_handlers)
+    if dry:
+        entry.status = "interrupted"
+        return Interrupted(entry=entry, owed=list(owed.values()), cleaned=[])
     targets = [t for p in entry.planned for t in p.targets] + [f.path for f in entry.files]
     cleaned = []
     for leftover in _temp_leftovers(root, targets):
@@ -383,18 +384,36 @@ def recover(root: Root, *, euid: int | None = None) -> Interrupted | None:
     entry.status = "interrupted"
     entry.error = entry.error or "the process stopped before the end (killed, or the machine went down)"
     entry.finished = datetime.now(timezone.utc)
-    entry.owed = list(owed.values()) if entry.kind == "apply" else []
+    entry.owed = list(owed.values())
     _write_json(directory / "journal" / f"{entry.apply_id}.json",
                 entry.model_dump_json(indent=2) + "\n", PRIVATE_FILE_MODE)
-    if entry.kind == "apply":
-        if entry.changed:
-            state.last_apply = entry.apply_id
-        state.pending_handlers = list(owed.values())
+    if entry.kind == "apply" and entry.changed:
+        state.last_apply = entry.apply_id
     # an interrupted rollback leaves last_apply on the apply it was undoing: run it again
+    state.pending_handlers = list(owed.values())
     state.running = None
     _save_state(directory, state)
-    return Interrupted(entry=entry, owed=list(owed.values()) if entry.kind == "apply" else [],
-                       cleaned=cleaned)
+    return Interrupted(entry=entry, owed=list(owed.values()), cleaned=cleaned)
+
+
+def _owed(entry: JournalEntry, pending: list[HandlerRecord]) -> dict[str, HandlerRecord]:
+    """The follow-up commands an interrupted ``entry`` (its files settled) leaves owed: those
+    already pending, and those of every action that changed something; for a rollback, less
+    those it ran before it stopped."""
+    owed: dict[str, HandlerRecord] = {h.name: h for h in pending}
+    for h in entry.owed:
+        owed.setdefault(h.name, h)
+    changed_paths = {f.path for f in entry.files}
+    ran = {h.name for h in entry.handlers if h.exit_code == 0} if entry.kind == "rollback" \
+        else set()
+    for planned in entry.planned:
+        started = planned.status in ("running", "failed") and changed_paths.intersection(planned.targets)
+        done = entry.kind == "rollback" and planned.status == "done"
+        if started or done or planned.changed:
+            for h in planned.notify:
+                if h.name not in ran:
+                    owed.setdefault(h.name, h.model_copy(update={"exit_code": None}))
+    return owed
 
 
 # -- rollback --------------------------------------------------------------------------------
@@ -514,7 +533,9 @@ class RollbackPreview:
 def _decide(root: Root, record: FileRecord, remove_downloads: bool
             ) -> tuple[RollbackDecision, str]:
     now = path_digest(root, record.path)
-    kept = "downloaded or installed by the apply; `ojai rollback --remove-downloads` removes it"
+    remove = shlex.join(["ojai", "rollback", *([] if root.is_host else ["--root", str(root.path)]),
+                         "--remove-downloads"])
+    kept = f"downloaded or installed by the apply; `{remove}` removes it"
     if record.before is None and record.rollback_to is not None:
         if now == text_digest(record.rollback_to):
             return "restore", "already as rollback writes it"
@@ -527,7 +548,7 @@ def _decide(root: Root, record: FileRecord, remove_downloads: bool
                     return "remove", ("what the download left (records, partial files, "
                                       "unpack staging, folders made for it)")
                 return "keep", ("a download that did not finish left files beside it; "
-                                "`ojai rollback --remove-downloads` removes them")
+                                f"`{remove}` removes them")
             return "none", "already gone"
         if record.download and not remove_downloads:
             return "keep", kept
@@ -547,15 +568,27 @@ def _decide(root: Root, record: FileRecord, remove_downloads: bool
     return "restore", "from its backup"
 
 
-def _preview(root: Root, directory: Path, *, remove_downloads: bool,
-             euid: int | None) -> RollbackPreview:
+class NothingToRollBack(RollbackError):
+    """No apply is journaled: there is nothing to undo (not a failure)."""
+
+
+def _preview(root: Root, directory: Path, *, remove_downloads: bool, euid: int | None,
+             settled: Interrupted | None = None) -> RollbackPreview:
     state = _load_state(directory)
-    if state.last_apply is None:
+    last_apply = state.last_apply
+    owed = {h.name: h for h in state.pending_handlers}
+    if settled is not None:  # settled in memory only (dry): what recover will write
+        if settled.entry.kind == "apply" and settled.entry.changed:
+            last_apply = settled.entry.apply_id
+        owed = {h.name: h for h in settled.owed}
+    if last_apply is None:
         hint = ""
         if directory != root.resolve(STATE_DIR) and _load_state(root.resolve(STATE_DIR)).last_apply:
             hint = "; the last apply was made as root: run `sudo ojai rollback`"
-        raise RollbackError(f"nothing to roll back: no apply is journaled in {directory}{hint}")
-    entry = load_entry(root, state.last_apply, euid=euid)
+            raise RollbackError(f"nothing to roll back: no apply is journaled in {directory}{hint}")
+        raise NothingToRollBack(f"nothing to roll back: no apply is journaled in {directory}")
+    entry = settled.entry if settled is not None and settled.entry.apply_id == last_apply \
+        else load_entry(root, last_apply, euid=euid)
     preview = RollbackPreview(entry=entry, directory=directory)
     for record in entry.traces:
         preview.items.append((record, *_decide(root, record, remove_downloads)))
@@ -574,19 +607,29 @@ def _preview(root: Root, directory: Path, *, remove_downloads: bool,
     if settings:
         preview.handlers = follow_ups_for(entry, settings)
         preview.reboot = list(entry.reboot)
+    # and those an interrupted rollback (or apply) left owed: a rollback killed after it
+    # removed the units still owes their `systemctl daemon-reload`
+    named = {h.name for h in preview.handlers}
+    preview.handlers += [h.model_copy(update={"exit_code": None}) for name, h in owed.items()
+                         if name not in named]
+    if owed and not settings:
+        preview.reboot = list(entry.reboot)
     return preview
 
 
 def _settled_preview(root: Root, directory: Path, settled: Interrupted | None, *,
-                     remove_downloads: bool, euid: int | None) -> RollbackPreview:
-    """The preview once :func:`recover` ran: an interrupted apply that changed nothing is
-    itself what there is to undo (nothing); otherwise the last apply journaled."""
+                     remove_downloads: bool, euid: int | None,
+                     dry: bool = False) -> RollbackPreview:
+    """The preview once :func:`recover` ran (or worked out, ``dry``, what it would settle): an
+    interrupted apply that changed nothing is itself what there is to undo (nothing);
+    otherwise the last apply journaled."""
     if settled is not None and settled.entry.kind == "apply" and not settled.entry.changed:
         preview = RollbackPreview(entry=settled.entry, directory=directory, settled=settled)
         for record in settled.entry.traces:  # a download killed before it finished
             preview.items.append((record, *_decide(root, record, remove_downloads)))
         return preview
-    preview = _preview(root, directory, remove_downloads=remove_downloads, euid=euid)
+    preview = _preview(root, directory, remove_downloads=remove_downloads, euid=euid,
+                       settled=settled if dry else None)
     preview.settled = settled
     return preview
 
@@ -596,9 +639,11 @@ def preview_rollback(root: Root, *, remove_downloads: bool = False,
     """What a rollback of the last apply would restore, remove and keep, the follow-up
     commands it would run and whether a reboot follows, for a person to review.
 
-    Holds the machine's lock while it looks, and first settles an apply that was interrupted
-    (:func:`recover`), which is then the one to undo. Raises :class:`RollbackError` when there
-    is nothing to roll back. ``locked``: the caller holds the lock already."""
+    Holds the machine's lock while it looks. An apply or rollback that was interrupted is
+    worked out as :func:`recover` would settle it (it is then the one to undo) but left as it
+    is: a person who says no to the rollback leaves doctor still naming it. Raises
+    :class:`RollbackError` when there is nothing to roll back (:class:`NothingToRollBack`
+    when no apply is journaled at all). ``locked``: the caller holds the lock already."""
     from ojai_setup.apply.lock import MachineLock
 
     directory = state_dir(root, euid=euid)
@@ -606,8 +651,8 @@ def preview_rollback(root: Root, *, remove_downloads: bool = False,
     if lock is not None:
         lock.acquire()
     try:
-        return _settled_preview(root, directory, recover(root, euid=euid),
-                                remove_downloads=remove_downloads, euid=euid)
+        return _settled_preview(root, directory, recover(root, euid=euid, dry=True),
+                                remove_downloads=remove_downloads, euid=euid, dry=True)
     finally:
         if lock is not None:
             lock.release()
@@ -720,7 +765,10 @@ def _rollback(root: Root, preview: RollbackPreview, progress: Progress, *, force
         raise
     finally:
         task.done()
-        journal.close("failed" if error else "complete", error,
+        # a rollback that failed part way still owes the follow-ups of what it put back
+        owed = list(_owed(journal.entry, journal.state.pending_handlers).values()) if error \
+            else None
+        journal.close("failed" if error else "complete", error, pending_handlers=owed,
                       last_apply=entry.previous_apply if error is None else entry.apply_id)
     return result
 
@@ -742,20 +790,25 @@ def _remove(root: Root, record: FileRecord, result: RollbackResult) -> None:
     elif real.exists() or real.is_symlink():
         real.unlink()
         result.removed.append(record.path)
-    if not record.download:
-        return
-    from ojai_setup.facts.disk import download_leftovers
+    if record.download:
+        from ojai_setup.facts.disk import download_leftovers
 
-    # what ojai made for the download: its records, partial files, unpack staging, folders
-    for extra in download_leftovers(real):
-        if extra.is_dir() and not extra.is_symlink():
-            shutil.rmtree(extra)
-        else:
-            extra.unlink(missing_ok=True)
-        result.removed.append(root.machine_path(extra) if not root.is_host else str(extra))
+        # what ojai made for the download: its records, partial files, unpack staging
+        for extra in download_leftovers(real):
+            if extra.is_dir() and not extra.is_symlink():
+                shutil.rmtree(extra)
+            else:
+                extra.unlink(missing_ok=True)
+            result.removed.append(root.machine_path(extra) if not root.is_host else str(extra))
+    _remove_made_dirs(root, record, result)
+
+
+def _remove_made_dirs(root: Root, record: FileRecord, result: RollbackResult) -> None:
+    """Remove the folders the apply made for ``record``'s path, innermost first, each only
+    when empty (other files, another record's too, may share it)."""
     for folder in reversed(record.made_dirs):
         try:
-            root.resolve(folder).rmdir()  # only when empty: other downloads may share it
+            root.resolve(folder).rmdir()
         except OSError:
             continue
         result.removed.append(folder)
@@ -801,6 +854,7 @@ def _restore(root: Root, directory: Path, record: FileRecord, result: RollbackRe
         if now.startswith(("sha256:", "symlink:")):
             real.unlink()
             result.removed.append(record.path)
+            _remove_made_dirs(root, record, result)
         else:
             result.left.append(f"{record.path} (created by the apply; remove it by hand "
                                f"if it is not wanted)")

@@ -72,6 +72,24 @@ class RollbackPreviewReport:
                        "; ".join(preview.reboot), hang=2)
 
 
+class NothingToRollBackReport:
+    """``ojai rollback`` where no apply is journaled: nothing to do, nothing changed."""
+
+    schema = "ojai.rollback/1"
+
+    def __init__(self, message: str) -> None:
+        self.message = message
+
+    def to_json(self) -> dict:
+        return {"apply_id": None, "files": [], "handlers": [], "conflicts": [],
+                "message": self.message, "nothing": True, "restored": [], "removed": [],
+                "left": [], "handlers_run": [], "reboot_required": False, "reboot_reasons": [],
+                "journal_id": None, "exit_code": int(ExitStatus.OK)}
+
+    def render(self, term: Terminal) -> None:
+        term.entry("", f"{self.message}; nothing was changed", hang=2)
+
+
 class RollbackReport:
     """What ``ojai rollback`` did: the preview it acted on (``files``, ``handlers``,
     ``conflicts``), then what it restored, removed and left, the follow-ups it ran and whether
@@ -126,12 +144,20 @@ def run_rollback(term: Terminal, root_dir: Path, *, force: bool, yes: bool = Fal
 
 def _rollback_locked(term: Terminal, root: Root, *, force: bool, yes: bool,
                      remove_downloads: bool, stop: _StopOnSignal | None = None) -> int:
-    from ojai_setup.apply.journal import RollbackError, preview_rollback, rollback
+    from ojai_setup.apply.journal import (
+        NothingToRollBack,
+        RollbackError,
+        preview_rollback,
+        rollback,
+    )
     from ojai_setup.core.errors import StateError
 
     try:
         with stop.holding() if stop is not None else nullcontext():
             preview = preview_rollback(root, remove_downloads=remove_downloads, locked=True)
+    except NothingToRollBack as exc:  # nothing to do is not a failure: exit 0
+        term.show(NothingToRollBackReport(str(exc)))
+        return ExitStatus.OK
     except (RollbackError, StateError, OSError) as exc:
         term.error(str(exc))
         return ExitStatus.FAILED

@@ -141,6 +141,24 @@ def _last_apply_command(journal: Path, look_at: int = 20) -> str | None:
     return None
 
 
+def _is_as_staged(root: Root, machine_path: str, before: str | None) -> bool:
+    """Whether ``machine_path`` is still what a journal staged as its ``before``."""
+    from ojai_setup.core.digest import sha256_file
+
+    real = root.resolve(machine_path)
+    if before is None:
+        return not os.path.lexists(real)
+    if before.startswith("symlink:"):
+        return real.is_symlink() and os.readlink(real) == before.removeprefix("symlink:")
+    if before.startswith("sha256:"):
+        try:
+            return not real.is_symlink() and real.is_file() and \
+                "sha256:" + sha256_file(real) == before
+        except OSError:
+            return False
+    return before == "directory" and real.is_dir() and not real.is_symlink()
+
+
 def read_apply_status(root: Root, *, euid: int | None = None,
                       locked: bool = False) -> ApplyStatus:
     """Whether an apply is under way, was interrupted, or left follow-up commands owed (the
@@ -175,10 +193,18 @@ def read_apply_status(root: Root, *, euid: int | None = None,
     owed = {h.name: h for h in state.pending_handlers}
     for h in entry.owed:
         owed.setdefault(h.name, h)
+    # a rollback owes the follow-ups of what it put back or removed, less those it ran
+    ran = {h.name for h in entry.handlers if h.exit_code == 0} if entry.kind == "rollback" \
+        else set()
+    staged = {f.path: f.before for f in entry.files}
     for p in entry.planned:
-        if p.status in ("running", "failed") or p.changed:
+        if entry.kind == "rollback" and p.status == "running" and all(
+                t in staged and _is_as_staged(root, t, staged[t]) for t in p.targets):
+            continue  # stopped before it changed its path: nothing owed for it
+        if p.status in ("running", "failed") or p.changed or (
+                entry.kind == "rollback" and p.status == "done"):
             for h in p.notify:
-                owed.setdefault(h.name, h)
-    if entry.kind == "apply":
-        status.owed = [shlex.join(h.argv) for h in owed.values()]
+                if h.name not in ran:
+                    owed.setdefault(h.name, h)
+    status.owed = [shlex.join(h.argv) for h in owed.values()]
     return status
