@@ -10,7 +10,8 @@ from __future__ import annotations
 import shutil
 import subprocess
 
-from ojai_setup.apply.executor import ActionOutcome, fault_point
+from ojai_setup.apply.faults import fault_point
+from ojai_setup.apply.outcome import ActionOutcome
 from ojai_setup.core.errors import ApplyError
 from ojai_setup.core.progress import Progress
 from ojai_setup.core.root import Root

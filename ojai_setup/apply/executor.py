@@ -44,6 +44,7 @@ from pydantic import ValidationError as InvalidModel
 from ojai_setup.apply import faults
 from ojai_setup.apply.journal import Interrupted, Journal, recover
 from ojai_setup.apply.lock import MachineLock
+from ojai_setup.apply.outcome import ActionOutcome  # re-exported: executors import it from here
 from ojai_setup.core.atomic import ensure_dir
 from ojai_setup.core.errors import ApplyError
 from ojai_setup.core.paths import DIR_MODE, FILE_MODE
@@ -74,14 +75,6 @@ from ojai_setup.planning.plan import (
 
 #: how long a command action or handler may run (update-grub, update-initramfs), seconds
 COMMAND_TIMEOUT = 900.0
-
-
-@dataclass(frozen=True)
-class ActionOutcome:
-    """What an executor did: whether it changed anything, in a sentence."""
-
-    changed: bool
-    message: str = ""
 
 
 ExecutorFn = Callable[[Root, Any, Progress], "ActionOutcome | bool | None"]

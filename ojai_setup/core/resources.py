@@ -26,7 +26,7 @@ EXAMPLES = ("ojai-fresh", "ojai-applied", "ojai-rebooted", "strix-halo-dkms")
 
 def example_root(name: str) -> Path:
     """The root directory of a bundled example machine."""
-    from ojai_setup.core.commandline import closest, folded
+    from ojai_setup.core.names import closest, folded
 
     name = next((e for e in EXAMPLES if folded(e) == folded(name)), name)
     if name not in EXAMPLES:

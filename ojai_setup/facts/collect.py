@@ -8,19 +8,18 @@ machine it does not understand.
 from __future__ import annotations
 
 import json
-import os
 import re
 from collections.abc import Callable
 from pathlib import PurePosixPath
 
 from ojai_setup.core.paths import (
-    ENVIRON_CAPTURE,
     GRUB_DEFAULT,
     LLAMA_SERVER,
     STATE_FILE,
 )
 from ojai_setup.core.root import Root
 from ojai_setup.domain.checks import igpu
+from ojai_setup.facts.environ import environment, environment_unknown
 from ojai_setup.facts.state import read_apply_status
 from ojai_setup.formats import machine as parsers
 from ojai_setup.model.facts import (
@@ -61,21 +60,6 @@ def _int(text: str | None) -> int | None:
         return int(text.strip()) if text is not None else None
     except ValueError:
         return None
-
-
-def environment(root: Root) -> dict[str, str]:
-    """The environment doctor runs in (on a captured machine: the captured one)."""
-    if root.is_host:
-        return dict(os.environ)
-    text = _read(root, ENVIRON_CAPTURE)
-    return parsers.parse_environ(text) if text else {}
-
-
-def environment_unknown(root: Root) -> str | None:
-    """Why the environment cannot be known (a capture without a record of it), or None."""
-    if root.is_host or root.exists(ENVIRON_CAPTURE):
-        return None
-    return f"this capture has no record of the environment ({ENVIRON_CAPTURE})"
 
 
 def read_cpu(root: Root) -> Cpu:

@@ -21,7 +21,7 @@ DISTRO_DEFAULTS = "/usr/share/lemonade/defaults.json"
 def service_home(root: Root) -> str:
     """The home of the user a standalone Lemonade runs for: the sudo caller's (from the
     machine's environment and ``/etc/passwd``), else root's."""
-    from ojai_setup.facts.collect import environment
+    from ojai_setup.facts.environ import environment
 
     user = environment(root).get("SUDO_USER") or "root"
     home = "/root" if user == "root" else f"/home/{user}"
