@@ -132,9 +132,10 @@ def test_check_diff_is_the_fleet_review(fleet):
     assert [d["after_header"] for d in strix["diff"]] == ["/etc/default/grub",
                                                          "/etc/modprobe.d/ttm.conf"]
     modprobe = diff_of(strix, "/etc/modprobe.d/ttm.conf")
+    # the owner's 120 GiB (31457280 pages) is kept, under the key of the live module (amdttm)
     assert modprobe["before"] == "options ttm pages_limit=31457280\n"
-    assert modprobe["after"] == "options amdttm pages_limit=30408704\n"
-    assert "amdttm.pages_limit=30408704" in diff_of(strix, "/etc/default/grub")["after"]
+    assert modprobe["after"] == "options amdttm pages_limit=31457280\n"
+    assert "amdttm.pages_limit=31457280" in diff_of(strix, "/etc/default/grub")["after"]
 
     provisioned = res["provisioned"]
     assert provisioned["changed"] is False and provisioned["diff"] == []
@@ -246,7 +247,7 @@ def test_without_a_plan_file_normal_mode_plans_and_applies_in_one_run(fleet):
     res = fleet.play(play, "--diff", "--limit", "fresh,strix").results("ojai setup")
     assert res["fresh"]["changed"] is True and res["fresh"]["commands_ran"] == ["update-grub"]
     assert diff_of(res["strix"], "/etc/modprobe.d/ttm.conf")["after"] == \
-        "options amdttm pages_limit=30408704\n"
+        "options amdttm pages_limit=31457280\n"
     second = fleet.play(play, "--limit", "fresh,strix").results("ojai setup")
     assert [r["changed"] for r in second.values()] == [False, False]
 
@@ -419,7 +420,7 @@ def test_role_installs_applies_and_reboots_one_host_at_a_time(tmp_path, collecti
     checked = run.results("Check that the GPU memory limit is active")
     assert all(not r.get("failed") and not r.get("skipped") for r in checked.values())
     assert "active 12582912 pages" in checked["fresh"]["msg"]
-    assert "active 30408704 pages" in checked["strix"]["msg"]
+    assert "active 31457280 pages" in checked["strix"]["msg"]
 
     again = fleet.play(ROLE_PLAY, inventory=inv_path)
     assert again.rc == 0

@@ -355,7 +355,10 @@ def test_a_target_changed_behind_the_plans_back_stops_the_apply_before_any_chang
     assert not root.exists("/var/lib/ojai/journal")
 
 
-def test_blocked_plans_are_not_applied(tmp_path):
+def test_a_blocked_step_holds_back_only_the_steps_that_need_it(tmp_path):
+    """Once all-or-nothing (a blocked step refused the whole plan), now a step is blocked only
+    by what it needs: the link waits for the blocked kernel step, the GRUB edit and the config
+    file, which do not need it, are applied."""
     root = _machine(tmp_path)
 
     class Blocked:
@@ -365,11 +368,26 @@ def test_blocked_plans_are_not_applied(tmp_path):
             return StepResult.blocked(self.name, "kernel 6.8 is too old for gfx1151; install "
                                       "the HWE kernel and reboot")
 
-    plan = make_plan(PlanContext(root, Facts(), Settings()), [*STEPS, Blocked()])
+    class NeedsKernel(LinkStep):
+        needs = ("kernel",)
+
+    plan = make_plan(PlanContext(root, Facts(), Settings()),
+                     [Blocked(), GrubStep(), ConfigStep(), NeedsKernel()])
     assert plan.exit_code == ExitStatus.FAILED
-    with pytest.raises(ApplyError, match="kernel: kernel 6.8 is too old"):
-        apply(plan, root, NullProgress())
-    assert root.read_text(GRUB) == ORIGINAL_GRUB
+    waiting = plan.steps[-1]
+    assert (waiting.step, waiting.status, waiting.waits_for, waiting.actions) == (
+        "llama-link", "blocked", ("kernel",), ())
+    assert waiting.sentence == (f"waits for kernel (blocked above); once it is fixed, it will "
+                                f"point {LINK} at /opt/ojai/llama.cpp/b1311")
+    assert plan.left_out() == "kernel is blocked; llama-link waits for kernel"
+    result = apply(plan, root, NullProgress())
+    assert "ttm.pages_limit=12582912" in root.read_text(GRUB)
+    assert root.exists(CONFIG)
+    assert os.readlink(root.resolve(LINK)) == "/opt/ojai/llama.cpp/b1200"  # held back
+    assert result.message.startswith("changed 2 of 2 action(s)")
+    again = make_plan(PlanContext(root, Facts(), Settings()),
+                      [Blocked(), GrubStep(), ConfigStep(), NeedsKernel()])
+    assert [r.status for r in again.steps] == ["blocked", "satisfied", "satisfied", "blocked"]
 
 
 def test_invalid_content_fails_validation_and_leaves_the_file(tmp_path, monkeypatch):

@@ -20,6 +20,8 @@ import time
 from pathlib import Path
 
 import pytest
+
+from ojai_setup.core.status import ExitStatus
 from support.fake_github import fake_github  # noqa: F401 - fake_github is a fixture
 from support.fake_hub import FakeHub, fake_hub  # noqa: F401 - fake_hub is a fixture
 from support.gguf_files import gemma4_assistant, gemma4_main
@@ -100,38 +102,46 @@ def last_sentence(result) -> str:
 
 
 # -- what can be known at planning ----------------------------------------------------------
-def blocked_before_anything(box: Path, args: list[object], name: str) -> str:
-    """The dry run of ``args`` blocks step ``name`` (exit 1, its last line says so) and the
-    apply then refuses with the GRUB file and the models as they were; the step's sentence."""
-    grub = (box / GRUB).read_bytes()
+def blocked_and_left_out(box: Path, args: list[object], name: str):
+    """The dry run of ``args`` blocks step ``name`` (exit 1, its last line says so) before
+    anything changes; the apply then leaves it out (and the steps that wait for it) and applies
+    the rest, ending with what it left out (exit 3). Once all-or-nothing: a blocked step held
+    back the whole plan. The step's sentence, and the apply's result."""
     plan = ojai("setup", *args)
     assert plan.exit_code == 1, plan.output
     step = planned_step(args, name)
     assert step["status"] == "blocked", step
     assert "1 step blocked" in last_sentence(plan)
     applied = ojai("setup", *args, "--apply", "--yes")
-    assert applied.exit_code == 1 and "nothing was applied" in applied.stderr
-    assert (box / GRUB).read_bytes() == grub and not (box / MODELS).exists()
-    return step["sentence"]
+    assert applied.exit_code == ExitStatus.INCOMPLETE, applied.output
+    assert f"not applied: {name} is blocked" in " ".join(applied.stdout.split())
+    return step["sentence"], applied
 
 
 def test_systemd_units_on_a_machine_without_systemctl_are_blocked_in_the_dry_run(box, catalog):
-    """ojai-fresh answers no systemctl: the units' daemon-reload could never run, so the step
-    is blocked before anything changes, the GRUB edit included."""
-    sentence = blocked_before_anything(box, [*model_args(box, catalog), "--systemd"], "routes")
+    """ojai-fresh answers no systemctl: the units' daemon-reload could never run, so the routes
+    step is blocked before anything changes; the GRUB edit and the downloads, which do not need
+    it, are applied, the units and scripts are not."""
+    sentence, _ = blocked_and_left_out(box, [*model_args(box, catalog), "--systemd"], "routes")
     assert sentence == (
         "this step runs `systemctl daemon-reload`, and this machine has no systemctl (a machine "
         "folder answers commands from its captures in .ojai/commands)."), sentence
     step = planned_step([*model_args(box, catalog), "--systemd"], "routes")
     assert step["ways"] == ["leave out --systemd (systemd does not manage this machine's "
                             "services), or set up systemd", "install what is missing and plan again"]
+    assert "ttm.pages_limit=" in (box / GRUB).read_text() and (box / MODELS).exists()
+    assert not (box / "etc/systemd/system").exists() or not list(
+        (box / "etc/systemd/system").glob("ojai-*.service"))
 
 
 def test_a_boot_path_without_its_regeneration_tool_is_blocked_in_the_dry_run(box, catalog):
     """ojai-fresh without update-grub (and no grub-mkconfig): the GRUB edit could never be made
     active, so its step is blocked before anything changes, the downloads included."""
     shutil.rmtree(box / ".ojai/commands/update-grub")
-    sentence = blocked_before_anything(box, model_args(box, catalog), "gpu-memory")
+    grub = (box / GRUB).read_bytes()
+    sentence, _ = blocked_and_left_out(box, model_args(box, catalog), "gpu-memory")
+    assert (box / GRUB).read_bytes() == grub  # the routes and models do not need it: applied
+    assert (box / MODELS).exists()
     assert sentence == (
         "none of the tools that regenerate grub.cfg on ubuntu is installed (looked for "
         "update-grub, grub-mkconfig). Install grub (or run the tool your system uses) and run "
@@ -163,7 +173,8 @@ def test_a_program_ojai_would_run_on_this_computer_is_looked_for_at_planning(box
     """The programs ojai runs here against the machine folder by design (a system user's
     systemd-sysusers or useradd, a source build's cmake, compilers and git) are looked for on
     this computer's PATH in the dry run: without them the step is blocked with what to install,
-    and the apply changes nothing, the GRUB edit included."""
+    and the apply leaves it out: no user, no build; the GRUB edit, which does not need it, is
+    made."""
     args, hidden, step, said_there, way = {
         "service-user": (["--root", box, *NO_LLAMA, "--systemd"], ("systemd-sysusers", "useradd"),
                          "service-user", "To create the system user ojai (no home, no login "
@@ -193,9 +204,12 @@ def test_a_program_ojai_would_run_on_this_computer_is_looked_for_at_planning(box
     assert found["status"] == "blocked" and said_there in found["sentence"], found
     assert found["ways"] == [way, "install what is missing and plan again"], found
     applied = ojai("setup", *args, "--apply", "--yes")
-    assert applied.exit_code == 1 and "nothing was applied" in applied.stderr, applied.output
-    (box / "var/lib/ojai/lock").unlink()  # the apply took the machine's lock, and only that
-    assert every_file(box) == before  # no GRUB edit, no user, no build
+    # the step is left out, the GRUB edit (which does not need it) is applied
+    assert applied.exit_code == ExitStatus.INCOMPLETE, applied.output
+    assert f"not applied: {step} is blocked" in " ".join(applied.stdout.split())
+    after = every_file(box)
+    changed = {p for p in set(before) | set(after) if before.get(p) != after.get(p)}
+    assert {p for p in changed if not p.startswith("var/lib/ojai/")} == {"etc/default/grub"}
 
 
 def published_bytes(catalog: Path) -> int:
@@ -310,11 +324,18 @@ def test_the_steps_on_one_filesystem_share_its_free_space(box, catalog, nightly,
                            f"downloads need {models} bytes; the filesystem also takes {unpack} "
                            "bytes for llama.cpp nightly b1311 (llama.cpp step), "
                            f"{unpack + models} bytes in all; with a margin of "), line
-    assert ojai("setup", *args, "--apply", "--yes").exit_code == 1
-    assert (box / GRUB).read_bytes() == grub and nightly.downloads() == []
     monkeypatch.setenv("OJAI_DISK_BUDGET_BYTES", str(alone))
     assert planned_step(args, "model")["status"] == "blocked"  # both still do not fit
     assert planned_step([*args, "--llamacpp", "none"], "model")["status"] == "change"
+    # the apply leaves the model out (and the routes, which wait for it), and makes the rest
+    monkeypatch.setenv("OJAI_DISK_BUDGET_BYTES", str(together - 1))
+    applied = ojai("setup", *args, "--apply", "--yes")
+    assert applied.exit_code == ExitStatus.INCOMPLETE, applied.output
+    # once the nightly is in place, its room is counted as used, not as planned: the model
+    # fits, and the apply says it can be applied now
+    assert " ".join(applied.stdout.split()).endswith("model can be applied now.")
+    assert (box / GRUB).read_bytes() != grub and len(nightly.downloads()) == 1
+    assert not (box / MODELS).exists()
 
 
 def test_steps_on_different_filesystems_do_not_share_free_space(box, catalog, nightly,
@@ -372,7 +393,11 @@ def test_a_model_the_hub_will_not_serve_is_blocked_in_the_dry_run(box, catalog, 
     ways = " ".join(step["ways"])
     assert "--lemonade-downloads" in ways and "HF_TOKEN" in ways
     applied = ojai("setup", *model_args(box, catalog), "--apply", "--yes")
-    assert applied.exit_code == 1 and (box / GRUB).read_bytes() == grub
+    # the model and the routes that wait for it are left out; the GRUB edit is made
+    assert applied.exit_code == ExitStatus.INCOMPLETE, applied.output
+    assert " ".join(applied.stdout.split()).endswith(
+        "not applied: model is blocked; routes waits for model.")
+    assert (box / GRUB).read_bytes() != grub and not (box / MODELS).exists()
     assert fake_hub.requests_to("cdn") == []
 
 
@@ -859,7 +884,16 @@ def test_too_little_room_for_the_nightly_or_a_build_is_blocked_in_the_dry_run(
         assert line.startswith("not enough disk space in /opt/ojai/llama.cpp"), line
         assert "and 100 bytes is free" in line and "with a margin of" in line, line
         applied = ojai("setup", "--root", root, "--no-npu", *extra, "--apply", "--yes")
-        assert applied.exit_code == 1 and (root / GRUB).read_bytes() == grub
+        # llama.cpp is left out; the GRUB edit is made by the first apply, so the second has
+        # nothing it can apply
+        if not extra:
+            assert applied.exit_code == ExitStatus.INCOMPLETE, applied.output
+            assert (root / GRUB).read_bytes() != grub
+        else:
+            assert applied.exit_code == ExitStatus.FAILED, applied.output
+            assert "nothing can be applied: llama.cpp is blocked" in " ".join(
+                applied.stderr.split())
     assert nightly.downloads() == []
     monkeypatch.delenv("OJAI_DISK_BUDGET_BYTES")
     assert ojai("setup", "--root", root, "--no-npu").exit_code == 2  # room enough: planned
+    del grub

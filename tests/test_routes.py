@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+from support.fake_hub import announce_catalog, fake_hub  # noqa: F401 - fake_hub is a fixture
 from support.gguf_files import gemma4_assistant, gemma4_main
 from support.machine_state import record_state, store_capture
 from support.stand_ins import give_llama_server
@@ -31,6 +32,16 @@ full_layers = 1
 full_kv_heads = 1
 full_head_dim = 64
 """
+
+
+@pytest.fixture(autouse=True)
+def hub(fake_hub, tmp_path):  # noqa: F811
+    """A hub that serves every catalog route's files (the tiny one's too): the routes wait for
+    the model step, which asks the hub whether it serves them."""
+    tiny = tmp_path / "hub-catalog.toml"
+    tiny.write_text(CATALOG)
+    announce_catalog(fake_hub, tiny)
+    return fake_hub
 
 
 def mtp_script(root: Path, tmp_path: Path) -> str:

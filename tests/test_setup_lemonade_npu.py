@@ -9,6 +9,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
+
+from ojai_setup.core.status import ExitStatus
 from support import stand_ins
 from support.fake_hub import FakeHub, fake_hub  # noqa: F401 - fake_hub is a fixture
 from support.gguf_files import gemma4_assistant, gemma4_main
@@ -217,7 +219,10 @@ def test_malformed_json_blocks_the_plan_and_stays_untouched(machine, catalog, na
     assert f"/var/lib/lemonade/{name}:{line}:" in s["sentence"]
     assert "not valid JSON" in s["sentence"] and "nothing was overwritten" in s["sentence"]
     result = setup(root, catalog, "--apply", "--yes")
-    assert result.exit_code == 1
+    # the lemonade step is left out, and the NPU's, which waits for it; the rest is applied
+    assert result.exit_code == ExitStatus.INCOMPLETE, result.output
+    assert " ".join(result.stdout.split()).endswith(
+        "not applied: lemonade is blocked; npu waits for lemonade.")
     assert (root / CONFIG / name).read_text() == text
 
 

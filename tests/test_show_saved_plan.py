@@ -151,7 +151,10 @@ def test_settings_give_back_their_options_for_every_field(tmp_path, machine):
     assert Settings(**json.loads(out.read_text())["settings"]) == every
 
 
-def test_a_fresh_plan_with_a_blocked_step_is_not_offered_for_applying(machine, tmp_path):
+def test_a_fresh_plan_with_a_blocked_step_is_offered_for_what_it_can_apply(machine, tmp_path):
+    """Once a blocked step kept a fresh plan from being applied at all; now the apply leaves it
+    out (and what waits for it) and applies the rest, and the saved plan says so. A plan whose
+    every change is blocked is still not offered."""
     root = machine("ojai-fresh")
     plan = tmp_path / "plan.json"
     # no ACPI platform profile on this machine: --power performance is blocked
@@ -161,6 +164,14 @@ def test_a_fresh_plan_with_a_blocked_step_is_not_offered_for_applying(machine, t
     shown = ojai("setup", "--root", str(root), "--plan", str(plan))
     assert shown.exit_code == 1
     tail = " ".join(shown.stdout[len(made.stdout):].split())
+    assert ("power is blocked: an apply leaves it out and applies the rest. Apply exactly it "
+            f"with: ojai setup --root {root} --apply --plan {plan}") in tail, tail
+    assert ojai("setup", "--root", str(root), "--apply", "--plan", str(plan)).exit_code == 3
+    again = tmp_path / "again.json"
+    assert ojai("setup", "--root", str(root), "--out", str(again), "--llamacpp", "none",
+                "--power", "performance").exit_code == 1
+    shown = ojai("setup", "--root", str(root), "--plan", str(again))
+    tail = " ".join(shown.stdout.split())
     assert "but a step is blocked, so it cannot be applied" in tail, tail
     assert "--apply --plan" not in tail
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from test_routes import CATALOG
+from support.fake_hub import fake_hub  # noqa: F401 - a fixture, which hub uses
+from test_routes import CATALOG, hub  # noqa: F401 - hub: a stand-in hub for every test here
 from typer.testing import CliRunner
 
 from ojai_setup.cli import app

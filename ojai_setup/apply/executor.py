@@ -567,22 +567,47 @@ def _ojai_program() -> str:
     return path
 
 
+def sudo_apply_command(root: Root, options: list[str], plan_path: str | None = None) -> str:
+    """The whole ``sudo ojai setup ... --apply`` that applies as root what this user cannot:
+    ``--root`` for a machine folder, the same options (a bare ``setup --apply`` would plan with
+    the defaults), or the saved plan ``plan_path``."""
+    where = [] if root.is_host else ["--root", str(root.path)]
+    if plan_path:
+        return "sudo " + shlex.join([_ojai_program(), "setup", *where, "--apply", "--plan",
+                                     plan_path])
+    return "sudo " + shlex.join([_ojai_program(), "setup", *where, *options, "--apply"])
+
+
+def _writable(path: Path) -> bool:
+    """Whether this user may write ``path``: the file itself when it exists, and the folder it
+    is (or will be) created in, the nearest existing one."""
+    effective = os.access in os.supports_effective_ids  # sudo -E, setuid: the effective user
+    if path.exists() and not os.access(path, os.W_OK, effective_ids=effective):
+        return False
+    parent = path.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    return os.access(parent, os.W_OK, effective_ids=effective)
+
+
 def check_privileges(plan: Plan, root: Root, *, euid: int | None = None,
                      plan_path: str | None = None) -> None:
-    """Raise :class:`NeedsRoot` when applying ``plan`` to the host needs root and we lack it."""
-    if not root.is_host or (os.geteuid() if euid is None else euid) == 0:
+    """Raise :class:`NeedsRoot` when applying ``plan`` needs root and we lack it: on the host
+    (any action that needs root), and on a machine folder (``--root``) whose files or folders
+    the actions write this user may not write."""
+    if (os.geteuid() if euid is None else euid) == 0:
         return
     needing = [p.action for p in plan.actions() if p.action.needs_root]
+    if not root.is_host:
+        needing = [a for a in needing
+                   if not all(_writable(root.resolve(t)) for t in a.targets())]
     if not needing:
         return
-    if plan_path:
-        command = f"sudo {shlex.quote(_ojai_program())} setup --apply --plan {shlex.quote(plan_path)}"
-    else:  # the same options again: a bare `setup --apply` would plan with the defaults
-        try:
-            options = Settings(**plan.settings).options()
-        except (InvalidModel, TypeError):
-            options = []
-        command = "sudo " + shlex.join([_ojai_program(), "setup", *options, "--apply"])
+    try:
+        options = Settings(**plan.settings).options()
+    except (InvalidModel, TypeError):
+        options = []
+    command = sudo_apply_command(root, options, plan_path)
     touched = ", ".join(dict.fromkeys(
         t for a in needing for t in (a.targets() or [a.describe()])))
     raise NeedsRoot(f"applying this plan needs root (it changes {touched}); nothing was "
@@ -595,7 +620,9 @@ def apply(plan: Plan, root: Root, progress: Progress, *,
           locked: bool = False) -> ApplyResult:
     """Carry out exactly ``plan``'s actions on ``root``.
 
-    Before the first change: refuses a plan with a blocked step or made for another root,
+    A blocked step (and one waiting for it) carries no actions: the rest is applied without it.
+
+    Before the first change: refuses a plan made for another root,
     raises :class:`NeedsRoot` (with the ``sudo`` command, naming ``plan_path``), loads every
     executor and validator, and raises :class:`PlanConflict` when a target is neither what the
     plan saw nor what it would write. Targets already as planned are left alone, so applying
@@ -621,9 +648,6 @@ def apply(plan: Plan, root: Root, progress: Progress, *,
     if plan.root != str(root.path):
         raise ApplyError(f"the plan was made for the machine at {plan.root}, not {root.path}; "
                          f"make a plan for this machine with `ojai setup`")
-    if plan.blocked():
-        reasons = "; ".join(f"{r.step}: {r.sentence}" for r in plan.blocked())
-        raise ApplyError(f"the plan has blocked steps, so nothing was applied: {reasons}")
     planned = plan.apply_order()
     try:
         state = read_state(root, euid=euid)

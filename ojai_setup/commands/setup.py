@@ -203,7 +203,8 @@ class PlanReport:
             term.print()
         term.print("[bold]Steps[/]:")
         for r in plan.steps:
-            show_step(term, r.status, r.step, here(r.sentence), tuple(map(here, r.ways)))
+            show_step(term, "waiting" if r.waits_for else r.status, r.step, here(r.sentence),
+                      tuple(map(here, r.ways)))
             for a in r.actions:
                 term.entry("", action_line(a), indent=DETAIL_AT, hang=DETAIL_AT + 2)
             for warning in r.warnings:
@@ -318,13 +319,18 @@ class ApplyReport:
     schema = "ojai.apply/1"
 
     def __init__(self, plan: Plan, result, root: Root, *, journal: str | None = None,
-                 exit_code: int = 0, owed: str = "") -> None:
+                 exit_code: int = 0, owed: str = "", waiting: str = "",
+                 again: str = "") -> None:
         self.plan, self.result, self.root, self.owed = plan, result, root, owed
         self.journal, self.exit_code = journal, exit_code
+        self.waiting, self.again = waiting, again
 
     def to_json(self) -> dict:
-        return apply_report(self.plan, self.result, journal=self.journal,
+        data = apply_report(self.plan, self.result, journal=self.journal,
                             exit_code=self.exit_code)
+        data["left_out"] = [{"step": r.step, "sentence": r.sentence,
+                             "waits_for": list(r.waits_for)} for r in self.plan.blocked()]
+        return data
 
     def render(self, term: Terminal) -> None:
         from ojai_setup.commands.verify import next_steps
@@ -342,6 +348,12 @@ class ApplyReport:
             term.entry("journal: ", self.journal, hang=2)
         for line in next_steps(self.root):
             term.entry("", line, hang=2)
+        if self.waiting:  # the last line says what the exit status (3) says
+            term.entry("", "once what blocks them is fixed (the plan above says how), the "
+                       "same command applies the rest:", hang=2)
+            term.print(f"  {self.again}", markup=False, soft_wrap=True)
+            term.entry("", f"[bold]Applied what it could; not applied: "
+                       f"{escape(self.waiting)}.[/]", hang=2, markup=True)
 
 
 class ApplyFailureReport:
@@ -516,7 +528,7 @@ def run_setup(term: Terminal, root_dir: Path, settings: Settings, *, apply: bool
     try:
         lock.acquire()
     except StateError as exc:
-        term.error(str(exc))
+        term.error(str(exc) + _as_root(root, settings, plan_file, lock.path))
         return ExitStatus.FAILED
     again = settings.command("--apply", root=str(root_dir)) if plan_file is None else \
         f"ojai setup --root {shlex.quote(str(root_dir))} --apply --plan " \
@@ -532,6 +544,20 @@ def run_setup(term: Terminal, root_dir: Path, settings: Settings, *, apply: bool
         return ExitStatus.INTERRUPTED
     finally:
         lock.release()
+
+
+def _as_root(root: Root, settings: Settings, plan_file: Path | None, lock: Path) -> str:
+    """When the lock could not be taken because this user may not write where it goes: the
+    ``sudo`` command that applies as root, else ``""``."""
+    import os
+
+    from ojai_setup.apply.executor import _writable, sudo_apply_command
+
+    if os.geteuid() == 0 or _writable(lock):
+        return ""
+    command = sudo_apply_command(root, settings.options(),
+                                 str(plan_file) if plan_file else None)
+    return f". Applying here needs root; run:\n  {command}"
 
 
 def _save_plan(term: Terminal, plan: Plan, out: Path) -> bool:
@@ -614,19 +640,26 @@ def _apply_locked(term: Terminal, root: Root, settings: Settings, *, yes: bool,
             term.note(f"plan saved to {out}; show it again (and whether it is still fresh) "
                       f"with `{apply_command(plan, str(out), apply=False)}`; apply exactly it "
                       f"with `{apply_command(plan, str(out))}`")
-    if plan.exit_code == ExitStatus.FAILED:
-        term.error("the plan has blocked steps; nothing was applied")
+    if plan.blocked() and not plan.changes() and not owed_note:
+        term.error(f"nothing can be applied: {plan.left_out()}; nothing was changed")
         return ExitStatus.FAILED
     try:
         read_state(root)
     except JournalError as exc:
         term.error(str(exc))
         return ExitStatus.FAILED
-    if plan.exit_code == ExitStatus.OK and not owed_note:
+    if not plan.changes() and not owed_note:
         term.show(NothingToApply(plan))
         return ExitStatus.OK
     root_arg = "/" if root.is_host else str(root.path)
-    unreviewed = plan_file is None and not yes and plan.exit_code == ExitStatus.CHANGES
+    from ojai_setup.apply.executor import NeedsRoot, check_privileges
+
+    try:  # before the question: a yes that cannot be carried out is not asked for
+        check_privileges(plan, root, plan_path=str(plan_file) if plan_file else None)
+    except NeedsRoot as exc:
+        term.error(str(exc))
+        return ExitStatus.FAILED
+    unreviewed = plan_file is None and not yes and bool(plan.changes())
     if unreviewed and term.json_mode:  # the plan was not shown, and a question would break the JSON
         term.error("refusing to apply without review: with --json, --apply prints only what "
                    f"was done. Review `{settings.command(root=root_arg)}`, then run "
@@ -640,7 +673,7 @@ def _apply_locked(term: Terminal, root: Root, settings: Settings, *, yes: bool,
             f"`{settings.command('--out', 'plan.json', root=root_arg)}` and apply "
             "exactly that with --apply --plan plan.json)"):
         return ExitStatus.FAILED
-    from ojai_setup.apply.executor import NeedsRoot, failure_of
+    from ojai_setup.apply.executor import failure_of
     from ojai_setup.apply.executor import apply as apply_plan
     from ojai_setup.core.errors import ApplyError, StateError
 
@@ -676,15 +709,23 @@ def _apply_locked(term: Terminal, root: Root, settings: Settings, *, yes: bool,
             report.render(term)
         return code
     after = build_plan(root, applied_settings)
-    leftover = [r for r in after.steps if r.status != "satisfied"]
+    # the steps this plan left out stay blocked (or waiting); anything else is a surprise
+    left_out = {r.step for r in plan.blocked()}
+    leftover = [r for r in after.steps if r.status != "satisfied" and r.step not in left_out]
+    # a left-out step the apply unblocked (the room a download took is now counted as used)
+    ready = [r.step for r in after.steps if r.step in left_out and r.status == "change"]
+    waiting = "; ".join(p for p in (after.left_out(), ", ".join(ready) + (
+        " can be applied now" if ready else "")) if p) if not leftover else ""
+    code = ExitStatus.FAILED if leftover else (
+        ExitStatus.INCOMPLETE if waiting else ExitStatus.OK)
     term.show(ApplyReport(plan, result, root, journal=_journal_path(root, result.journal),
-                          exit_code=int(ExitStatus.FAILED if leftover else ExitStatus.OK),
-                          owed=owed_note if plan.exit_code == ExitStatus.OK else ""))
+                          exit_code=int(code), waiting=waiting,
+                          again=applied_settings.command("--apply", root=root_arg),
+                          owed=owed_note if not plan.changes() else ""))
     if leftover:
         term.error("after applying, a new plan is not empty: "
                    + "; ".join(f"{r.step}: {r.sentence}" for r in leftover))
-        return ExitStatus.FAILED
-    return ExitStatus.OK
+    return code
 
 
 def _journal_path(root: Root, path: Path | None) -> str | None:
@@ -787,6 +828,13 @@ class SavedPlanReport:
                    f"{escape(plan.ojai_version)} with:", hang=2, markup=True)
         # commands are printed whole, to be copied: the terminal wraps what is wider
         term.print(f"  {status['made_with']}", markup=False, soft_wrap=True)
+        if status["fresh"] and self.exit_code == ExitStatus.FAILED and plan.changes():
+            term.entry("[green]fresh[/]: ", "nothing it read or writes changed since, and ojai "
+                       f"plans the same now; {plan.left_out()}: an apply leaves "
+                       f"{'it' if len(plan.blocked()) == 1 else 'them'} out and applies the "
+                       "rest. Apply exactly it with:", hang=2)
+            term.print(f"  {status['apply_command']}", markup=False, soft_wrap=True)
+            return
         if status["fresh"] and self.exit_code == ExitStatus.FAILED:
             term.entry("[green]fresh[/]: ", "nothing it read or writes changed since, and ojai "
                        "plans the same now; but a step is blocked, so it cannot be applied: fix "

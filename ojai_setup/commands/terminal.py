@@ -16,9 +16,11 @@ from functools import cached_property
 from typing import Any, ClassVar, Protocol
 
 STYLES = {"pass": "green", "info": "cyan", "warn": "yellow", "fail": "bold red",
-          "satisfied": "green", "change": "yellow", "blocked": "bold red"}
+          "satisfied": "green", "change": "yellow", "blocked": "bold red",
+          "waiting": "yellow"}
 SYMBOLS = {"pass": "ok", "info": "info", "warn": "warn", "fail": "FAIL",
-           "satisfied": "ok", "change": "change", "blocked": "BLOCKED"}
+           "satisfied": "ok", "change": "change", "blocked": "BLOCKED",
+           "waiting": "waits"}
 
 
 class Report(Protocol):

@@ -93,6 +93,10 @@ def plan_differences(saved: Plan, fresh: Plan) -> list[str]:
             continue
         if s.status != r.status and not found:
             found.append(f"step {r.step} is {s.status} in the saved plan, {r.status} now")
+        if s.waits_for != r.waits_for:  # the steps an apply of it leaves out
+            found.append(f"step {r.step} waits for "
+                         f"{' and '.join(s.waits_for) or 'nothing'} in the saved plan, for "
+                         f"{' and '.join(r.waits_for) or 'nothing'} now")
         if _dump(s).get("records") != _dump(r).get("records"):
             found.append(f"the state records of step {r.step} differ from what ojai plans now")
     if [r.step for r in saved.steps] != [r.step for r in fresh.steps]:
@@ -113,6 +117,10 @@ def step_differences(saved: Plan, fresh: Plan) -> list[str]:
             continue
         if s.status != f.status:
             found.append(f"{s.step}: {s.status} in the saved plan, {f.status} now ({f.sentence})")
+            continue
+        if s.waits_for != f.waits_for:
+            found.append(f"{s.step}: waits for {' and '.join(s.waits_for) or 'nothing'} in the "
+                         f"saved plan, for {' and '.join(f.waits_for) or 'nothing'} now")
             continue
         old, new = [_dump(a) for a in s.actions], [_dump(a) for a in f.actions]
         if old != new:

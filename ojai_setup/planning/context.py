@@ -81,6 +81,28 @@ class LemonadeView(NamedTuple):
         return node
 
 
+class KeptLimit(NamedTuple):
+    """A GPU memory limit the owner set higher than ojai's default budget, which ojai keeps
+    (:func:`kept_limit`)."""
+
+    pages: int
+    #: where it is set (``/etc/modprobe.d/ttm.conf``, ``/proc/cmdline``)
+    where: str
+    #: ojai's own default budget for this machine, in GiB
+    default_gib: int
+
+    @property
+    def gib(self) -> int:
+        """The budget it gives, in whole GiB (rounded down)."""
+        return self.pages // (2**30 // 4096)
+
+    def sentence(self, note: str = "") -> str:
+        """Which limit was kept and why (``note``: what else to know about it)."""
+        return (f"kept the limit you set ({self.pages * 4096 / 2**30:.1f} GiB in {self.where}) "
+                f"rather than ojai's default of {self.default_gib} GiB for this machine"
+                f"{note}; --gpu-memory GiB sets another")
+
+
 class Context(NamedTuple):
     """What every step sees. Built by :func:`ojai_setup.planning.gather.gather`."""
 
@@ -143,6 +165,9 @@ class Context(NamedTuple):
     #: ``--model`` names an SGLang route (Instinct GPUs): every llama.cpp, Lemonade and NPU step
     #: stands down, and the SGLang step writes its launch script and unit
     sglang: SglangTarget | None = None
+    #: a limit the owner set higher than ojai's default budget, kept (``budget_gib`` is its
+    #: whole GiB, and the TTM step keeps its exact pages); None: none, or ``--gpu-memory``
+    kept_limit: KeptLimit | None = None
 
     def which(self, program: str) -> str | None:
         """Where ``program`` is on the machine (None: not there); only :data:`KNOWN_PROGRAMS`."""

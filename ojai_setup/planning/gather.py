@@ -39,6 +39,7 @@ from ojai_setup.model.state import State
 from ojai_setup.planning.context import (
     KNOWN_PROGRAMS,
     Context,
+    KeptLimit,
     LemonadeView,
     LlamaBinary,
     SglangTarget,
@@ -83,10 +84,37 @@ def resolve_profile(facts: Facts, settings: Settings) -> Profile:
     return chosen_profile(facts, settings.profile)
 
 
+def kept_limit(facts: Facts, settings: Settings, profile: Profile) -> KeptLimit | None:
+    """Without ``--gpu-memory``: the limit the owner configured (the kernel command line's,
+    else /etc/modprobe.d's), else the one active on /proc/cmdline, when it is higher than
+    ojai's default budget (a cap at or above the RAM is the owner's choice too: the models
+    are still sized within what the OS leaves, :func:`budget_gib`); None otherwise."""
+    ttm = facts.ttm
+    if settings.gpu_memory_gib is not None or ttm is None or facts.memory is None:
+        return None
+    default = profile.gpu_budget_gib(facts.memory.total_gib)
+    configured = ttm.configured_cmdline()
+    if configured is not None:
+        pages, where = configured[1], configured[2]
+    elif ttm.modprobe:
+        pages, where = ttm.modprobe[-1].pages, ttm.modprobe[-1].path
+    elif ttm.cmdline_pages is not None:
+        pages, where = ttm.cmdline_pages, "/proc/cmdline"
+    else:
+        return None
+    kept = KeptLimit(pages, where, default)
+    return kept if kept.gib > default else None
+
+
 def budget_gib(facts: Facts, settings: Settings, profile: Profile) -> int:
-    """The GPU memory budget: ``--gpu-memory`` or the profile's default for this machine's RAM."""
+    """The GPU memory budget: ``--gpu-memory``, a higher limit the owner already set
+    (:func:`kept_limit`), or the profile's default for this machine's RAM."""
     if settings.gpu_memory_gib is not None:
         return settings.gpu_memory_gib
+    kept = kept_limit(facts, settings, profile)
+    if kept is not None:  # models are sized within what the OS leaves, whatever the cap
+        total = facts.memory.total_gib if facts.memory else 0
+        return max(kept.default_gib, min(kept.gib, int(total - profile.os_min_gib)))
     return profile.gpu_budget_gib(facts.memory.total_gib if facts.memory else 0)
 
 
@@ -416,7 +444,8 @@ def gather(root: Root, settings: Settings, *, facts: Facts | None = None,
 
     return Context(
         root=root, facts=facts, settings=settings, profile=profile,
-        budget_gib=budget_gib(facts, settings, profile), gpu_target=target, user=user,
+        budget_gib=budget_gib(facts, settings, profile),
+        kept_limit=kept_limit(facts, settings, profile), gpu_target=target, user=user,
         home=home, catalog=catalog, catalog_error=catalog_error, route=route,
         route_error=route_error, release=release, release_error=release_error,
         llama=llama, lemonade=lemonade,

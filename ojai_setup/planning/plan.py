@@ -192,7 +192,8 @@ class Plan(BaseModel):
 
     @property
     def exit_code(self) -> ExitStatus:
-        """0 nothing to do, 2 changes pending, 1 a step is blocked."""
+        """0 nothing to do, 2 changes pending, 1 a step is blocked (the steps that do not
+        need it can still be applied: :meth:`changes`)."""
         if any(r.status == "blocked" for r in self.steps):
             return ExitStatus.FAILED
         if any(r.status == "change" for r in self.steps):
@@ -200,7 +201,21 @@ class Plan(BaseModel):
         return ExitStatus.OK
 
     def blocked(self) -> list[StepResult]:
+        """Every step that cannot be applied: blocked on its own or waiting for one that is."""
         return [r for r in self.steps if r.status == "blocked"]
+
+    def changes(self) -> list[StepResult]:
+        """The steps an apply carries out (blocked ones and those waiting for them left out)."""
+        return [r for r in self.steps if r.status == "change"]
+
+    def left_out(self) -> str:
+        """The blocked and waiting steps as one phrase (``llama.cpp is blocked; routes waits
+        for llama.cpp``), or ``""``."""
+        parts = []
+        for r in self.blocked():
+            parts.append(f"{r.step} waits for {' and '.join(r.waits_for)}" if r.waits_for
+                         else f"{r.step} is blocked")
+        return "; ".join(parts)
 
     def needs_root(self) -> bool:
         return any(p.action.needs_root for p in self.actions())
@@ -329,6 +344,7 @@ def make_plan(ctx: PlanInputs, steps: Sequence[Step]) -> Plan:
         result = step.plan(ctx)
         if result.step != step.name:
             raise ValueError(f"step {step.name!r} returned a result named {result.step!r}")
+        result = wait_for_blocked(result, getattr(step, "needs", ()), results)
         result = ledger.admit(block_unrunnable(result, ctx.root, provided))
         results.append(result)
         paths.extend(ctx.root.reads[seen:])
@@ -353,6 +369,48 @@ def make_plan(ctx: PlanInputs, steps: Sequence[Step]) -> Plan:
         fingerprint=Fingerprint(ojai_version=version, facts_sha256=facts_digest(ctx.facts),
                                 files=files),
     )
+
+
+def wait_for_blocked(result: StepResult, needs: Sequence[str],
+                     earlier: Sequence[StepResult]) -> StepResult:
+    """``result``, or the step waiting when a step it needs (planned before it) is blocked or
+    waits itself: a change is held back (blocked, its actions left out, ``waits_for`` naming
+    those steps, its sentence saying what it would do once they are fixed); a step blocked on
+    its own keeps its sentence and names them too. Every other step of the plan is applied
+    without it."""
+    blocked = [r.step for r in earlier if r.step in needs and r.status == "blocked"]
+    if not blocked or result.status == "satisfied":
+        return result
+    if result.status == "blocked":
+        return result.model_copy(update={"waits_for": tuple(blocked)})
+    names = " and ".join(blocked)
+    return StepResult(step=result.step, status="blocked", reads=result.reads,
+                      waits_for=tuple(blocked),
+                      sentence=f"waits for {names} (blocked above); once "
+                      f"{'it is' if len(blocked) == 1 else 'they are'} fixed, it will "
+                      f"{gist(result.sentence)}")
+
+
+def gist(sentence: str) -> str:
+    """The head of a step's sentence, for a line about it: up to its first ``; `` or full
+    stop outside brackets, without what the brackets say (``write launch scripts for
+    gemma-4-26b-a4b-mtp and gemma-4-26b-a4b``)."""
+    out, depth, quoted = [], 0, False
+    for i, c in enumerate(sentence):
+        if c == "`":
+            quoted = not quoted
+        if not quoted and c in "([{":
+            depth += 1
+            continue
+        if not quoted and c in ")]}":
+            depth = max(0, depth - 1)
+            continue
+        if depth:
+            continue
+        if not quoted and c in ";." and sentence[i + 1:i + 2] in (" ", ""):
+            break
+        out.append(c)
+    return " ".join("".join(out).split())
 
 
 #: programs a package that a plan installs brings (a later command of the plan may run them)

@@ -10,7 +10,10 @@ Three outcomes:
   set in /etc/default/grub"``).
 - ``change``: ``actions`` says what to do; ``sentence`` summarises it.
 - ``blocked``: the step cannot be planned; ``sentence`` says why in at most three short
-  sentences, and ``ways`` lists the ways forward, one thing a person can do each."""
+  sentences, and ``ways`` lists the ways forward, one thing a person can do each.
+  A step that needs another (:attr:`Step.needs`) waits while that one is blocked: it is
+  blocked too, with ``waits_for`` naming the steps it waits for, and the rest of the plan is
+  applied without it (:func:`ojai_setup.planning.plan.wait_for_blocked`)."""
 
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
@@ -96,6 +99,8 @@ class StepResult(BaseModel):
     space: tuple[SpaceNeed, ...] = ()
     #: a blocked step's ways forward, each one thing a person can do, shown as a list
     ways: tuple[str, ...] = ()
+    #: blocked only because it needs these steps, which are blocked (or wait) in this plan
+    waits_for: tuple[str, ...] = ()
 
     @model_validator(mode="after")
     def _consistent(self) -> "StepResult":
@@ -105,6 +110,8 @@ class StepResult(BaseModel):
             raise ValueError(f"step {self.step!r}: status 'change' needs at least one action")
         if self.status != "change" and self.actions:
             raise ValueError(f"step {self.step!r}: status {self.status!r} carries no actions")
+        if self.waits_for and self.status != "blocked":
+            raise ValueError(f"step {self.step!r}: only a blocked step waits for others")
         for path in self.reads:
             if not path.startswith("/"):
                 raise ValueError(f"step {self.step!r}: reads are machine paths, got {path!r}")
@@ -141,6 +148,10 @@ class Step(Protocol):
     """A unit of setup. ``name`` is stable (it appears in plans and journals)."""
 
     name: str
+    #: the steps whose result this one builds on (routes launch the llama-server and the model
+    #: files those steps put in place): it waits while one of them is blocked; a class
+    #: attribute, ``()`` when absent
+    # needs: tuple[str, ...]
 
     def plan(self, ctx: "Context") -> StepResult:
         """Decide what (if anything) to change; never write or run anything."""

@@ -74,6 +74,7 @@ class PlanSummary(NamedTuple):
     """The counts of a plan (:func:`summarize`)."""
 
     steps_changed: int
+    #: blocked steps, those waiting for a blocked one included
     steps_blocked: int
     steps_satisfied: int
     files_edited: int
@@ -91,6 +92,8 @@ class PlanSummary(NamedTuple):
     download_estimated: bool
     downloads_unsized: int
     reboot: bool
+    #: of the blocked steps, those blocked only because they wait for another
+    steps_waiting: int = 0
 
     def to_json(self) -> dict:
         return {**self._asdict(), "root_commands": list(self.root_commands),
@@ -127,10 +130,15 @@ class PlanSummary(NamedTuple):
                        if self.downloads_unsized else "")
             parts.append("download " + " and ".join(p for p in (size, unsized) if p))
         if self.steps_blocked:
-            parts.append(f"{_count(self.steps_blocked, 'step')} blocked, so nothing can be "
-                         "applied until it is fixed" if self.steps_blocked == 1 else
-                         f"{_count(self.steps_blocked, 'step')} blocked, so nothing can be "
-                         "applied until they are fixed")
+            own = self.steps_blocked - self.steps_waiting
+            what = _count(own, "step") + " blocked" if own else ""
+            if self.steps_waiting:
+                what += (" and " if what else "") + (
+                    f"{self.steps_waiting} waiting for {'it' if own == 1 else 'them'}"
+                    if own else f"{_count(self.steps_waiting, 'step')} waiting")
+            it = "it is" if own == 1 else "they are"
+            parts.append(f"{what}: left out until {it} fixed" if self.steps_changed else
+                         f"{what}, so nothing can be applied until {it} fixed")
         if self.reboot:
             parts.append("a reboot follows")
         return "Plan: " + "; ".join(parts) + "."
@@ -188,4 +196,5 @@ def summarize(plan: Plan) -> PlanSummary:
         links=links, root_commands=tuple(commands), users=tuple(users),
         packages=tuple(packages), builds=builds, downloads=downloads, download_bytes=size,
         download_estimated=estimated,
-        downloads_unsized=unsized, reboot=bool(plan.reboot_reasons()))
+        downloads_unsized=unsized, reboot=bool(plan.reboot_reasons()),
+        steps_waiting=sum(1 for r in plan.steps if r.status == "blocked" and r.waits_for))

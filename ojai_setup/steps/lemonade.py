@@ -99,6 +99,9 @@ def lemonade_version(ctx: Context):
 
 class LemonadeStep:
     name = "lemonade"
+    #: Lemonade is pointed at the model files and at the llama-server ojai installs (not at
+    #: the launch scripts: it starts its own llama-server)
+    needs = ("llama.cpp", "model")
 
     def plan(self, ctx: Context) -> StepResult:
         if ctx.sglang is not None:

@@ -61,6 +61,9 @@ def lemonade_layout_for(ctx: Context):
 
 class NpuStep:
     name = "npu"
+    #: its unit runs as the service user; Lemonade, which lists its models, may be installed by
+    #: the lemonade step of the same plan
+    needs = ("service-user", "lemonade")
 
     def plan(self, ctx: Context) -> StepResult:
         if ctx.sglang is not None:

@@ -110,6 +110,8 @@ def drafted_route(model: CatalogRoute, name: str, main: str, draft: str | None, 
 
 class RoutesStep:
     name = "routes"
+    #: the launch scripts start this llama-server on these model files, as this user
+    needs = ("llama.cpp", "model", "service-user")
 
     def plan(self, ctx: Context) -> StepResult:
         if ctx.sglang is not None:

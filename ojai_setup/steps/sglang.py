@@ -25,6 +25,8 @@ API_KEY_ENV = f"{SECRETS_DIR}/llama-server.env"
 
 class SglangStep:
     name = "sglang"
+    #: its unit runs as the service user
+    needs = ("service-user",)
 
     def plan(self, ctx: Context) -> StepResult:
         if ctx.sglang is None:

@@ -467,8 +467,39 @@ def _plan_kernelstub(ctx: Context, want: Want, loader: BootLoader,
                    current=current)
 
 
+#: where a NixOS configuration usually sets its kernel parameters (flakes keep theirs elsewhere)
+NIXOS_CONFIG_DIR = "/etc/nixos"
+
+
+def _nixos_configured(ctx: Context, want: Want, reads: list[str]) -> str | None:
+    """The file of /etc/nixos whose literal ``kernelParams`` hold exactly ``want``, or None."""
+    from ojai_setup.formats.nix import kernel_params
+
+    for path in sorted(ctx.root.glob(f"{NIXOS_CONFIG_DIR}/**/*.nix")):
+        reads.append(path)
+        params = kernel_params(_read(ctx, path) or "")
+        if [p for p in params if same_key(param_key(p), want.key)][-1:] == [want.param]:
+            return path
+    return None
+
+
 def _blocked_nixos(ctx: Context, want: Want, loader: BootLoader,
                    reads: list[str]) -> StepResult:
+    """NixOS: ojai never edits the configuration, but the limit set there (or active now) is
+    the limit, so the step is satisfied by it."""
+    ttm = ctx.facts.ttm
+    active = (ttm is not None and ttm.cmdline_key is not None
+              and same_key(ttm.cmdline_key, want.key) and ttm.cmdline_pages == want.pages)
+    configured = _nixos_configured(ctx, want, reads)
+    if active or configured:
+        where = (f"active on /proc/cmdline" if active else "") + (
+            (" and " if active else "") + f"configured in {configured}" if configured else "")
+        pending = "" if active else (
+            "; it becomes active after `sudo nixos-rebuild boot` and a reboot, if not done yet")
+        return StepResult.satisfied(
+            STEP, f"{want.param} ({want.gib} GiB for the GPU) is {where} (NixOS builds the "
+            f"command line from boot.kernelParams; ojai does not edit it){pending}",
+            reads=tuple(dict.fromkeys(reads)))
     return StepResult.blocked(
         STEP, "NixOS builds the kernel command line from its configuration; ojai does not "
         "edit it.", reads=tuple(reads),
@@ -774,14 +805,28 @@ class TtmStep:
             return StepResult.blocked(self.name, "cannot size the GPU memory limit: "
                                       + facts.unknown.get("memory", "memory size unknown"))
         total = facts.memory.total_gib
-        gib = ctx.budget_gib
-        if total - gib < MIN_OS_GIB:
+        kept = ctx.kept_limit
+        gib = kept.gib if kept else ctx.budget_gib
+        if total - gib < MIN_OS_GIB and kept is None:
             return StepResult.blocked(
                 self.name, f"a GPU budget of {gib} GiB leaves the OS {total - gib:.1f} GiB of "
                 f"{total:.1f} GiB; keep at least {MIN_OS_GIB} GiB (use --gpu-memory "
                 f"{max(1, int(total) - MIN_OS_GIB)} or less)")
         module = facts.ttm.live_module if facts.ttm and facts.ttm.live_module else "ttm"
-        want = Want(gib=gib, pages=pages_for(gib), module=module)
+        want = Want(gib=gib, pages=kept.pages if kept else pages_for(gib), module=module)
+        result = self._plan(ctx, want)
+        if kept is None or result.status == "blocked":  # a block says only why
+            return result
+        # which limit it kept and why, first: the owner's own setting is not lowered
+        note = ""
+        if total - kept.pages * PAGE / GIB < MIN_OS_GIB:
+            note = (f" (it lets the GPU take all but {max(0.0, total - kept.pages * PAGE / GIB):.1f}"
+                    f" GiB of the {total:.1f} GiB; the models are sized within "
+                    f"{ctx.budget_gib} GiB)")
+        return result.model_copy(update={"sentence": f"{kept.sentence(note)}; {result.sentence}"})
+
+    def _plan(self, ctx: Context, want: Want) -> StepResult:
+        facts, gib, module = ctx.facts, want.gib, want.module
         loader = (facts.boot.loader if facts.boot and facts.boot.loader else
                   BootLoader(kind="unknown", conflicts=[facts.unknown.get(
                       "boot.loader", "the boot path was not read")]))

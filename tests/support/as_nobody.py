@@ -5,7 +5,9 @@ Run by root (the test suite's usual user), it imports everything ojai and its li
 load, then drops its effective user and group to ``nobody`` (65534) before parsing ``ARGS``:
 the files of the machine root are then read with nobody's rights, as a user's ``ojai setup``
 reads them, while this interpreter (which may live under a root-only folder) is already loaded.
-Run by any other user, it runs ``ARGS`` as that user."""
+Run by any other user, it runs ``ARGS`` as that user. With ``AS_NOBODY_TERMINAL=1`` the
+command runs in the terminal it was started in (a question is asked there), its output not
+captured."""
 
 from __future__ import annotations
 
@@ -41,6 +43,12 @@ def main(args: list[str]) -> int:
     if os.geteuid() == 0:
         os.setegid(NOBODY)
         os.seteuid(NOBODY)
+    if os.environ.get("AS_NOBODY_TERMINAL") == "1":  # in the terminal it was started in
+        try:
+            app(args, prog_name="ojai")
+        except SystemExit as exc:
+            return int(exc.code or 0)
+        return 0
     result = CliRunner().invoke(app, args, env={"COLUMNS": "80", "NO_COLOR": "1"})
     sys.stdout.write(result.stdout + "--stderr--\n" + result.stderr)
     if result.exception is not None and not isinstance(result.exception, SystemExit):

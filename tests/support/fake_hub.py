@@ -557,3 +557,14 @@ def announce_route(hub: FakeHub, route) -> None:
     the gigabytes of a real model."""
     for f in route.files():
         hub.add_file(route.repo, f.file, b"")
+
+
+def announce_catalog(hub: FakeHub, catalog: Path | None = None) -> None:
+    """Every route of the built-in catalog (and of the user catalog ``catalog``) on the stand-in
+    hub (:func:`announce_route`): tests of the routes a plan writes need the model step, which
+    the routes wait for, to be planned too."""
+    from ojai_setup.domain.catalog import load_catalog
+
+    for route in load_catalog(catalog).routes.values():
+        if getattr(route, "repo", None):
+            announce_route(hub, route)
