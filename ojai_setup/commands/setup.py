@@ -332,9 +332,26 @@ class ApplyReport:
                              "waits_for": list(r.waits_for)} for r in self.plan.blocked()]
         return data
 
-    def render(self, term: Terminal) -> None:
+    def what_next(self) -> list[tuple[str, str, list[str]]]:
+        """What a person does after this apply, in order, each with its command (or a line per
+        route): the reboot when one is due, ``ojai doctor`` to confirm the limit the next
+        boot reads, then how to start each route (its unit, enabled for boot, or its script)
+        and the ``ojai verify`` that checks it."""
         from ojai_setup.commands.verify import next_steps
+        from ojai_setup.core.commandline import ojai_command
 
+        out: list[tuple[str, str, list[str]]] = []
+        if self.result.reboot:
+            out.append((f"reboot ({'; '.join(self.result.reboot)})", "sudo reboot", []))
+            out.append(("after the reboot, confirm that the GPU memory limit is active",
+                        ojai_command(self.root.path, "doctor"), []))
+        routes = next_steps(self.root)
+        if routes:
+            out.append(("start each route and check it (a unit enabled with `enable --now` "
+                        "also starts at every boot)", "", routes))
+        return out
+
+    def render(self, term: Terminal) -> None:
         if self.owed:
             term.entry("", "every step was already satisfied; an earlier apply left work owed",
                        hang=2)
@@ -346,8 +363,15 @@ class ApplyReport:
                        hang=2)
         if self.journal:
             term.entry("journal: ", self.journal, hang=2)
-        for line in next_steps(self.root):
-            term.entry("", line, hang=2)
+        steps = self.what_next()
+        if steps:
+            term.print("[bold]Next[/], in order:")
+        for n, (text, command, lines) in enumerate(steps, start=1):
+            term.entry(f"  {n}. ", text + (":" if command or lines else ""), hang=5)
+            if command:  # whole, to be copied
+                term.print(f"       {command}", markup=False, soft_wrap=True)
+            for line in lines:
+                term.entry("     - ", line, hang=7)
         if self.waiting:  # the last line says what the exit status (3) says
             term.entry("", "once what blocks them is fixed (the plan above says how), the "
                        "same command applies the rest:", hang=2)
