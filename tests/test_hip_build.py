@@ -101,7 +101,8 @@ def test_the_build_showed_progress(hip_build: HipBuild) -> None:
 def test_the_measured_cost_the_plan_states(hip_build: HipBuild) -> None:
     """build-costs.toml states what this build measured."""
     record = read_install_record(hip_build.root, hip_build.action.dest)
-    stated = measured()["hip gfx1150"]
+    # the figures stated for a build with this build's definitions (build-costs.toml, [with.])
+    stated = measured()[f"hip gfx1150 with {' '.join(hip_build.action.cmake_args)}"]
     installed = sum(f.lstat().st_size for f in hip_build.dest.iterdir())
     print(f"measured: {record.build_seconds:.0f} s wall on {record.cores} cores, "
           f"{record.cpu_seconds} s processor time, {record.build_bytes} bytes building, "
@@ -127,6 +128,92 @@ def test_libraries_resolve_beside_the_binary_and_in_rocm(hip_build: HipBuild) ->
     assert re.search(r"libamdhip64\.so\.\d+ => /usr/lib/x86_64-linux-gnu/", ldd_hip), ldd_hip
     assert re.search(r"libhipblas\.so\.\d+ => /usr/lib/x86_64-linux-gnu/", ldd_hip), ldd_hip
     assert ".build-" not in ldd + ldd_hip
+
+
+#: the magic that opens each clang offload bundle (one for each HIP source file, concatenated in
+#: the library's .hip_fatbin section by the linker)
+BUNDLE_MAGIC = b"__CLANG_OFFLOAD_BUNDLE__"
+HIP_TRIPLE = f"hipv4-amdgcn-amd-amdhsa--{GPU_TARGET}"
+#: the kernels GGML_CUDA_FA=OFF leaves without a body (FLASH_ATTN_AVAILABLE unset)
+FA_KERNELS = ("flash_attn_tile", "flash_attn_ext_f16", "flash_attn_ext_vec")
+#: the GPU code read with the toolchain's own tools: each bundle's targets, then the gfx1150
+#: code object's kernels (name and size) and the target its ELF header names
+READ_GPU_CODE = r"""
+set -e
+cd /gpu
+llvm-objcopy-21 --dump-section .hip_fatbin=fatbin "$1" /gpu/copy.so
+"""
+LIST_BUNDLES = r"""
+set -e
+cd /gpu
+for b in bundle-*; do
+  echo "== $b"
+  /usr/lib/llvm-21/bin/clang-offload-bundler --list --type=o --input="$b"
+  /usr/lib/llvm-21/bin/clang-offload-bundler --unbundle --type=o --input="$b" \
+      --targets="$2" --output="$b.co"
+  llvm-readelf-21 -h "$b.co" | sed -n 's/^ *Flags: *//p'
+  llvm-readelf-21 --symbols --wide "$b.co" | awk '$4 == "FUNC" { print "kernel", $3, $8 }'
+done
+"""
+
+
+def gpu_code(build: HipBuild, tmp_path: Path) -> list[dict[str, object]]:
+    """The bundles of libggml-hip.so's GPU code: their targets, the code objects' ELF flags
+    and their kernels' sizes by mangled name."""
+    work = tmp_path / "gpu"
+    work.mkdir()
+    lib = f"{build.action.dest}/libggml-hip.so.0"
+    binds = [*build.binds(), (work, "/gpu")]
+    sid.run_in_chroot(build.chroot, ["sh", "-c", READ_GPU_CODE, "sh", lib], binds=binds)
+    data = (work / "fatbin").read_bytes()
+    starts = [m.start() for m in re.finditer(re.escape(BUNDLE_MAGIC), data)]
+    for i, start in enumerate(starts):
+        end = starts[i + 1] if i + 1 < len(starts) else len(data)
+        (work / f"bundle-{i:04d}").write_bytes(data[start:end])
+    out = sid.run_in_chroot(build.chroot, ["sh", "-c", LIST_BUNDLES, "sh", lib, HIP_TRIPLE],
+                            binds=binds, timeout=600).stdout
+    bundles: list[dict[str, object]] = []
+    for line in out.splitlines():
+        if line.startswith("== "):
+            bundles.append({"targets": set(), "flags": "", "kernels": {}})
+        elif line.startswith("kernel "):
+            _, size, name = line.split()
+            bundles[-1]["kernels"][name] = int(size)
+        elif "gfx" in line and "," in line:  # the ELF header's flags: "0x43, gfx1150"
+            bundles[-1]["flags"] = line.strip()
+        elif line.strip():
+            bundles[-1]["targets"].add(line.strip())
+    return bundles
+
+
+@pytest.mark.hip_build
+def test_the_gpu_code_is_for_gfx1150_with_the_families_the_definitions_ask(
+        hip_build: HipBuild, tmp_path: Path) -> None:
+    """libggml-hip.so holds GPU code for gfx1150 and no other target, one bundle for every HIP
+    source file; the quantized matrix multiplication (MMQ) is compiled in full, and the
+    flash-attention kernels, which GGML_CUDA_FA=OFF leaves out, are stubs."""
+    bundles = gpu_code(hip_build, tmp_path)
+    # ggml-cuda's sources and its template instances (none when the bundles were compressed)
+    assert len(bundles) >= 60, bundles
+    for b in bundles:
+        assert b["targets"] == {HIP_TRIPLE, "host-x86_64-unknown-linux-gnu-"}, b["targets"]
+        assert b["flags"].endswith(f", {GPU_TARGET}"), b["flags"]
+    kernels: dict[str, int] = {}
+    for b in bundles:
+        kernels.update(b["kernels"])
+    mmq = {k: v for k, v in kernels.items() if re.match(r"_ZL?\d+mul_mat_qI", k)}
+    fa = {k: v for k, v in kernels.items()
+          if any(re.match(rf"_ZL?\d+{n}I", k) for n in FA_KERNELS)}
+    assert len(mmq) >= 50 and len(fa) >= 20, (len(mmq), len(fa))
+    print(f"{len(bundles)} bundles, {len(kernels)} kernels; MMQ {len(mmq)}: "
+          f"{min(mmq.values())} to {max(mmq.values())} bytes; flash attention {len(fa)}: "
+          f"{min(fa.values())} to {max(fa.values())} bytes")
+    # MMQ compiled in full: thousands of bytes of code for each tile size gfx1150 takes (the
+    # others are stubs, as in any build); every flash-attention kernel a stub no larger
+    full = [v for v in mmq.values() if v > 1000]
+    assert len(full) >= 50, sorted(mmq.values())[-5:]
+    assert max(fa.values()) <= min(mmq.values()) < 100, (sorted(fa.values())[-5:],
+                                                         sorted(mmq.values())[:5])
 
 
 @pytest.mark.hip_build

@@ -18,7 +18,7 @@ from ojai_setup.model.actions import BuildFromSource
 from ojai_setup.cli import app
 from ojai_setup.apply.build import execute_build_from_source
 from ojai_setup.domain.build import cmake_configure_args
-from ojai_setup.domain.costs import estimate, measured
+from ojai_setup.domain.costs import disk_need, estimate, measured
 from ojai_setup.apply.toolchain import (
     ToolchainError,
     check_hip_toolchain,
@@ -99,6 +99,29 @@ def test_cost_phrase_per_target() -> None:
     assert two[0] == one
     assert two[1].startswith(f"gfx1151 not measured (gfx1150: about {on_two} min on 2 cores, ")
     assert estimate("cpu", None).startswith("cpu: about ")
+
+
+def test_cost_phrase_with_extra_definitions() -> None:
+    """Figures measured with the very definitions are stated as they are; for other
+    definitions, those measured without them, and said so."""
+    from support.hip import CMAKE_DEFINES
+
+    from ojai_setup.model.cmake import cmake_args
+
+    table = measured()
+    plain = estimate("hip", "gfx1150")
+    other = estimate("hip", "gfx1150", ("-DGGML_HIP_ROCWMMA_FATTN=ON",))
+    assert other == plain + ", as measured without the extra definitions"
+    assert disk_need("hip", "gfx1150", ("-DGGML_HIP_ROCWMMA_FATTN=ON",)) == \
+        disk_need("hip", "gfx1150")
+    # the test build's (tests/support/hip.py) is measured with its definitions
+    args = cmake_args(CMAKE_DEFINES)
+    slim = table[f"hip gfx1150 with {' '.join(args)}"]
+    stated = estimate("hip", "gfx1150", args)
+    assert stated.startswith(f"gfx1150: about {slim.minutes_on(2)} min on 2 cores "
+                             f"({round(slim.cpu_seconds / 60)} min of compiler time")
+    assert "without the extra definitions" not in stated
+    assert disk_need("hip", "gfx1150", args) == slim.build_bytes + slim.install_bytes
 
 
 def test_the_plan_states_the_cost_before_building(machine) -> None:
