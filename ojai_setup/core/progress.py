@@ -13,7 +13,10 @@ Usage inside an executor::
 
 from __future__ import annotations
 
+import sys
 from typing import TYPE_CHECKING, Any, Protocol
+
+from .units import size_text
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -90,8 +93,11 @@ class _RichTask:
         bar = self._owner._bar
         for task in bar.tasks:
             if task.id == self._id:
-                finished = task.total if task.total is not None else max(task.completed, 1)
-                bar.update(self._id, total=finished, completed=finished)
+                if sys.exc_info()[0] is None:  # finished: the bar shows it whole
+                    finished = task.total if task.total is not None else max(task.completed, 1)
+                    bar.update(self._id, total=finished, completed=finished)
+                # else called while an error or Ctrl-C unwinds: the bar stays where the work
+                # stopped
                 bar.stop_task(self._id)
         self._owner._task_done()
 
@@ -124,7 +130,7 @@ class RichProgress:
 
             def __init__(self) -> None:
                 super().__init__()
-                self._bytes = DownloadColumn()
+                self._bytes = DownloadColumn(binary_units=True)
                 self._count = MofNCompleteColumn()
 
             def render(self, task: Task) -> Text:
@@ -132,11 +138,22 @@ class RichProgress:
                     return self._bytes.render(task)
                 return self._count.render(task)
 
+        class _RateColumn(ProgressColumn):
+            """Bytes a second for large totals, in the amount's binary units (rich's own speed
+            column is decimal); nothing for counts."""
+
+            def render(self, task: Task) -> Text:
+                speed = task.finished_speed or task.speed
+                if task.total is None or task.total < _BYTES_THRESHOLD or not speed:
+                    return Text("")
+                return Text(f"{size_text(int(speed))}/s", style="progress.data.speed")
+
         self._bar = _RichBar(
             SpinnerColumn(),
             TextColumn("[progress.description]{task.description}"),
             BarColumn(),
             _AmountColumn(),
+            _RateColumn(),
             TimeRemainingColumn(),
             console=console,
             transient=transient,
