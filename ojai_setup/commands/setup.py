@@ -517,6 +517,19 @@ class _StopOnSignal:
 def run_setup(term: Terminal, root_dir: Path, settings: Settings, *, apply: bool, yes: bool,
               plan_file: Path | None, out: Path | None, show_new: bool = False,
               show: str | None = None, force_handlers: bool = True) -> int:
+    from ojai_setup.core.asking import say_with
+
+    previous = say_with(term.network_status())
+    try:
+        return _run_setup(term, root_dir, settings, apply=apply, yes=yes, plan_file=plan_file,
+                          out=out, show_new=show_new, show=show, force_handlers=force_handlers)
+    finally:
+        say_with(previous)
+
+
+def _run_setup(term: Terminal, root_dir: Path, settings: Settings, *, apply: bool, yes: bool,
+               plan_file: Path | None, out: Path | None, show_new: bool,
+               show: str | None, force_handlers: bool) -> int:
     root = Root(root_dir)
     if plan_file is None:
         from ojai_setup.planning.gather import resolve_model

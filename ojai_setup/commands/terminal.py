@@ -106,6 +106,13 @@ class Terminal:
         return Console(file=self._stderr, no_color=not self.color, highlight=False, emoji=False,
                        soft_wrap=not self.color)
 
+    def network_status(self):
+        """How a request to the network is said while it waits: a spinner on the status line of
+        a terminal (gone once it is answered), or None (JSON, a pipe, a file)."""
+        if self.json_mode or not self.err_console.is_terminal:
+            return None
+        return lambda text: self.err_console.status(text, spinner="line")
+
     def show(self, report: Report) -> None:
         """The one way a command's result is printed: ``report``'s JSON document (``schema``
         first) under ``--json``, else its rich rendering."""

@@ -15,6 +15,7 @@ import urllib.request
 import zipfile
 from collections.abc import Mapping
 
+from ojai_setup.core.asking import NETWORK_TIMEOUT, asking
 from ojai_setup.core.paths import USER_AGENT
 from ojai_setup.domain.lemonade_release import LemonadeDeb
 from ojai_setup.formats.github_release import release_file
@@ -42,7 +43,7 @@ API_ENV = "OJAI_GITHUB_API"
 TOKEN_ENV = "GITHUB_TOKEN"
 
 
-API_TIMEOUT = 30.0
+API_TIMEOUT = NETWORK_TIMEOUT
 
 
 # -- the release API --------------------------------------------------------------------------
@@ -144,7 +145,8 @@ def zip_unpacked_size(url: str, size: int, *, tail: int = ZIP_TAIL) -> int | Non
     request = urllib.request.Request(url, headers={"User-Agent": USER_AGENT,
                                                    "Range": f"bytes={size - want}-"})
     try:
-        with urllib.request.urlopen(request, timeout=API_TIMEOUT) as response:
+        with asking("the size of the archive's files", url), \
+                urllib.request.urlopen(request, timeout=API_TIMEOUT) as response:
             if response.status != 206 and size > want:
                 return None  # the whole zip would come: not at planning
             data = response.read(want + 1)
@@ -172,7 +174,7 @@ def _get_json(url: str, *, what: str, repo: str = REPO, page: str = RELEASES_PAG
         # unredirected: a redirect to another host must not carry the token along
         request.add_unredirected_header("Authorization", f"Bearer {token}")
     try:
-        with urllib.request.urlopen(request, timeout=API_TIMEOUT) as response:
+        with asking(what, url), urllib.request.urlopen(request, timeout=API_TIMEOUT) as response:
             body = response.read()
     except urllib.error.HTTPError as exc:
         if exc.code == 404:

@@ -11,11 +11,12 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
+from ojai_setup.core.asking import NETWORK_TIMEOUT, asking
 from ojai_setup.core.errors import RemoteError
 from ojai_setup.core.paths import USER_AGENT
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
-TIMEOUT = 10.0
+TIMEOUT = NETWORK_TIMEOUT
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
@@ -38,8 +39,9 @@ def hub_serves(repo_id: str, filename: str, revision: str | None = None) -> None
         headers["Authorization"] = token
     opener = urllib.request.build_opener(_NoRedirect)
     try:
-        with opener.open(urllib.request.Request(url, headers=headers, method="HEAD"),
-                         timeout=TIMEOUT):
+        with asking(where, url), \
+                opener.open(urllib.request.Request(url, headers=headers, method="HEAD"),
+                            timeout=TIMEOUT):
             return
     except urllib.error.HTTPError as exc:
         if 300 <= exc.code < 400:
@@ -87,7 +89,7 @@ def refusal(status: int, token_sent: bool) -> str:
 #: (doubling while it cannot tell), up to :data:`HEADER_LIMIT`
 HEADER_FIRST = 2 << 20
 HEADER_LIMIT = 256 << 20
-HEADER_TIMEOUT = 60.0
+HEADER_TIMEOUT = NETWORK_TIMEOUT
 
 
 def _endpoint() -> str:
@@ -125,8 +127,9 @@ def hub_listing(repo_id: str, revision: str | None = None):
     where = f"{repo_id}@{revision or 'main'}"
     _offline(where)
     try:
-        info = HfApi(endpoint=_endpoint()).model_info(repo_id, revision=revision,
-                                                      files_metadata=True, timeout=TIMEOUT)
+        with asking(f"the files of {where}", _endpoint()):
+            info = HfApi(endpoint=_endpoint()).model_info(repo_id, revision=revision,
+                                                          files_metadata=True, timeout=TIMEOUT)
     except HfHubHTTPError as exc:
         raise _hub_refusal(where, "the file listing", exc) from None
     except Exception as exc:  # httpx's transport errors: unreachable, refused, timed out
@@ -156,7 +159,8 @@ def read_gguf_header(repo_id: str, filename: str, commit: str, size: int):
     _offline(where)
     url = hf_hub_url(repo_id, filename, revision=commit, endpoint=_endpoint())
     try:
-        meta = get_hf_file_metadata(url, timeout=TIMEOUT, endpoint=_endpoint())
+        with asking(f"where {where} is stored", url):
+            meta = get_hf_file_metadata(url, timeout=TIMEOUT, endpoint=_endpoint())
     except HfHubHTTPError as exc:
         raise _hub_refusal(where, "the file", exc) from None
     except Exception as exc:
@@ -190,7 +194,8 @@ def _range(location: str, headers: dict[str, str], start: int, end: int, size: i
     request = urllib.request.Request(location, headers={**headers, "Range": f"bytes={start}-{end}"})
     host = urllib.parse.urlsplit(location).netloc
     try:
-        with urllib.request.urlopen(request, timeout=HEADER_TIMEOUT) as response:
+        with asking(f"the GGUF header of {where}", location), \
+                urllib.request.urlopen(request, timeout=HEADER_TIMEOUT) as response:
             if response.status != 206:
                 raise RemoteError(f"{host} ignored the range request for {where} (HTTP "
                                   f"{response.status} instead of 206): its header cannot be read "

@@ -1,0 +1,76 @@
+"""No silent wait on the network: while ojai asks GitHub or the Hub something, a terminal shows
+what it asks and where, and an address that accepts the connection and never answers ends
+within the request's timeout (seconds, not minutes), with the step blocked and its ways
+forward. Run in a real 80-column terminal (tmux) against a real listening socket on
+127.0.0.1 that never answers."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from ojai_setup.core.asking import NETWORK_TIMEOUT
+
+OJAI = str(Path(sys.executable).parent / "ojai")
+
+
+@pytest.fixture
+def silent_address():
+    """A socket that completes every connection (the kernel's backlog) and never answers."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(16)
+    try:
+        yield f"127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        sock.close()
+
+
+def _pane(sock: str) -> str:
+    return subprocess.run(["tmux", "-S", sock, "capture-pane", "-p", "-J", "-S", "-400"],
+                          capture_output=True, text=True, check=True).stdout
+
+
+def test_a_silent_github_is_said_while_waited_for_and_given_up_within_its_timeout(
+        tmp_path, machine, silent_address):
+    if shutil.which("tmux") is None:
+        pytest.fail("tmux is needed for this test (Debian package tmux; .ci/run installs it)")
+    box = machine("ojai-fresh")
+    sock, done = str(tmp_path / "tmux.sock"), tmp_path / "done"
+    env = {**os.environ, "TERM": "xterm-256color", "OJAI_GITHUB_API": f"http://{silent_address}"}
+    env.pop("NO_COLOR", None)
+    env.pop("COLUMNS", None)
+    command = (f"{OJAI} setup --root {box} --llamacpp nightly --no-npu; "
+               f"echo exit=$? > {done}; sleep 60")
+    started = time.monotonic()
+    subprocess.run(["tmux", "-S", sock, "new-session", "-d", "-x", "80", "-y", "50", command],
+                   check=True, env=env)
+    try:
+        said = ""
+        while not done.exists() and time.monotonic() - started < 120:
+            pane = _pane(sock)
+            if f"asking {silent_address} for" in pane:
+                said = pane
+            time.sleep(0.3)
+        took = time.monotonic() - started
+        assert done.exists(), "ojai setup did not end within two minutes of a silent address"
+        shown = _pane(sock)
+    finally:
+        subprocess.run(["tmux", "-S", sock, "kill-server"], capture_output=True)
+    # while it waited, the status line said what it asked and where
+    assert said, shown
+    line = next(ln for ln in said.splitlines() if f"asking {silent_address} for" in ln)
+    assert "release" in line or "llama" in line or "tag" in line, line
+    # the status line is gone once answered (or given up), and the plan says why
+    assert f"asking {silent_address}" not in shown, shown
+    assert "timed out" in shown or "cannot reach" in shown or "unreachable" in shown, shown
+    assert done.read_text().strip() != "exit=0"
+    # a loose bound: each request gives up after its timeout, not after 30 or 60 s
+    assert took < 4 * NETWORK_TIMEOUT + 20, took
