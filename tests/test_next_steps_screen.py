@@ -165,3 +165,20 @@ def test_the_dry_run_names_the_machine_in_the_commands_it_quotes(machine, tmp_pa
                                                "--no-npu", "--json"]).stdout)
     model = next(s for s in data["steps"] if s["step"] == "model")
     assert "`ojai models` lists them" in model["sentence"]
+
+
+def test_an_error_puts_the_command_it_gives_on_a_line_of_its_own_whole(tmp_path):
+    """An error that ends in a command (a rollback refused for want of a terminal to ask on)
+    never folds the command between its words: it starts a line of its own, so the
+    terminal's own wrapping of a long path is the only break, and a copy gets it whole."""
+    root = tmp_path / "a-folder-with-a-long-name-for-this-machine" / "and-a-second-long-one" / "box"
+    shutil.copytree(Path(__file__).parent / "machines" / "ojai-fresh", root, symlinks=True)
+    applied = CliRunner().invoke(app, ["setup", "--root", str(root), "--llamacpp", "none",
+                                       "--no-npu", "--apply", "--yes"])
+    assert applied.exit_code == 0, applied.output
+    command = f"ojai rollback --root {root} --remove-downloads --yes"
+    assert len(command) > 80
+    shown = screen(tmp_path, f"{OJAI} rollback --root {root} --remove-downloads < /dev/null",
+                   joined=True)
+    assert "refusing to roll back without review" in shown, shown
+    assert any(line.strip() == f"`{command}`" for line in shown.splitlines()), shown

@@ -154,7 +154,22 @@ class Terminal:
             self.console.print(line, soft_wrap=True, crop=False)
 
     def error(self, message: str) -> None:
-        self.err_console.print(f"[bold red]error:[/] {message}", markup=True, highlight=False)
+        """``error: MESSAGE`` on stderr; on a terminal wrapped at its width by :func:`wrap`, so
+        that a command in backticks, a path or a URL is never cut, not even between its words:
+        it moves to a line of its own, whole, to be copied."""
+        from rich.text import Text
+
+        console = self.err_console
+        if not console.is_terminal:
+            console.print(Text.assemble(("error:", "bold red"), " ", message), highlight=False)
+            return
+        head = Text.assemble(("error:", "bold red"), " ")
+        pieces = wrap(Text(message), max(10, console.width - head.cell_len),
+                      max(10, console.width)) or [Text()]
+        for n, piece in enumerate(pieces):
+            line = head.copy().append(piece) if n == 0 else piece
+            line.rstrip()
+            console.print(line, soft_wrap=True, crop=False, highlight=False)
 
     def note(self, message: str) -> None:
         self.err_console.print(message, markup=False, highlight=False)
