@@ -591,4 +591,4 @@ def test_rich_progress_draws_bars_and_stops_when_every_task_is_done(tmp_path):
     text = out.getvalue()
     assert "apply plan" in text and "3/3" in text
     assert "run update-grub" in text
-    assert "download model.gguf" in text and "3.1/3.1 MB" in text
+    assert "download model.gguf" in text and "3.0/3.0 MiB" in text

@@ -164,12 +164,16 @@ class Terminal:
             console.print(Text.assemble(("error:", "bold red"), " ", message), highlight=False)
             return
         head = Text.assemble(("error:", "bold red"), " ")
-        pieces = wrap(Text(message), max(10, console.width - head.cell_len),
-                      max(10, console.width)) or [Text()]
-        for n, piece in enumerate(pieces):
-            line = head.copy().append(piece) if n == 0 else piece
-            line.rstrip()
-            console.print(line, soft_wrap=True, crop=False, highlight=False)
+        for n, part in enumerate(message.split("\n")):
+            body = part.lstrip(" ")
+            lead = " " * (len(part) - len(body))  # an indented line (a command) keeps it
+            first = head.cell_len if n == 0 else 0
+            pieces = wrap(Text(body), max(10, console.width - first - len(lead)),
+                          max(10, console.width - len(lead))) or [Text()]
+            for k, piece in enumerate(pieces):
+                line = (head.copy() if n == 0 and k == 0 else Text()).append(lead).append(piece)
+                line.rstrip()
+                console.print(line, soft_wrap=True, crop=False, highlight=False)
 
     def note(self, message: str) -> None:
         self.err_console.print(message, markup=False, highlight=False)
