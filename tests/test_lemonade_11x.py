@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from support import stand_ins
-from support.fake_hub import fake_hub  # noqa: F401 - a fixture
+from support.fake_hub import announce_catalog, fake_hub  # noqa: F401 - a fixture
 from support.tiny_route import ROUTE, catalog  # noqa: F401 - catalog is a fixture
 from support.llama import llama_server_bin  # noqa: F401 - a fixture
 from support.server import llama_server
@@ -210,11 +210,13 @@ def test_11x_catalog_has_no_gemma_pair_so_the_plan_says_nothing_of_it(machine, c
 
 
 @pytest.mark.slow
-def test_plan_says_when_lemonades_own_catalog_has_the_route(machine):
+def test_plan_says_when_lemonades_own_catalog_has_the_route(machine, fake_hub):  # noqa: F811
     """The catalog of the real 2026.39.1 package (from the sid chroot) has Gemma 4 26B-A4B's
-    main + MTP pair."""
+    main + MTP pair. The stand-in hub serves the route's files: the Lemonade step waits for
+    the model step, which asks the hub whether it serves them."""
     from support.sid import ensure_sid_chroot
 
+    announce_catalog(fake_hub)
     box = machine("ojai-fresh")
     stand_ins.give_lemonade(box, COMMANDS)
     resources = "usr/share/lemonade-server/resources/server_models.json"
