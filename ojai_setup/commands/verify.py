@@ -161,10 +161,8 @@ def _kind_note(spec_type: str | None) -> str | None:
             "measures it)")
 
 
-def check_route(name: str, host: str, port: int, draft_n_max: int | None, *, timeout: float,
-                n_predict: int, api_key: str | None = None,
-                spec_type: str | None = None) -> RouteCheck:
-    base = f"http://{host}:{port}"
+def _wait_healthy(name: str, base: str, timeout: float) -> RouteCheck | None:
+    """Poll ``/health`` until it answers 200 (None) or ``timeout`` passes (the failed check)."""
     deadline = time.monotonic() + timeout
     status, body = 0, ""
     while True:
@@ -172,12 +170,21 @@ def check_route(name: str, host: str, port: int, draft_n_max: int | None, *, tim
             status, body = _get(base + "/health", timeout=5)
         except OSError as exc:
             status, body = 0, str(exc)
-        if status == 200 or time.monotonic() > deadline:
-            break
+        if status == 200:
+            return None
+        if time.monotonic() > deadline:
+            return RouteCheck(route=name, url=base, healthy=False,
+                              error=f"/health answered {status or 'nothing'}: {body.strip()[:200]}")
         time.sleep(0.5)
-    if status != 200:
-        return RouteCheck(route=name, url=base, healthy=False,
-                          error=f"/health answered {status or 'nothing'}: {body.strip()[:200]}")
+
+
+def check_route(name: str, host: str, port: int, draft_n_max: int | None, *, timeout: float,
+                n_predict: int, api_key: str | None = None,
+                spec_type: str | None = None) -> RouteCheck:
+    base = f"http://{host}:{port}"
+    unhealthy = _wait_healthy(name, base, timeout)
+    if unhealthy is not None:
+        return unhealthy
     payload = json.dumps({"prompt": PROMPT, "n_predict": n_predict, "ignore_eos": True,
                           "temperature": 0.0, "cache_prompt": False}).encode()
     headers = {"Content-Type": "application/json"}
@@ -216,19 +223,9 @@ def check_embedding_route(name: str, host: str, port: int, *, timeout: float,
     """An embedding route (``--embeddings``, which serves no completions): ``/health``, then
     one ``POST /v1/embeddings`` whose first vector must be non-empty numbers."""
     base = f"http://{host}:{port}"
-    deadline = time.monotonic() + timeout
-    status, body = 0, ""
-    while True:
-        try:
-            status, body = _get(base + "/health", timeout=5)
-        except OSError as exc:
-            status, body = 0, str(exc)
-        if status == 200 or time.monotonic() > deadline:
-            break
-        time.sleep(0.5)
-    if status != 200:
-        return RouteCheck(route=name, url=base, healthy=False,
-                          error=f"/health answered {status or 'nothing'}: {body.strip()[:200]}")
+    unhealthy = _wait_healthy(name, base, timeout)
+    if unhealthy is not None:
+        return unhealthy
     headers = {"Content-Type": "application/json"}
     if api_key:
         headers["Authorization"] = f"Bearer {api_key}"
