@@ -66,6 +66,50 @@ def test_cpu_against_itself_passes_and_another_model_fails(tmp_path, llama_serve
     assert bad.where is not None and bad.where.build and "11434" in bad.where.build
 
 
+def test_the_cpu_reference_is_kept_per_model_digest_and_build(tmp_path, llama_server_bin, tiny) -> None:
+    """The CPU reference's reading is kept in the machine's state folder and read back by the
+    next gate of the same model and build (no reference server started); a damaged file is
+    said and computed anew; another model gets a file of its own; a state folder that cannot
+    be written is said, and the gate still runs."""
+    right, wrong = tiny
+    machine = Root(tmp_path / "machine")
+    test, reference = scripts(_base(llama_server_bin, right))
+
+    def gate(script, ref, logs):
+        with ServerPool(log_dir=tmp_path / logs, ready_timeout=120) as pool:
+            return run_gate(pool, "tiny", Backend(script=script), ref, stride=8, root=machine)
+
+    first = gate(test, reference, "first")
+    assert first.error is None and first.figures.passed
+    assert first.reference_from == "computed" and first.reference_note is None
+    kept = Path(first.reference_file)
+    assert kept.parent == tmp_path / "machine/var/lib/ojai/gate" and kept.is_file()
+    second = gate(test, reference, "second")
+    assert second.reference_from == "kept" and second.reference_date == first.reference_date
+    assert second.figures == first.figures
+    assert not list((tmp_path / "second").glob("gate-tiny-cpu*"))  # no reference server started
+    assert list((tmp_path / "first").glob("gate-tiny-cpu*"))
+
+    kept.write_text("{not json")
+    damaged = gate(test, reference, "third")
+    assert damaged.reference_from == "computed" and damaged.figures.passed
+    assert f"the kept CPU reference {kept} was not used: cannot read it" in damaged.reference_note
+    assert json.loads(kept.read_text())["schema"] == "ojai.gate-reference/1"  # kept anew
+
+    other_test, other_ref = scripts(_base(llama_server_bin, wrong))
+    other = gate(other_test, other_ref, "fourth")
+    assert other.reference_from == "computed" and other.reference_file != str(kept)
+    assert len(list(kept.parent.glob("*.json"))) == 2
+
+    blocked = Root(tmp_path / "blocked")
+    (tmp_path / "blocked/var/lib/ojai").mkdir(parents=True)
+    (tmp_path / "blocked/var/lib/ojai/gate").write_text("a file where the folder goes")
+    with ServerPool(log_dir=tmp_path / "fifth", ready_timeout=120) as pool:
+        run = run_gate(pool, "tiny", Backend(script=test), reference, stride=8, root=blocked)
+    assert run.figures.passed and run.reference_file is None
+    assert "could not keep the CPU reference in " in run.reference_note, run.reference_note
+
+
 def _route_machine(root: Path, binary: Path, model: Path, name: str = "tiny") -> int:
     port = free_port()
     args = ["-m", str(model), "--host", "127.0.0.1", "--port", str(port), "-c", "1024",

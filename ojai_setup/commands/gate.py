@@ -10,6 +10,13 @@ stopped at the end. Both are read teacher-forced over the fixed text
 ``ojai verify`` runs it for every llama-server route it checks, ``ojai tune`` for every binary
 before it measures it (a binary that fails is not adopted), and ``benchmarks/gate.py`` prints
 its figures and times.
+
+The CPU reference's reading is kept in ojai's state folder, one file per model digest and
+build (:func:`kept_reference_path`: ``/var/lib/ojai/gate/<model sha256[:16]>-<key>.json``), so
+that verify, tune and an upgrade read it once per model and build, not at every run. Its key
+is the model file's sha256, the binary's sha256 and version line, the reference's arguments
+(ports and the model's path left out), the stride, the text and K; a file that cannot be read
+or does not match is said (``GateRun.reference_note``) and the reference is computed anew.
 """
 
 from __future__ import annotations
@@ -42,6 +49,13 @@ class GateRun(BaseModel):
     error: str | None = None
     where: Where | None = None
     finding: str | None = None
+    #: where the CPU reference came from: "kept" (read from ``reference_file``, computed at
+    #: ``reference_date``) or "computed" (and kept in ``reference_file`` when it could be)
+    reference_from: str | None = None
+    reference_file: str | None = None
+    reference_date: str | None = None
+    #: what went wrong keeping or reading the kept reference (the gate still ran)
+    reference_note: str | None = None
 
     @property
     def passed(self) -> bool | None:
@@ -129,17 +143,116 @@ def _reference_key(reference: LaunchScript, stride: int) -> tuple:
     return (reference.preamble, set_flag(reference.argv, ("--port",), None), stride)
 
 
+#: ojai's state folder's subfolder of kept CPU references
+KEPT_DIR = "gate"
+#: the kept reference's format; another value is computed anew
+KEPT_SCHEMA = "ojai.gate-reference/1"
+
+
+def kept_reference_key(reference: LaunchScript, stride: int) -> tuple[dict | None, str | None]:
+    """What a kept CPU reference is valid for, or why none can be kept: the model's and the
+    binary's sha256, the binary's version line, the reference's arguments without ports, host
+    and model path, the stride, the text and K."""
+    import hashlib
+
+    from ojai_setup.commands.bench.servers import MODEL_FLAGS, binary_version, file_sha256, set_flag
+    from ojai_setup.domain.gate import TEXT, TOP_K
+
+    model = reference.value(*MODEL_FLAGS)
+    if not model:
+        return None, "the reference's command line names no model file"
+    try:
+        model_sha = file_sha256(Path(model))
+        binary_sha = file_sha256(Path(reference.argv[0]))
+    except OSError as exc:
+        return None, f"cannot read {exc.filename}: {exc.strerror or exc}"
+    argv = set_flag(set_flag(set_flag(reference.argv[1:], ("--port",), None), ("--host",), None),
+                    MODEL_FLAGS, None)
+    return {"model_sha256": model_sha, "binary_sha256": binary_sha,
+            "version": binary_version(reference.argv[0]), "args": list(argv),
+            "preamble": reference.preamble, "stride": stride, "top_k": TOP_K,
+            "text_sha256": hashlib.sha256(TEXT.encode()).hexdigest()}, None
+
+
+def kept_reference_path(root: Root, key: dict) -> Path:
+    import hashlib
+
+    from ojai_setup.facts.state import state_dir
+
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
+    return state_dir(root) / KEPT_DIR / f"{key['model_sha256'][:16]}-{digest[:16]}.json"
+
+
+def read_kept_reference(path: Path, key: dict) -> tuple[tuple[list[int], Reading, str] | None, str | None]:
+    """The kept reading at ``path`` for ``key`` (tokens, reading, date), or None and why it
+    cannot be used (None when there is simply none)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None, None
+    except (OSError, ValueError) as exc:
+        return None, f"cannot read it: {getattr(exc, 'strerror', None) or exc}"
+    try:
+        if data.get("schema") != KEPT_SCHEMA:
+            return None, f"it is not a kept reference of this ojai ({data.get('schema')!r})"
+        if data.get("key") != key:
+            return None, "it was kept for another model, build or setting"
+        tokens = [int(t) for t in data["tokens"]]
+        dists = [tuple((int(t), float(p)) for t, p in d) for d in data["distributions"]]
+        reading = Reading(distributions=dists, seconds=float(data["seconds"]),
+                          requests=int(data["requests"]), evaluated=int(data["evaluated"]))
+        return (tokens, reading, str(data["date"])), None
+    except (AttributeError, KeyError, TypeError, ValueError) as exc:
+        return None, f"it is damaged ({type(exc).__name__}: {exc})"
+
+
+def keep_reference(path: Path, key: dict, tokens: list[int], reading: Reading) -> str:
+    """Write the reading for ``key``; returns its date."""
+    from datetime import datetime, timezone
+
+    from ojai_setup.core.atomic import write_text
+
+    date = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    data = {"schema": KEPT_SCHEMA, "key": key, "date": date, "tokens": tokens,
+            "seconds": reading.seconds, "requests": reading.requests,
+            "evaluated": reading.evaluated,
+            "distributions": [[list(tp) for tp in d] for d in reading.distributions]}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_text(path, json.dumps(data) + "\n", mode=0o644)
+    return date
+
+
 def run_gate(pool: ServerPool, route: str, test: Backend, reference: LaunchScript, *,
-             stride: int = 1, root: Root | None = None, cache: dict | None = None) -> GateRun:
+             stride: int = 1, root: Root | None = None, cache: dict | None = None,
+             keep: bool = True) -> GateRun:
     """Start the reference (and the backend under test when it does not serve yet), read both
     over the fixed text, stop what was started here, and compare. ``cache`` keeps the
-    reference's reading per command line (a model's drafted and plain routes share one)."""
+    reference's reading per command line (a model's drafted and plain routes share one);
+    with a ``root`` (and ``keep``), the reading is also kept in its state folder per model
+    digest and build, and read back from there by later runs."""
     from ojai_setup.domain.gate import TEXT
 
     run = GateRun(route=route, reference=list(reference.argv),
                   test=test.url or " ".join(test.script.argv if test.script else ()))
     key = _reference_key(reference, stride)
     cached = cache.get(key) if cache is not None else None
+    kept_key, kept_path = None, None
+    if cached is None and root is not None and keep:
+        kept_key, why = kept_reference_key(reference, stride)
+        if kept_key is None:
+            run.reference_note = f"the CPU reference cannot be kept: {why}"
+        else:
+            kept_path = kept_reference_path(root, kept_key)
+            run.reference_file = str(kept_path)
+            found, why = read_kept_reference(kept_path, kept_key)
+            if found is not None:
+                tokens, ref, run.reference_date = found
+                cached = (tokens, ref)
+                run.reference_from = "kept"
+                if cache is not None:
+                    cache[key] = cached
+            elif why:
+                run.reference_note = f"the kept CPU reference {kept_path} was not used: {why}; computed anew"
     started = []
     try:
         if cached is None:
@@ -150,8 +263,17 @@ def run_gate(pool: ServerPool, route: str, test: Backend, reference: LaunchScrip
             if cache is not None:
                 cache[key] = (tokens, ref)
             pool.stop(next(s.process for s in pool.started if s.process.pid == pid))
+            run.reference_from = "computed"
+            if kept_path is not None and kept_key is not None:
+                try:
+                    run.reference_date = keep_reference(kept_path, kept_key, tokens, ref)
+                except OSError as exc:
+                    run.reference_file = None
+                    note = f"could not keep the CPU reference in {kept_path}: {exc.strerror or exc}"
+                    run.reference_note = f"{run.reference_note}; {note}" if run.reference_note else note
         else:
             tokens, ref = cached
+            run.reference_from = run.reference_from or "computed"
         run.tokens = len(tokens)
         url = test.url
         if url is None:

@@ -470,7 +470,11 @@ class VerifyReport:
                  f"{fig['min_agreement'] * 100:.0f} %), mean KL {fig['mean_kl']:.4f} nats (at "
                  f"most {fig['max_mean_kl']}) over {fig['positions']} positions; "
                  f"{g.get('test_seconds') or 0:.1f} s the route, "
-                 f"{g.get('reference_seconds') or 0:.1f} s the CPU"]
+                 + (f"the CPU's reading kept from {str(g.get('reference_date'))[:10]}"
+                    if g.get("reference_from") == "kept" else
+                    f"{g.get('reference_seconds') or 0:.1f} s the CPU")]
+        if g.get("reference_note"):
+            lines.append(f"{'':>5}{g['reference_note']}")
         if g.get("finding"):
             lines.append(f"{'':>5}{g['finding']}")
         return lines
