@@ -138,7 +138,7 @@ def serve(data_path: str, ready: str) -> None:
 
         server.RequestHandlerClass = Handler
     entry = hub.files[(REPO_ID, FILE)]
-    entry.git_oid  # the hub's sha1 of the file, taken once on its first answer: not in a run
+    _ = entry.git_oid  # the hub's sha1 of the file, taken once on its first answer: not in a run
     Path(ready).write_text(json.dumps({"hub": hub.url, "cdn": f"{hub.cdn_url}/cdn/{entry.sha256}",
                                        "sha256": entry.sha256}))
     for line in sys.stdin:
@@ -300,7 +300,7 @@ def compare(work: Path, info: dict, size: int, runs: int, rates: list[float], te
     notes = []
     for rate, got in table:
         curl_rate, ojai_rate = statistics.median(got["curl"]), statistics.median(got["ojai"])
-        paired = [o / c for o, c in zip(got["ojai"], got["curl"])]
+        paired = [o / c for o, c in zip(got["ojai"], got["curl"], strict=False)]
         name = LINKS.get(rate, "") if rate else "unthrottled"
         print(f"{name:<12}{f'{rate:g}' if rate else '-':>6}  {spread(got['sent']):<18}"
               f"{spread(got['curl']):<18}{spread(got['ojai']):<18}"

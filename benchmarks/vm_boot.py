@@ -63,7 +63,7 @@ def main() -> int:
             try:
                 starts.append(timed(
                     f"start {n + 1} from the snapshot (copy, -loadvm)",
-                    lambda n=n: guests.append(vm.from_snapshot(
+                    lambda n=n, guests=guests: guests.append(vm.from_snapshot(
                         snapshot / "booted.qcow2", Path(tmp) / f"resume{n}", "bench"))))
             finally:
                 for guest in guests:

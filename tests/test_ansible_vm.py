@@ -17,8 +17,6 @@ driver (a new boot, the limit live).
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import tempfile
 import textwrap
 from pathlib import Path
@@ -53,7 +51,7 @@ ROLE_PLAY = """
 
 
 @pytest.fixture
-def ssh_vm(tmp_path, ssh_key, request):  # noqa: F811
+def ssh_vm(tmp_path, ssh_key, request):
     """The bare image (ojai's dependencies in /opt/ojai, no ojai) booted with SSH enabled."""
     disk = overlay(ensure_image().disk, tmp_path / "disk.qcow2")
     machine = Machine(disk, tmp_path / "vm", name=request.node.name[:40], ssh_port=free_port())

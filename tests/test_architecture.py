@@ -70,6 +70,35 @@ def test_the_contracts_catch_a_wrong_import(tmp_path, module, bad_import, contra
     assert f"{contract}" in result.stdout and "BROKEN" in result.stdout
 
 
+RUFF = Path(sys.executable).parent / "ruff"
+
+
+def ruff(where: Path, *paths: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(RUFF), "check", "--no-cache", "--output-format", "concise", *paths],
+                          cwd=where, capture_output=True, text=True)
+
+
+def test_ruff_finds_nothing():
+    """The lint .ci/run runs before the tests ([tool.ruff] in pyproject.toml), here too, so that
+    the fast loop catches a finding before it lands."""
+    result = ruff(REPO, ".")
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("source, code", [
+    ("import os\n", "F401"),
+    ("def f(items=[]):\n    return items\n", "B006"),
+    ("def f(x):\n" + "".join(f"    if x == {i}:\n        return {i}\n" for i in range(21))
+     + "    return -1\n", "C901"),
+    ("def f(x):  # noqa: C901\n    return x\n", "RUF100"),
+])
+def test_ruff_catches_each_chosen_kind_of_finding(tmp_path, source, code):
+    shutil.copy(REPO / "pyproject.toml", tmp_path / "pyproject.toml")
+    (tmp_path / "bad.py").write_text(source)
+    result = ruff(tmp_path, "bad.py")
+    assert result.returncode == 1 and f" {code} " in result.stdout, result.stdout + result.stderr
+
+
 def test_no_module_imports_one_that_imports_it_back():
     """No import circle between any two modules, however far round (the contract above checks
     siblings; this, every module, lazy imports included)."""

@@ -134,7 +134,7 @@ def test_position_rates_recover_synthetic_rates(raw, seed):
     steps = _synthetic_steps(rates, 4000, seed)
     measured = per_position_rates(steps)
     assert len(measured) == len(rates)
-    for got, rate in zip(measured, rates):  # each a share of 4000: five standard errors
+    for got, rate in zip(measured, rates, strict=True):  # each a share of 4000: five standard errors
         assert got == pytest.approx(rate, abs=5 * np.sqrt(rate * (1 - rate) / len(steps))
                                     + 1 / len(steps))
     # the mean length is what the measured rates imply, exactly; and the true rates' within the

@@ -107,7 +107,7 @@ CASES = {
 
 @pytest.mark.slow
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_kv_bytes_are_what_llama_server_allocates(case, tiny, llama_server_bin, tmp_path):  # noqa: F811
+def test_kv_bytes_are_what_llama_server_allocates(case, tiny, llama_server_bin, tmp_path):
     model, args, ctx, slots, n_max = CASES[case]
     layout = kv_layout(read_model_info(tiny[model]))
     ours = layout.bytes_for(ctx, slots=slots, draft=n_max is not None, rollback=n_max or 0) / MIB

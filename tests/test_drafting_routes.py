@@ -78,7 +78,7 @@ def catalog_route(kind: str, folder: Path) -> tuple[CatalogRoute, Path, Path | N
 
 
 @pytest.fixture(scope="module")
-def real_dialect(llama_server_bin: Path) -> Dialect:  # noqa: F811
+def real_dialect(llama_server_bin: Path) -> Dialect:
     """The dialect of the real binary, probed as ojai probes it."""
     def run(flag: str) -> str:
         proc = subprocess.run([os.fspath(llama_server_bin), flag], capture_output=True, text=True,
@@ -115,7 +115,7 @@ def _complete(binary: Path, route: Route, dialect: Dialect, log: Path) -> dict:
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", list(KINDS))
 def test_route_of_each_kind_drafts_on_the_real_server(kind: str, tmp_path: Path,
-                                                      llama_server_bin: Path,  # noqa: F811
+                                                      llama_server_bin: Path,
                                                       real_dialect: Dialect) -> None:
     model, main, draft = catalog_route(kind, tmp_path / "models")
     name = route_names(model.name, model.drafted_suffix)[0]
@@ -130,7 +130,7 @@ def test_route_of_each_kind_drafts_on_the_real_server(kind: str, tmp_path: Path,
 
 @pytest.mark.slow
 def test_plain_route_says_no_drafting_and_does_not_draft(tmp_path: Path,
-                                                        llama_server_bin: Path,  # noqa: F811
+                                                        llama_server_bin: Path,
                                                         real_dialect: Dialect) -> None:
     pair = write_draft_pair(tmp_path / "models")
     route = Route(name="tiny", model=str(pair.main), port=free_port(), ctx_size=1024)

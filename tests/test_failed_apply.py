@@ -796,7 +796,7 @@ STAGING = f"{NIGHTLY}/.b1311-gfx1150.unpack"
 
 
 @pytest.fixture
-def nightly(fake_github, tmp_path: Path):  # noqa: F811
+def nightly(fake_github, tmp_path: Path):
     from support.fake_github import Entry, make_zip
 
     from ojai_setup.domain.nightly import asset_name

@@ -36,7 +36,7 @@ def test_npu_driver_fix_speaks_the_distributions_package_manager(name, command, 
     is the driver) and the runtime by the distribution's own manager, never the Ubuntu PPA."""
     fix = finding(name, "npu.device")["fix"]
     assert command in fix, fix
-    assert f"Boot a Linux 7.0 or newer kernel" in fix and f"running {kernel}" in fix
+    assert "Boot a Linux 7.0 or newer kernel" in fix and f"running {kernel}" in fix
     assert "ppa:" not in fix and "apt " not in fix and "amdxdna-dkms" not in fix
 
 

@@ -175,7 +175,7 @@ def test_the_corrupted_copy_moves_only_the_chosen_tensors_blocks(tmp_path) -> No
     copy = tmp_path / "copy.gguf"
     assert corrupt_copy(model, copy, r"^blk\.1\.ffn_down\.weight$") == ["blk.1.ffn_down.weight"]
     changed = gguf.GGUFReader(copy)
-    for before, after in zip(reader.tensors, changed.tensors):
+    for before, after in zip(reader.tensors, changed.tensors, strict=True):
         if before.name == "blk.1.ffn_down.weight":
             assert np.array_equal(np.asarray(after.data).ravel(), np.asarray(before.data).ravel()[::-1])
         else:

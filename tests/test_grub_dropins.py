@@ -290,7 +290,7 @@ def test_property_any_append_if_set_drop_in_ends_with_one_limit(tmp_path, main, 
     shutil.rmtree(etc, ignore_errors=True)
     (etc / "default/grub.d").mkdir(parents=True)
     files = [("/etc/default/grub", f'GRUB_CMDLINE_LINUX_DEFAULT=""\nGRUB_CMDLINE_LINUX="{" ".join(main)}"\n'),
-             (POSTED, f'GRUB_CMDLINE_LINUX="{form}' + "".join(w + g for w, g in zip(dropin, gaps))[:-1]
+             (POSTED, f'GRUB_CMDLINE_LINUX="{form}' + "".join(w + g for w, g in zip(dropin, gaps, strict=False))[:-1]
               + '"\n' if dropin else f'GRUB_CMDLINE_LINUX="{form}"\n')]
     for path, text in files:
         (tmp_path / path.lstrip("/")).write_text(text)

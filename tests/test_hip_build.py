@@ -316,7 +316,7 @@ def test_a_target_the_real_clang_lacks(hip_toolchain: HipBuild, tmp_path: Path) 
 
 def test_checkout_is_what_runs_inside(hip_toolchain: HipBuild) -> None:
     """The chroot runs this checkout's ojai, not an installed copy."""
-    res = in_chroot(hip_toolchain, [f"/venv/bin/python", "-c",
+    res = in_chroot(hip_toolchain, ["/venv/bin/python", "-c",
                                 "import ojai_setup, sys; print(ojai_setup.__file__)"],
                     env={"PYTHONPATH": IN_CHECKOUT})
     assert res.stdout.strip() == f"{IN_CHECKOUT}/ojai_setup/__init__.py"

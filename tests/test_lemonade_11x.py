@@ -210,7 +210,7 @@ def test_11x_catalog_has_no_gemma_pair_so_the_plan_says_nothing_of_it(machine, c
 
 
 @pytest.mark.slow
-def test_plan_says_when_lemonades_own_catalog_has_the_route(machine, fake_hub):  # noqa: F811
+def test_plan_says_when_lemonades_own_catalog_has_the_route(machine, fake_hub):
     """The catalog of the real 2026.39.1 package (from the sid chroot) has Gemma 4 26B-A4B's
     main + MTP pair. The stand-in hub serves the route's files: the Lemonade step waits for
     the model step, which asks the hub whether it serves them."""

@@ -18,7 +18,6 @@ from pathlib import Path
 
 import pytest
 from support.llama import llama_server_bin  # noqa: F401 - a fixture
-from support.machine_state import store_capture
 from support.progress import RecordingProgress
 
 from ojai_setup.apply.build import (
@@ -28,7 +27,7 @@ from ojai_setup.apply.build import (
     parse_build_progress,
 )
 from ojai_setup.apply.executor import executor_for
-from ojai_setup.core.root import CommandResult, Root
+from ojai_setup.core.root import Root
 from ojai_setup.domain.build import (
     INSTALL_RECORD,
     BuildError,

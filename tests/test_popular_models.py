@@ -7,7 +7,6 @@ embedding check against the real llama-server."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import gguf
 import numpy as np

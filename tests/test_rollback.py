@@ -109,7 +109,7 @@ def test_rollback_refuses_a_file_changed_since_the_apply_before_asking(machine):
 
 
 @pytest.fixture
-def catalog(tmp_path: Path, fake_hub: FakeHub) -> Path:  # noqa: F811
+def catalog(tmp_path: Path, fake_hub: FakeHub) -> Path:
     folder = tmp_path / "published"
     main = gemma4_main(folder / MAIN, payload_bytes=4096)
     draft = gemma4_assistant(folder / DRAFT, payload_bytes=4096)

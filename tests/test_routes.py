@@ -35,7 +35,7 @@ full_head_dim = 64
 
 
 @pytest.fixture(autouse=True)
-def hub(fake_hub, tmp_path):  # noqa: F811
+def hub(fake_hub, tmp_path):
     """A hub that serves every catalog route's files (the tiny one's too): the routes wait for
     the model step, which asks the hub whether it serves them."""
     tiny = tmp_path / "hub-catalog.toml"

@@ -133,7 +133,7 @@ def test_written_units_pass_systemd_analyze_verify_and_score_low(machine, tmp_pa
     plain.write_text(render_llama_unit(f"/{FLM_SCRIPT}", "tiny", models_dir="/var/lib/ojai/models",
                                        conflicts=("ojai-tiny-mtp.service",)))
     units["plain"] = plain
-    for name, unit in units.items():
+    for unit in units.values():
         proc = _in_machine(root, ["systemd-analyze", "verify", str(unit)])
         assert proc.returncode == 0 and unit.name not in proc.stderr, proc.stderr
         proc = _in_machine(root, ["systemd-analyze", "security", "--offline=yes", str(unit)])

@@ -135,7 +135,7 @@ def test_setup_plans_the_route_whose_arguments_the_real_table_accepts(machine, r
     script = ojai("setup", "--root", root, "--model", ROUTE, "--systemd", "--show", SCRIPT).stdout
     args = launch_args(script)
     check_args(ROUTE, args, real_table)  # raises on anything SGLang would not take
-    flags = dict(zip(args, args[1:]))
+    flags = dict(zip(args, args[1:], strict=False))
     assert flags["--tp-size"] == "8" and flags["--speculative-algorithm"] == "EAGLE"
     assert flags["--speculative-num-steps"] == "3" and flags["--speculative-num-draft-tokens"] == "4"
     assert flags["--host"] == "127.0.0.1" and "--trust-remote-code" in args
@@ -310,9 +310,9 @@ def test_ojais_table_is_what_sglangs_own_parser_makes(sglang_parser, real_table)
 def test_every_rendered_route_parses_with_sglangs_own_parser(sglang_parser):
     got, argvs = sglang_parser
     routes = sglang_routes()
-    for argv, result in list(zip(argvs, got["results"]))[:4 * len(routes)]:
+    for argv, result in list(zip(argvs, got["results"], strict=True))[:4 * len(routes)]:
         assert result["ok"], (argv, result)
-        flags = dict(zip(argv, argv[1:]))
+        flags = dict(zip(argv, argv[1:], strict=False))
         values = result["values"]
         assert values["model_path"] == flags["--model-path"]
         assert values["tp_size"] == int(flags["--tp-size"])

@@ -701,7 +701,7 @@ def _planned_record(plan: Plan, planned: PlannedAction) -> PlannedRecord:
                 for n in a.notify])
 
 
-def _apply_locked(plan: Plan, root: Root, progress: Progress, planned: list[PlannedAction],
+def _apply_locked(plan: Plan, root: Root, progress: Progress, planned: list[PlannedAction],  # noqa: C901
                   executors: dict[str, ExecutorFn], run_handler: ExecutorFn, *,
                   fault_hook: Callable[[str], None] | None, euid: int | None,
                   recovered: Interrupted | None, force_handlers: bool) -> ApplyResult:
@@ -865,7 +865,7 @@ def _apply_locked(plan: Plan, root: Root, progress: Progress, planned: list[Plan
                 # the first error is the one to report; the journal's own comes second
                 journal_error = str(exc)
     if failure is not None:
-        setattr(failure, "ojai_apply_failure", ApplyFailure(
+        setattr(failure, "ojai_apply_failure", ApplyFailure(  # noqa: B010 - not a declared attribute
             error or "", result, signal=signal_name, journal_error=journal_error))
         raise failure
     return result

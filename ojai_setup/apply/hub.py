@@ -316,7 +316,7 @@ def _same_origin(a: str, b: str) -> bool:
     return (pa.scheme, pa.hostname, pa.port) == (pb.scheme, pb.hostname, pb.port)
 
 
-def execute_hub_download(root: Root, action: HubDownload, progress: Progress, *,
+def execute_hub_download(root: Root, action: HubDownload, progress: Progress, *,  # noqa: C901
                          disk_budget: int | None = None) -> bool:
     """Make ``action.dest`` a verified copy of the hub file; True when something changed.
 

@@ -51,7 +51,7 @@ def diff_lines(diff: str) -> list[Text]:
                 k += 1
             removed, added = lines[i:j], lines[j:k]
             if len(removed) == len(added):
-                pairs = [_pair(o, n) for o, n in zip(removed, added)]
+                pairs = [_pair(o, n) for o, n in zip(removed, added, strict=True)]
                 out.extend(p[0] for p in pairs)
                 out.extend(p[1] for p in pairs)
             else:

@@ -154,7 +154,7 @@ SECTION_NAMES = {"cpu": "CPU", "gpu": "GPU", "npu": "NPU", "memory": "Memory",
                  "distro_llama": "Distribution's llama-server"}
 
 
-def fact_rows(facts: Facts) -> list[tuple[str, str]]:
+def fact_rows(facts: Facts) -> list[tuple[str, str]]:  # noqa: C901
     """The machine table: one row per fact in words; a fact that could not be read is
     ``unknown (why)`` where its row would be, never a field name or a ``?``."""
     rows: list[tuple[str, str]] = []

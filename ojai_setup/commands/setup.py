@@ -243,7 +243,7 @@ class PlanReport:
         if plan.handlers:
             term.print()
             term.print("[bold]Then, as root, once and only if a change above needs it[/]:")
-            for name, cmd in plan.handlers.items():
+            for cmd in plan.handlers.values():
                 term.entry("  ", f"{' '.join(cmd.argv)}" + (f"  ({cmd.reason})" if cmd.reason
                                                              else ""), hang=6)
         reasons = plan.reboot_reasons()
@@ -636,7 +636,7 @@ def _dry_run(term: Terminal, root: Root, settings: Settings, out: Path | None, *
     return int(dry_run_exit(plan, owed_note))
 
 
-def _apply_locked(term: Terminal, root: Root, settings: Settings, *, yes: bool,
+def _apply_locked(term: Terminal, root: Root, settings: Settings, *, yes: bool,  # noqa: C901
                   plan_file: Path | None, out: Path | None, show_new: bool,
                   force_handlers: bool, stop: _StopOnSignal | None = None) -> int:
     """``ojai setup --apply`` once the machine's lock is held: plan (or check the saved plan),

@@ -236,13 +236,13 @@ def fit_model(lengths: list[LengthResult]) -> tuple[float | None, float | None, 
     mx, my = sum(xs) / n, sum(ys) / n
     sxx = sum((x - mx) ** 2 for x in xs)
     if len({round(x) for x in xs}) >= 2 and sxx > 0:
-        slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
+        slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sxx
         intercept = my - slope * mx
         if intercept >= 1.0 and slope >= 0.0:
             base, c = intercept, slope
     if c is None:  # through (0, 1): the classic model
         den = sum(x * x for x in xs)
-        c = sum((y - 1.0) * x for x, y in zip(xs, ys)) / den if den else None
+        c = sum((y - 1.0) * x for x, y in zip(xs, ys, strict=True)) / den if den else None
     return a, c, base
 
 
@@ -486,7 +486,7 @@ def _cell_seeds(bench: BenchConfig, minimum: int) -> tuple[int, ...]:
     return tuple(seeds)
 
 
-def _tune_backend(pool: ServerPool, root: Root, arms, binary: str, config: TuneConfig, budget: Budget,
+def _tune_backend(pool: ServerPool, root: Root, arms, binary: str, config: TuneConfig, budget: Budget,  # noqa: C901
                   obs: TuneObserver, previous: dict[str, BackendResult], result: TuneResult,
                   progress_path: Path) -> BackendResult:
     from ojai_setup.commands.bench.servers import binary_version

@@ -204,7 +204,7 @@ def check_route(name: str, host: str, port: int, draft_n_max: int | None, *, tim
     if timings.get("draft_n") is not None:
         extra["counters"] = "timings"
     if before is not None and after is not None:
-        steps, drafted, accepted = (a - b for a, b in zip(after, before))
+        steps, drafted, accepted = (a - b for a, b in zip(after, before, strict=True))
         # the counters are this completion's when they agree with its timings
         if steps > 0 and drafted == timings.get("draft_n") and accepted == timings.get("draft_n_accepted"):
             extra.update(counters="metrics", steps=steps)

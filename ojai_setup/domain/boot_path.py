@@ -102,7 +102,7 @@ def _systemd_boot(m: Markers) -> tuple[str, str, str | None] | None:
     return None
 
 
-def decide(m: Markers) -> BootLoader:
+def decide(m: Markers) -> BootLoader:  # noqa: C901
     """The boot path from the markers, with the evidence that decided and what disagreed."""
     if m.nixos:
         return BootLoader(kind="nixos", evidence=[f"{m.nixos}: the kernel command line comes "

@@ -147,7 +147,7 @@ def compare(reference: Sequence[TopK], test: Sequence[TopK], *,
     if len(reference) != len(test):
         raise ValueError(f"the reference has {len(reference)} positions and the test {len(test)}")
     agree, kls, unusable = 0, [], 0
-    for ref, got in zip(reference, test):
+    for ref, got in zip(reference, test, strict=True):
         if not _usable(ref):
             continue
         if not _usable(got):

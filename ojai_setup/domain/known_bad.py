@@ -106,7 +106,7 @@ def _kernel(facts: Facts) -> tuple[int, ...] | None:
     return facts.kernel.version if facts.kernel else None
 
 
-def _held(row: Row, facts: Facts, target: str | None, npu: bool,
+def _held(row: Row, facts: Facts, target: str | None, npu: bool,  # noqa: C901
           llama: tuple[str | None, int | None]) -> tuple[bool, list[str], list[str]]:
     """(all conditions hold, what was seen, what could not be read)."""
     w = row.when

@@ -246,7 +246,7 @@ def read_builtin(root: Root, module: str, release: str | None) -> str | None:
     return None
 
 
-def read_ttm(root: Root, cmdline: list[str] | None, grub: GrubConfig | None = None,
+def read_ttm(root: Root, cmdline: list[str] | None, grub: GrubConfig | None = None,  # noqa: C901
              loader: BootLoader | None = None) -> Ttm:
     from ojai_setup.formats.grub import GrubEditError, cmdline_param, get_kernel_param
     from ojai_setup.formats.modprobe import (

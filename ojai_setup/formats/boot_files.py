@@ -151,7 +151,7 @@ def lsinitrd_files(stdout: str, paths: Sequence[str]) -> list[tuple[str, str]]:
         return [(paths[0], stdout)] if stdout else []
     parts = _LSINITRD_HEAD.split(stdout)
     out = []
-    for name, body in zip(parts[1::2], parts[2::2]):
+    for name, body in zip(parts[1::2], parts[2::2], strict=False):
         text = _LSINITRD_TAIL.sub("", body)
         if text:
             out.append((name, text + "\n"))

@@ -23,7 +23,7 @@ def _dump(model: Any) -> Any:
 def _first_line_difference(saved: str | None, fresh: str | None) -> str:
     a = (saved or "").splitlines()
     b = (fresh or "").splitlines()
-    for n, (x, y) in enumerate(zip(a, b), start=1):
+    for n, (x, y) in enumerate(zip(a, b, strict=False), start=1):
         if x != y:
             return f"line {n}: saved {x!r}, planned now {y!r}"
     if len(a) != len(b):
@@ -59,7 +59,7 @@ def plan_differences(saved: Plan, fresh: Plan) -> list[str]:
     for tag, i1, i2, j1, j2 in matcher.get_opcodes():
         if tag == "equal":
             continue
-        pairs = list(zip(old[i1:i2], new[j1:j2]))
+        pairs = list(zip(old[i1:i2], new[j1:j2], strict=False))
         for s, f in pairs:
             why = _action_difference(s, f)
             if why:
@@ -126,7 +126,7 @@ def step_differences(saved: Plan, fresh: Plan) -> list[str]:
         if old != new:
             pairs = [PlannedAction(step=s.step, action=a) for a in s.actions]
             again = [PlannedAction(step=f.step, action=a) for a in f.actions]
-            why = next((w for a, b in zip(pairs, again) if (w := _action_difference(a, b))), None)
+            why = next((w for a, b in zip(pairs, again, strict=False) if (w := _action_difference(a, b))), None)
             if why is None:
                 why = f"{len(s.actions)} action(s) in the saved plan, {len(f.actions)} now"
             found.append(f"{s.step}: {why}")

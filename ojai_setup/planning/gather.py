@@ -330,7 +330,7 @@ def initramfs_for_modprobe(root: Root, facts: Facts) -> Facts:
     return facts.model_copy(update={"boot": boot.model_copy(update={"initramfs": initramfs})})
 
 
-def gather(root: Root, settings: Settings, *, facts: Facts | None = None,
+def gather(root: Root, settings: Settings, *, facts: Facts | None = None,  # noqa: C901
            remote: Remote | None = None) -> Context:
     """Everything planning needs, read once. Raises :class:`UsageError` for bad settings
     (an unknown profile, a missing ``--catalog`` file)."""

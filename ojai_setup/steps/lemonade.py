@@ -103,7 +103,7 @@ class LemonadeStep:
     #: the launch scripts: it starts its own llama-server)
     needs = ("llama.cpp", "model")
 
-    def plan(self, ctx: Context) -> StepResult:
+    def plan(self, ctx: Context) -> StepResult:  # noqa: C901
         if ctx.sglang is not None:
             return StepResult.satisfied(self.name, f"Lemonade is not in this path: "
                                         f"{ctx.sglang.route.name} is served by SGLang itself")

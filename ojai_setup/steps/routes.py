@@ -113,7 +113,7 @@ class RoutesStep:
     #: the launch scripts start this llama-server on these model files, as this user
     needs = ("llama.cpp", "model", "service-user")
 
-    def plan(self, ctx: Context) -> StepResult:
+    def plan(self, ctx: Context) -> StepResult:  # noqa: C901
         if ctx.sglang is not None:
             return StepResult.satisfied(self.name, f"no llama-server routes: {ctx.sglang.route.name} "
                                         "is an SGLang route (the sglang step)")

@@ -13,7 +13,7 @@ ojai's, as for the llama-server routes: 127.0.0.1 unless ``--host`` says otherwi
 from __future__ import annotations
 
 from ojai_setup.core.address import is_loopback
-from ojai_setup.core.paths import API_KEY_VARIABLE, GIB, ROUTES_DIR, SECRETS_DIR, UNITS_DIR
+from ojai_setup.core.paths import API_KEY_VARIABLE, ROUTES_DIR, SECRETS_DIR, UNITS_DIR
 from ojai_setup.domain.routes import script_path
 from ojai_setup.model.actions import RunCommand, WriteSecret
 from ojai_setup.planning.context import Context

@@ -492,7 +492,7 @@ def _blocked_nixos(ctx: Context, want: Want, loader: BootLoader,
               and same_key(ttm.cmdline_key, want.key) and ttm.cmdline_pages == want.pages)
     configured = _nixos_configured(ctx, want, reads)
     if active or configured:
-        where = (f"active on /proc/cmdline" if active else "") + (
+        where = ("active on /proc/cmdline" if active else "") + (
             (" and " if active else "") + f"configured in {configured}" if configured else "")
         pending = "" if active else (
             "; it becomes active after `sudo nixos-rebuild boot` and a reboot, if not done yet")

@@ -89,7 +89,7 @@ def corrupt_copy(source: Path, dest: Path, pattern: str = r"^blk\.\d+\.ffn_down\
     partial = dest.with_name(dest.name + ".partial")
     shutil.copyfile(source, partial)
     with partial.open("r+b") as f:
-        for name, kind, offset, n_bytes in chosen:
+        for _name, kind, offset, n_bytes in chosen:
             _, size = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType(kind)]
             f.seek(offset)
             data = f.read(n_bytes)

@@ -296,7 +296,7 @@ class FakeHub:
                 for (repo, name), f in sorted(self.files.items()) if repo == repo_id]
 
 
-def _make_handler(hub: FakeHub, role: str) -> type[BaseHTTPRequestHandler]:
+def _make_handler(hub: FakeHub, role: str) -> type[BaseHTTPRequestHandler]:  # noqa: C901
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
         # a reply's headers and body go out in two writes: without this a small body waits

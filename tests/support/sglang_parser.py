@@ -103,7 +103,7 @@ def _main() -> None:
             out["results"].append({"ok": not rest, "unknown": rest,
                                    "values": {k: v for k, v in vars(ns).items()
                                               if isinstance(v, (str, int, float, bool, type(None)))}})
-        except (argparse.ArgumentError, SystemExit) as exc:  # noqa: F821 - argparse is imported
+        except (argparse.ArgumentError, SystemExit) as exc:  # argparse: imported below
             out["results"].append({"ok": False, "error": str(exc)})
     print(json.dumps(out))
 
@@ -118,6 +118,6 @@ def parse(site: Path, argvs: list[list[str]]) -> dict:
 
 
 if __name__ == "__main__":
-    import argparse  # noqa: F401 - the handler above names it
+    import argparse  # the handler above names it
 
     _main()

@@ -33,7 +33,7 @@ GRUB_CMDLINE_LINUX_DEFAULT="console=tty1 console=ttyS0"
 
 
 @pytest.fixture
-def vm(vm_booted, tmp_path, request):  # noqa: F811
+def vm(vm_booted, tmp_path, request):
     """A booted guest on its own disk, started from the session's snapshot of a booted guest
     (no boot awaited); killed (its qemu only) after the test."""
     machine = from_snapshot(vm_booted, tmp_path / "vm", request.node.name[:40])

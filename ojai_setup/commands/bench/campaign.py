@@ -416,8 +416,8 @@ def finalize(result: BenchResult, config: BenchConfig, mtp_info: ServerInfo | No
         weights = [r.steps or 0 for r in steps_mtp]
         width = max(len(r.position_rates) for r in steps_mtp)
         for i in range(width):
-            num = sum(r.position_rates[i] * w for r, w in zip(steps_mtp, weights) if len(r.position_rates) > i)
-            den = sum(w for r, w in zip(steps_mtp, weights) if len(r.position_rates) > i)
+            num = sum(r.position_rates[i] * w for r, w in zip(steps_mtp, weights, strict=True) if len(r.position_rates) > i)
+            den = sum(w for r, w in zip(steps_mtp, weights, strict=True) if len(r.position_rates) > i)
             rates.append(num / den if den else 0.0)
         if c is not None and g:
             for p in result.pairs:

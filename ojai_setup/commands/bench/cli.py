@@ -74,7 +74,7 @@ def bench(
         prompt_set = load_prompts(prompts) if prompts else BUILTIN
     except PromptFileError as exc:
         term.error(str(exc))
-        raise typer.Exit(64)
+        raise typer.Exit(64) from None
     ks = _ints(concurrency, "--concurrency") if concurrency.strip() else ()
     parts = tuple(p for p in PARTS if not (p == "pairs" and no_pairs) and not (p == "long" and not long_tokens)
                   and not (p == "concurrency" and not ks))
@@ -96,10 +96,10 @@ def bench(
                                        plain_url=plain_url)
     except BenchError as exc:
         term.error(str(exc))
-        raise typer.Exit(1)
+        raise typer.Exit(1) from None
     except KeyboardInterrupt:
         term.error("interrupted before any pair finished; nothing saved")
-        raise typer.Exit(INTERRUPTED)
+        raise typer.Exit(INTERRUPTED) from None
     term.show(BenchReport(result, folder))
     raise typer.Exit(INTERRUPTED if result.interrupted else 0)
 
@@ -124,7 +124,7 @@ def bench_compare(
         rb = load_result(resolve_run(Root(root), b))
     except BenchError as exc:
         term.error(str(exc))
-        raise typer.Exit(1)
+        raise typer.Exit(1) from None
     term.show(CompareReport(compare(ra, rb)))
 
 
@@ -195,7 +195,7 @@ def tune(
         prompt_set = load_prompts(prompts, lines=True) if prompts else BUILTIN
     except PromptFileError as exc:
         term.error(str(exc))
-        raise typer.Exit(64)
+        raise typer.Exit(64) from None
     if prompts:
         from ojai_setup.commands.bench.prompts import old_format_note
 
@@ -216,6 +216,6 @@ def tune(
         result = run_tune(Root(root), route, config)
     except (BenchError, TuningError, OSError) as exc:
         term.error(str(exc))
-        raise typer.Exit(1)
+        raise typer.Exit(1) from None
     term.show(TuneReport(result))
     raise typer.Exit(INTERRUPTED if result.interrupted else (0 if result.choice is not None else 1))

@@ -103,7 +103,7 @@ class SpecCounters:
         theirs = before.per_position + (0,) * (width - len(before.per_position))
         return SpecCounters(self.drafts - before.drafts, self.draft_tokens - before.draft_tokens,
                             self.accepted - before.accepted,
-                            tuple(a - b for a, b in zip(mine, theirs)))
+                            tuple(a - b for a, b in zip(mine, theirs, strict=True)))
 
 
 _SAMPLE = re.compile(r'^(?P<name>[A-Za-z_:][A-Za-z0-9_:]*)(?:\{(?P<labels>[^}]*)\})?\s+(?P<value>\S+)')

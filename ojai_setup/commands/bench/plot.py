@@ -46,7 +46,7 @@ def render_plot(result: BenchResult, path: Path) -> Path:
         names = list(by_prompt)
         means = [sum(v) / len(v) for v in by_prompt.values()]
         lows, highs = [], []
-        for v, m in zip(by_prompt.values(), means):
+        for v, m in zip(by_prompt.values(), means, strict=True):
             ci = bootstrap_ci(v) or (min(v), max(v))
             lows.append(m - ci[0])
             highs.append(ci[1] - m)

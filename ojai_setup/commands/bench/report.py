@@ -99,7 +99,7 @@ class BenchReport:
     def to_json(self) -> dict:
         return {**self.result.dump(), "folder": str(self.folder) if self.folder else None}
 
-    def render(self, term) -> None:
+    def render(self, term) -> None:  # noqa: C901
         from rich.table import Table
 
         result, folder = self.result, self.folder

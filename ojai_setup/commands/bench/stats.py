@@ -285,7 +285,7 @@ def detect_collapse(rates: Sequence[float], baseline: Sequence[float] | None = N
             else:
                 refs = [baseline[i] for i in range(run_start, min(len(rates), len(baseline)))]
             rest = rates[run_start:run_start + len(refs)]
-            if statistics.median(r / f for r, f in zip(rest, refs)) >= ratio:
+            if statistics.median(r / f for r, f in zip(rest, refs, strict=True)) >= ratio:
                 run_start, run_len = None, 0  # it recovered: a slow spell, not a collapse
                 continue
             against = "the arm's early windows" if kind == "own" else "the baseline arm"
@@ -300,7 +300,7 @@ def detect_collapse(rates: Sequence[float], baseline: Sequence[float] | None = N
 def first_divergence(a: str | Sequence[int], b: str | Sequence[int]) -> int | None:
     """Index of the first element where ``a`` and ``b`` differ (the shorter length when one is
     a prefix of the other); None when they are identical."""
-    for i, (x, y) in enumerate(zip(a, b)):
+    for i, (x, y) in enumerate(zip(a, b, strict=False)):
         if x != y:
             return i
     return None if len(a) == len(b) else min(len(a), len(b))
