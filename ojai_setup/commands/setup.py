@@ -364,6 +364,9 @@ class ApplyReport:
         if self.journal:
             term.entry("journal: ", self.journal, hang=2)
         steps = self.what_next()
+        if steps and not self.result.reboot:
+            term.entry("", "no reboot is needed: nothing this apply changed is read only at boot",
+                       hang=2)
         if steps:
             term.print("[bold]Next[/], in order:")
         for n, (text, command, lines) in enumerate(steps, start=1):

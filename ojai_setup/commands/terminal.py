@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from contextlib import contextmanager
 from functools import cached_property
 from typing import Any, ClassVar, Protocol
 
@@ -108,10 +109,20 @@ class Terminal:
 
     def network_status(self):
         """How a request to the network is said while it waits: a spinner on the status line of
-        a terminal (gone once it is answered), or None (JSON, a pipe, a file)."""
-        if self.json_mode or not self.err_console.is_terminal:
+        a terminal (gone once it is answered); one line on stderr when it is a pipe or a log
+        file (``ojai: asking HOST for WHAT ...``, so a log shows where a run waited); None
+        under ``--json``."""
+        if self.json_mode:
             return None
-        return lambda text: self.err_console.status(text, spinner="line")
+        if self.err_console.is_terminal:
+            return lambda text: self.err_console.status(text, spinner="line")
+        return self._log_request
+
+    @contextmanager
+    def _log_request(self, text: str):
+        self._stderr.write(f"ojai: {text}\n")
+        self._stderr.flush()
+        yield
 
     def show(self, report: Report) -> None:
         """The one way a command's result is printed: ``report``'s JSON document (``schema``

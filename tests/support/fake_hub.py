@@ -20,7 +20,8 @@ cas
 Faults: :meth:`FakeHub.corrupt` serves other bytes than the metadata describes (from the CDN and
 from the CAS alike); :meth:`FakeHub.cut_next_download` drops the next CDN response after some
 bytes and then answers 503 everywhere until :meth:`FakeHub.restore` (a connection lost
-mid-download); :meth:`FakeHub.fail_xorbs` makes the CAS answer every xorb ``GET`` with an error
+mid-download); :attr:`FakeHub.rate` paces the CDN's bodies (a slow link, for a download watched
+or interrupted part way); :meth:`FakeHub.fail_xorbs` makes the CAS answer every xorb ``GET`` with an error
 status until :meth:`FakeHub.restore`.
 
 Access: with :attr:`FakeHub.token` set, the hub answers 401 to a request without that token
@@ -195,6 +196,9 @@ class FakeHub:
         #: hub's requests carrying it get 403, as the real hub answers them
         self.token_without_access: str | None = None
         self._cut_after: int | None = None
+        #: bytes a second the CDN sends a body at (None: as fast as it can), for a download a
+        #: test watches or interrupts part way
+        self.rate: int | None = None
         self._down = False
         self._xorb_status: int | None = None
         #: serve ``/v2/reconstructions``; when False it answers 404 and hf_xet falls back to v1
@@ -453,6 +457,16 @@ def _make_handler(hub: FakeHub, role: str) -> type[BaseHTTPRequestHandler]:  # n
             self.send_header("Content-Length", str(end - start))
             self.end_headers()
             view = memoryview(body)  # no copy of a large body per request
+            if cut is None and hub.rate:
+                step = 64 << 10
+                try:
+                    for at in range(start, end, step):
+                        self.wfile.write(view[at:min(end, at + step)])
+                        self.wfile.flush()
+                        time.sleep(min(step, end - at) / hub.rate)
+                except (BrokenPipeError, ConnectionResetError):  # the client stopped reading
+                    self.close_connection = True
+                return
             if cut is None:
                 self.wfile.write(view[start:end])
                 return
