@@ -1,4 +1,4 @@
-"""The dry run the README shows is a real one: its command runs again in a real terminal of
+"""The dry run the setup guide (docs/setup.md) shows is a real one: its command runs again in a real terminal of
 80 columns (``script``, a pseudo-terminal) and every line of the excerpt must be on screen, in
 order, each ``[...]`` standing for lines left out."""
 
@@ -26,9 +26,9 @@ def _normal(line: str) -> str:
 
 
 def excerpt() -> tuple[str, list[list[str]]]:
-    """The README's command and its excerpt, cut into runs of consecutive lines."""
-    text = (REPO / "README.md").read_text(encoding="utf-8")
-    assert MARK in text, "the README lost its dry-run excerpt"
+    """The guide's command and its excerpt, cut into runs of consecutive lines."""
+    text = (REPO / "docs" / "setup.md").read_text(encoding="utf-8")
+    assert MARK in text, "docs/setup.md lost its dry-run excerpt"
     block = text.split(MARK, 1)[1].split("```text\n", 1)[1].split("\n```", 1)[0]
     first, *rest = block.splitlines()
     assert first.startswith("$ ojai "), first
@@ -59,7 +59,7 @@ def on_screen(command: str, tmp_path: Path) -> list[str]:
     return lines
 
 
-def test_the_readme_dry_run_is_what_ojai_prints_at_80_columns(tmp_path):
+def test_the_guides_dry_run_is_what_ojai_prints_at_80_columns(tmp_path):
     command, runs = excerpt()
     assert "--root tests/machines/" in command  # a bundled machine, never this host
     screen = on_screen(command, tmp_path)
@@ -72,6 +72,6 @@ def test_the_readme_dry_run_is_what_ojai_prints_at_80_columns(tmp_path):
                 at = start + len(run)
                 break
         else:
-            pytest.fail("the README's excerpt is no longer what ojai prints; these lines are "
+            pytest.fail("docs/setup.md's excerpt is no longer what ojai prints; these lines are "
                         "not on screen in this order:\n" + "\n".join(run)
                         + "\n\nojai printed:\n" + "\n".join(screen))
