@@ -15,16 +15,13 @@ from ojai_setup.formats.grub import (
     GrubEditError,
     bls_enabled,
     choose_cmdline_var,
-    cmdline_param,
     get_kernel_param,
-    param_key,
-    parse_cmdline,
     parse_grub_default,
     regenerate_commands,
     remove_kernel_param,
-    same_key,
     set_kernel_param,
 )
+from ojai_setup.formats.kernel_params import cmdline_param, param_key, parse_cmdline, same_key
 from ojai_setup.model.actions import WriteFile
 
 DATA = Path(__file__).parent / "data" / "grub"

@@ -18,7 +18,7 @@ from ojai_setup.cli import app
 from ojai_setup.commands.setup import build_plan
 from ojai_setup.core.progress import NullProgress
 from ojai_setup.core.root import Root
-from ojai_setup.formats.grub import parse_cmdline
+from ojai_setup.formats.kernel_params import parse_cmdline
 from ojai_setup.model.settings import Settings
 from tests.support.text import flat
 

@@ -17,12 +17,9 @@ from ojai_setup.formats.grub import (
     CmdlineValue,
     GrubDefault,
     GrubEditError,
-    _norm,
-    param_key,
-    parse_cmdline,
     parse_grub_default,
-    same_key,
 )
+from ojai_setup.formats.kernel_params import _norm, param_key, parse_cmdline, same_key
 from ojai_setup.model.actions import WriteFile
 
 

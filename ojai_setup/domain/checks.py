@@ -621,7 +621,7 @@ def _ttm_active(facts: Facts, profile: Profile, params: dict) -> Outcome:
     differs names the one action that fixes it, with that boot path's own command: edit,
     regenerate, or reboot."""
     from ojai_setup.domain.boot_path import PATHS
-    from ojai_setup.formats.grub import cmdline_param
+    from ojai_setup.formats.kernel_params import cmdline_param
 
     ttm = _need(facts, "ttm")
     if (not profile.forced and facts.gpu is not None and not facts.gpu.cards

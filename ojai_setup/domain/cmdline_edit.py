@@ -34,12 +34,11 @@ from ojai_setup.formats.grub import (
     LINUX_VAR,
     GrubEditError,
     own_value,
-    param_key,
     parse_grub_default,
     remove_kernel_param,
-    same_key,
     set_kernel_param,
 )
+from ojai_setup.formats.kernel_params import param_key, same_key
 
 
 class Token(NamedTuple):

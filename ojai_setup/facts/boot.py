@@ -259,7 +259,7 @@ def read_configured(root: Root, loader: BootLoader) -> tuple[list[str], str] | N
         chain += [LIMINE_DEFAULT] if root.exists(LIMINE_DEFAULT) else []
         tokens, _ = default_cmdline([(p, _read(root, p) or "") for p in chain])
         from ojai_setup.core.paths import TTM_MODULES
-        from ojai_setup.formats.grub import param_key, same_key
+        from ojai_setup.formats.kernel_params import param_key, same_key
 
         where = next((t.path for t in reversed(tokens)
                       if any(same_key(param_key(t.text), f"{m}.pages_limit")

@@ -81,7 +81,7 @@ def read_kernel(root: Root) -> Kernel:
 
 
 def read_cmdline(root: Root) -> list[str]:
-    from ojai_setup.formats.grub import parse_cmdline
+    from ojai_setup.formats.kernel_params import parse_cmdline
 
     return parse_cmdline(root.read_text("/proc/cmdline"))
 
@@ -210,14 +210,8 @@ def read_npu(root: Root) -> Npu:
 def token_origin(root: Root, grub: GrubConfig, key: str) -> str | None:
     """The file whose assignment puts the configured ``key`` parameter on the command line:
     the last file assigning the variable that holds it and naming the key in its own text."""
-    from ojai_setup.formats.grub import (
-        DEFAULT_VAR,
-        LINUX_VAR,
-        GrubEditError,
-        cmdline_param,
-        get_kernel_param,
-        parse_cmdline,
-    )
+    from ojai_setup.formats.grub import DEFAULT_VAR, LINUX_VAR, GrubEditError, get_kernel_param
+    from ojai_setup.formats.kernel_params import cmdline_param, parse_cmdline
 
     var = DEFAULT_VAR if cmdline_param(parse_cmdline(grub.default or ""), key) is not None else LINUX_VAR
     for src in reversed(grub.files):
@@ -248,7 +242,8 @@ def read_builtin(root: Root, module: str, release: str | None) -> str | None:
 
 def read_ttm(root: Root, cmdline: list[str] | None, grub: GrubConfig | None = None,  # noqa: C901
              loader: BootLoader | None = None) -> Ttm:
-    from ojai_setup.formats.grub import GrubEditError, cmdline_param, get_kernel_param
+    from ojai_setup.formats.grub import GrubEditError, get_kernel_param
+    from ojai_setup.formats.kernel_params import cmdline_param
     from ojai_setup.formats.modprobe import (
         ModprobeEditError,
         kmod_order,

@@ -28,9 +28,9 @@ from ojai_setup.formats.grub import (
     DEFAULT_VAR,
     LINUX_VAR,
     GrubEditError,
-    parse_cmdline,
     parse_grub_default,
 )
+from ojai_setup.formats.kernel_params import parse_cmdline
 from ojai_setup.model.facts import GrubConfig, GrubSource
 
 #: sources ``$1/default/grub`` then ``$1/default/grub.d/*.cfg`` as grub-mkconfig does, and

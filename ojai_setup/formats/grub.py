@@ -35,9 +35,9 @@ kept the same way is the one drop-ins use to append, ``${VAR:+$VAR }`` (``VAR``'
 blank when it has one, else nothing): the blank inside it ends the parameter, as it ends the
 word the shell hands on.
 
-Keys are compared the way the kernel compares parameter names: ``-`` and ``_`` are the same
-character, so ``ttm.pages-limit=`` and ``ttm.pages_limit=`` are one key. A leading ``"`` on a
-parameter (``"foo=a b"``) is skipped as the kernel does."""
+Keys are compared the way the kernel compares parameter names
+(:mod:`ojai_setup.formats.kernel_params`): ``ttm.pages-limit=`` and ``ttm.pages_limit=`` are one
+key."""
 
 from __future__ import annotations
 
@@ -47,6 +47,12 @@ from typing import Literal, NamedTuple
 
 from ojai_setup.core.errors import InputError
 from ojai_setup.core.paths import GRUB_DEFAULT
+from ojai_setup.formats.kernel_params import (
+    check_writable,
+    cmdline_param,
+    param_key,
+    same_key,
+)
 
 DEFAULT_VAR = "GRUB_CMDLINE_LINUX_DEFAULT"
 
@@ -58,13 +64,6 @@ CMDLINE_VARS = (DEFAULT_VAR, LINUX_VAR)
 
 
 GRUB_DEFAULT_PATH = GRUB_DEFAULT
-
-
-#: characters allowed in a key or value that this module writes (no quoting ever needed)
-SAFE_KEY = r"[A-Za-z0-9_.-]+"
-
-
-SAFE_VALUE = r"[A-Za-z0-9_.,:/+@%-]*"
 
 
 _ASSIGN = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)(\+?)=")
@@ -542,76 +541,6 @@ def own_value(param: str, var: str) -> bool:
     return bool(m) and m.group(1) == var
 
 
-def _norm(key: str) -> str:
-    return key.replace("-", "_")
-
-
-def param_key(token: str) -> str:
-    """The parameter name of one kernel command line token (``"a=b"`` -> ``a``)."""
-    body = token[1:] if token.startswith('"') else token
-    return body.split("=", 1)[0]
-
-
-def param_value(token: str) -> str | None:
-    """The value the kernel sees for one token: quotes stripped, None for a bare flag."""
-    quoted = token.startswith('"')
-    body = token[1:] if quoted else token
-    if "=" not in body:
-        return None
-    value = body.split("=", 1)[1]
-    if value.startswith('"'):
-        value = value[1:]
-        if value.endswith('"'):
-            value = value[:-1]
-    elif quoted and value.endswith('"'):
-        value = value[:-1]
-    return value
-
-
-def same_key(a: str, b: str) -> bool:
-    """Whether two parameter names are the same to the kernel (``-`` equals ``_``)."""
-    return _norm(a) == _norm(b)
-
-
-def parse_cmdline(text: str) -> list[str]:
-    """Split ``/proc/cmdline`` into tokens as the kernel does (quotes kept in the tokens)."""
-    tokens: list[str] = []
-    current: list[str] = []
-    in_quote = False
-    for c in text:
-        if c.isspace() and not in_quote:
-            if current:
-                tokens.append("".join(current))
-                current = []
-            continue
-        if c == '"':
-            in_quote = not in_quote
-        current.append(c)
-    if current:
-        tokens.append("".join(current))
-    return tokens
-
-
-def cmdline_param(tokens: Sequence[str], key: str) -> str | None:
-    """The value of ``key`` in a token list: the last one wins, as for module parameters.
-
-    A bare ``key`` gives ``""``; an absent key gives None.
-    """
-    result: str | None = None
-    for token in tokens:
-        if same_key(param_key(token), key):
-            value = param_value(token)
-            result = "" if value is None else value
-    return result
-
-
-def _check_key_value(key: str, value: str | None) -> None:
-    if not re.fullmatch(SAFE_KEY, key):
-        raise ValueError(f"not a kernel parameter name ojai writes: {key!r}")
-    if value is not None and not re.fullmatch(SAFE_VALUE, value):
-        raise ValueError(f"not a kernel parameter value ojai writes: {value!r}")
-
-
 def _ends_in_blank(p: Param) -> bool:
     """A ``${VAR:+$VAR }`` parameter: it brings its own blank before the next parameter."""
     m = _COND_REF.fullmatch(p.text)
@@ -655,7 +584,7 @@ def set_kernel_param(text: str, key: str, value: str, var: str = DEFAULT_VAR, *,
     or append one when absent. Every other byte of the file is kept; an unquoted value gains
     double quotes only when a second parameter is added to it. Idempotent.
     """
-    _check_key_value(key, value)
+    check_writable(key, value)
     cv = parse_grub_default(text, source).cmdline(var)
     wanted = f"{key}={value}"
     hits = [idx for idx, p in enumerate(cv.params) if same_key(p.key, key)]
@@ -670,7 +599,7 @@ def set_kernel_param(text: str, key: str, value: str, var: str = DEFAULT_VAR, *,
 def remove_kernel_param(text: str, key: str, var: str = DEFAULT_VAR, *,
                         source: str = GRUB_DEFAULT_PATH) -> str:
     """Remove every ``key`` / ``key=...`` parameter from ``var``; unchanged when absent."""
-    _check_key_value(key, None)
+    check_writable(key, None)
     cv = parse_grub_default(text, source).cmdline(var)
     hits = {idx for idx, p in enumerate(cv.params) if same_key(p.key, key)}
     if not hits:

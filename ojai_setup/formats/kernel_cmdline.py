@@ -11,7 +11,7 @@ The boot paths other than GRUB's defaults file keep the command line as plain te
 - kernelstub's ``kernel_options`` list.
 
 Everything here is pure: text in, text out. Parameters are split the way the kernel splits
-``/proc/cmdline`` (:func:`ojai_setup.formats.grub.parse_cmdline`), keys compared the way the
+``/proc/cmdline`` (:func:`ojai_setup.formats.kernel_params.parse_cmdline`), keys compared the way the
 kernel compares them (``-`` equals ``_``), and an edit touches only the bytes of the
 parameters it changes, so everybody else's parameters stay exactly as they were.
 """
@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 from ojai_setup.core.errors import InputError
-from ojai_setup.formats.grub import param_key, same_key
+from ojai_setup.formats.kernel_params import param_key, same_key
 
 #: per-boot parameters a boot loader adds itself: never copied into a configuration file
 #: (kernel-install's 90-loaderentry.install skips the same two when it falls back to

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
-from ojai_setup.formats.grub import param_key, same_key
+from ojai_setup.formats.kernel_params import param_key, same_key
 from ojai_setup.formats.kernel_cmdline import CmdlineFormatError, check_edit
 
 

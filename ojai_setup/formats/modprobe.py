@@ -25,7 +25,7 @@ from pathlib import PurePosixPath
 from typing import NamedTuple
 
 from ojai_setup.core.errors import InputError
-from ojai_setup.formats.grub import SAFE_KEY, SAFE_VALUE, param_key, param_value
+from ojai_setup.formats.kernel_params import SAFE_KEY, SAFE_VALUE, param_key, param_value
 
 MODPROBE_DIRS = (
     "/etc/modprobe.d",

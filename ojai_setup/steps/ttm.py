@@ -29,11 +29,8 @@ from ojai_setup.formats.grub import (
     GrubEditError,
     bls_enabled,
     choose_cmdline_var,
-    cmdline_param,
     get_kernel_param,
-    param_key,
     regenerate_commands,
-    same_key,
 )
 from ojai_setup.formats.kernel_cmdline import (
     CmdlineFormatError,
@@ -42,6 +39,7 @@ from ojai_setup.formats.kernel_cmdline import (
     tokens_of,
     without_per_boot,
 )
+from ojai_setup.formats.kernel_params import cmdline_param, param_key, same_key
 from ojai_setup.formats.kernelstub import edit_kernel_options, kernel_options
 from ojai_setup.formats.limine import DEFAULT_FILE as LIMINE_DEFAULT
 from ojai_setup.formats.limine import DROPIN_DIR as LIMINE_DROPINS
