@@ -173,7 +173,7 @@ def fact_rows(facts: Facts) -> list[tuple[str, str]]:  # noqa: C901
     if facts.gpu:
         agents = ", ".join(f"{a.name} ({a.marketing_name})" for a in facts.gpu.agents)
         rows.append(("GPU (rocminfo)", agents or facts.gpu.rocminfo_error or "none"))
-        from ojai_setup.domain.checks import igpu
+        from ojai_setup.domain.check_engine import igpu
 
         hbm: dict[tuple, list[str]] = {}  # Instinct GPUs with memory of their own, alike grouped
         for c in facts.gpu.cards:

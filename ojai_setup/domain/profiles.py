@@ -1,7 +1,7 @@
 """Which hardware profiles ojai ships: the files of ``checks/``.
 
-Kept apart from :mod:`ojai_setup.domain.checks` (which builds the profile models) so that the
-command line can offer ``--profile`` choices without loading the checks.
+Kept apart from :mod:`ojai_setup.domain.check_engine` (which builds the profile models) so
+that the command line can offer ``--profile`` choices without loading the checks.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from ojai_setup.core.paths import (
     STATE_FILE,
 )
 from ojai_setup.core.root import Root
-from ojai_setup.domain.checks import igpu
+from ojai_setup.domain.check_engine import igpu
 from ojai_setup.facts.environ import environment, environment_unknown
 from ojai_setup.facts.state import read_apply_status
 from ojai_setup.formats import machine as parsers

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Mapping, NamedTuple
 
 from ojai_setup.core.paths import SERVICE_USER
 from ojai_setup.core.root import Root
-from ojai_setup.domain.checks import Profile
+from ojai_setup.domain.check_engine import Profile
 from ojai_setup.domain.lemonade_release import LemonadeDeb
 from ojai_setup.domain.nightly import NightlyAsset
 from ojai_setup.model.actions import WriteFile

@@ -27,7 +27,7 @@ from ojai_setup.core.digest import sha256_file
 from ojai_setup.core.paths import PRIVATE_FILE_MODE
 from ojai_setup.core.root import Root
 from ojai_setup.core.status import ExitStatus
-from ojai_setup.domain.checks import Finding
+from ojai_setup.domain.check_engine import Finding
 from ojai_setup.facts.disk import filesystem
 from ojai_setup.model.actions import Action, RunCommand, WriteFile
 from ojai_setup.model.settings import Settings
