@@ -13,7 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from ojai_setup.cli import app
-from ojai_setup.commands.setup import show_step
+from ojai_setup.commands.setup_views import show_step
 from ojai_setup.commands.terminal import Terminal
 from ojai_setup.planning.result import StepResult, ways_forward
 

@@ -301,7 +301,7 @@ def test_the_first_error_is_reported_when_the_journal_cannot_be_written_after_it
     own error is the one raised and reported, the journal's comes second, and the report still
     names what changed and both commands."""
     from ojai_setup.apply.journal import Journal
-    from ojai_setup.commands.setup import ApplyFailureReport
+    from ojai_setup.commands.setup_views import ApplyFailureReport
 
     def full(self, *args, **kwargs):
         raise JournalError(f"cannot write ojai's journal {self.dir}: No space left on device")

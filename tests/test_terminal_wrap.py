@@ -10,7 +10,7 @@ import re
 from hypothesis import given, settings, strategies as st
 from rich.text import Text
 
-from ojai_setup.commands.setup import clauses
+from ojai_setup.commands.setup_views import clauses
 from ojai_setup.commands.terminal import Terminal, wrap
 
 WORDS = st.lists(st.text(alphabet="abcdefghij()/;.`:-=", min_size=1, max_size=30), min_size=1,

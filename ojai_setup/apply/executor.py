@@ -45,6 +45,7 @@ from ojai_setup.apply import faults
 from ojai_setup.apply.journal import Interrupted, Journal, recover
 from ojai_setup.apply.lock import MachineLock
 from ojai_setup.apply.outcome import ActionOutcome  # re-exported: executors import it from here
+from ojai_setup.apply.signals import ApplyInterrupted, ApplySignals
 from ojai_setup.core.atomic import ensure_dir
 from ojai_setup.core.errors import ApplyError
 from ojai_setup.core.paths import DIR_MODE, FILE_MODE
@@ -493,14 +494,6 @@ def failure_of(exc: BaseException) -> ApplyFailure | None:
     return found if isinstance(found, ApplyFailure) else None
 
 
-class ApplyInterrupted(KeyboardInterrupt):
-    """SIGINT or SIGTERM arrived while an apply ran."""
-
-    def __init__(self, signal_name: str) -> None:
-        super().__init__(signal_name)
-        self.signal_name = signal_name
-
-
 class _Prefixed:
     """A :class:`Progress` whose tasks' names start with ``prefix``."""
 
@@ -509,51 +502,6 @@ class _Prefixed:
 
     def task(self, description: str, total: int | None = None):
         return self._progress.task(self._prefix + description, total)
-
-
-class _Signals:
-    """While an apply runs: SIGINT and SIGTERM stop it with :class:`ApplyInterrupted` (the
-    action under way is undone by its executor, temp file removed); a second signal while the
-    apply winds down (the journal closed, the report made) is held back rather than
-    interrupting that, except while the follow-ups of the finished edits run after the first
-    (:meth:`second_stops`). Only in the main thread; elsewhere signals are left alone."""
-
-    def __init__(self) -> None:
-        self.received: str | None = None
-        self._saved: dict[int, Any] = {}
-
-    def _handler(self, signum: int, frame: object) -> None:
-        import signal as _signal
-
-        if self.received is not None:
-            return  # winding down: the first signal is being handled
-        self.received = _signal.Signals(signum).name
-        raise ApplyInterrupted(self.received)
-
-    def __enter__(self) -> _Signals:
-        import signal as _signal
-        import threading
-
-        if threading.current_thread() is threading.main_thread():
-            for sig in (_signal.SIGINT, _signal.SIGTERM):
-                self._saved[sig] = _signal.signal(sig, self._handler)
-        return self
-
-    def winding_down(self) -> None:
-        """From here on a signal no longer interrupts (the first one was or was not seen)."""
-        if self.received is None:
-            self.received = ""
-
-    def second_stops(self) -> None:
-        """After the first signal: the next one stops what runs now (:class:`ApplyInterrupted`)."""
-        self.received = None
-
-    def __exit__(self, *exc: object) -> None:
-        import signal as _signal
-
-        for sig, handler in self._saved.items():
-            _signal.signal(sig, handler)
-        self._saved.clear()
 
 
 def _ojai_program() -> str:
@@ -748,7 +696,7 @@ def _apply_locked(plan: Plan, root: Root, progress: Progress, planned: list[Plan
             journal.flush()
             fault_point("handler-done")
 
-    signals = _Signals()
+    signals = ApplySignals()
     overall = progress.task("apply plan", total=len(planned))
     with signals:
         try:

@@ -9,8 +9,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ojai_setup.apply.faults import fault_point
-from ojai_setup.commands.setup import TEXT_AT, _reviewed, _rollback_command, _StopOnSignal
-from ojai_setup.commands.terminal import Terminal
+from ojai_setup.apply.signals import StopOnSignal
+from ojai_setup.commands.setup_views import TEXT_AT
+from ojai_setup.commands.terminal import Terminal, reviewed
 from ojai_setup.core.root import Root
 from ojai_setup.core.status import ExitStatus
 
@@ -114,6 +115,14 @@ class RollbackReport:
             term.print("[bold]Reboot now[/] to make the restored settings active.")
 
 
+def rollback_command(root: Root, *options: str) -> str:
+    """``ojai rollback`` for ``root`` (``--root`` given unless it is this machine), shell-quoted."""
+    import shlex
+
+    return shlex.join(["ojai", "rollback", *([] if root.is_host else ["--root", str(root.path)]),
+                       *options])
+
+
 def run_rollback(term: Terminal, root_dir: Path, *, force: bool, yes: bool = False,
                  remove_downloads: bool = False) -> int:
     from ojai_setup.apply.lock import MachineLock
@@ -128,9 +137,9 @@ def run_rollback(term: Terminal, root_dir: Path, *, force: bool, yes: bool = Fal
     except StateError as exc:
         term.error(str(exc))
         return ExitStatus.FAILED
-    again = _rollback_command(root, *(["--remove-downloads"] if remove_downloads else []))
+    again = rollback_command(root, *(["--remove-downloads"] if remove_downloads else []))
     try:
-        with _StopOnSignal() as stop:
+        with StopOnSignal() as stop:
             fault_point("locked")
             return _rollback_locked(term, root, force=force, yes=yes,
                                     remove_downloads=remove_downloads, stop=stop)
@@ -143,7 +152,7 @@ def run_rollback(term: Terminal, root_dir: Path, *, force: bool, yes: bool = Fal
 
 
 def _rollback_locked(term: Terminal, root: Root, *, force: bool, yes: bool,
-                     remove_downloads: bool, stop: _StopOnSignal | None = None) -> int:
+                     remove_downloads: bool, stop: StopOnSignal | None = None) -> int:
     from ojai_setup.apply.journal import (
         NothingToRollBack,
         RollbackError,
@@ -171,7 +180,7 @@ def _rollback_locked(term: Terminal, root: Root, *, force: bool, yes: bool,
         return ExitStatus.OK
     if not term.json_mode:  # with --json, the report after the rollback carries the preview
         term.show(RollbackPreviewReport(preview, root))
-    again = _rollback_command(root, *(["--remove-downloads"] if remove_downloads else []))
+    again = rollback_command(root, *(["--remove-downloads"] if remove_downloads else []))
     if preview.conflicts and not force:
         term.error("files changed since the apply; nothing was restored. Look at the change, "
                    f"then run `{again} --force` to restore anyway")
@@ -182,7 +191,7 @@ def _rollback_locked(term: Terminal, root: Root, *, force: bool, yes: bool,
         term.error("refusing to roll back without review: --json prints only what was done. "
                    f"Review `{again}` first, then run `{again} --yes --json`")
         return ExitStatus.FAILED
-    if not yes and not _reviewed(
+    if not yes and not reviewed(
             term, "Roll back?", declined="nothing was restored",
             unattended="refusing to roll back without review: no terminal to ask on. Review "
             f"the above, then run `{again} --yes`"):

@@ -211,3 +211,15 @@ class Terminal:
         if self.json_mode:
             return NullProgress()
         return RichProgress(self.err_console)
+
+
+def reviewed(term: Terminal, question: str, *, unattended: str, declined: str) -> bool:
+    """Whether the person at the terminal said yes to ``question``; without a terminal,
+    ``unattended`` is the error, and ``declined`` the note when they say no."""
+    if not term.interactive:
+        term.error(unattended)
+        return False
+    if not term.confirm(question):
+        term.note(declined)
+        return False
+    return True
