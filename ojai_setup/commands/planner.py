@@ -15,7 +15,7 @@ def build_plan(root: Root, settings: Settings) -> Plan:
 
     try:
         ctx = gather(root, settings)
-        plan = make_plan(ctx, build_steps())
+        plan = make_plan(ctx, build_steps(ctx))
     except PermissionError as exc:  # a file the plan must read, as a user who may not
         raise _unreadable(root, settings, exc) from None
     # what this plan changes is not a precondition of it (the TTM limit, when the step sets it)

@@ -104,9 +104,6 @@ class LemonadeStep:
     needs = ("llama.cpp", "model")
 
     def plan(self, ctx: Context) -> StepResult:  # noqa: C901
-        if ctx.sglang is not None:
-            return StepResult.satisfied(self.name, f"Lemonade is not in this path: "
-                                        f"{ctx.sglang.route.name} is served by SGLang itself")
         settings = ctx.settings
         if ctx.lemonade is None and settings.lemonade == "none":
             if not settings.model:

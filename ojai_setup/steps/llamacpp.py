@@ -86,9 +86,6 @@ class LlamacppStep:
     name = "llama.cpp"
 
     def plan(self, ctx: Context) -> StepResult:
-        if ctx.sglang is not None:
-            return StepResult.satisfied(self.name, f"llama.cpp is not installed: {ctx.sglang.route.name} "
-                                        "is an SGLang route, served by SGLang on the GPUs")
         settings = ctx.settings
         if settings.llamacpp == "none":
             return StepResult.satisfied(self.name, "llama.cpp is not managed by ojai here "

@@ -14,14 +14,6 @@ class ModelStep:
     name = "model"
 
     def plan(self, ctx: Context) -> StepResult:
-        if ctx.sglang is not None:
-            from ojai_setup.domain.sglang import SGLANG_STATE_DIR
-
-            r = ctx.sglang.route
-            return StepResult.satisfied(self.name, f"{r.name}: ojai downloads nothing; SGLang fetches "
-                                        f"{r.repo} (about {r.weights_bytes / GIB:.0f} GiB, the MTP "
-                                        f"layer inside it) into {SGLANG_STATE_DIR}/huggingface at its "
-                                        "first start")
         settings = ctx.settings
         if not settings.model:
             return StepResult.satisfied(self.name, "no model route asked for (add --model NAME; "

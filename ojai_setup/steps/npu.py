@@ -66,8 +66,6 @@ class NpuStep:
     needs = ("service-user", "lemonade")
 
     def plan(self, ctx: Context) -> StepResult:
-        if ctx.sglang is not None:
-            return StepResult.satisfied(self.name, "no NPU route beside the SGLang route")
         from ojai_setup.domain.flm import (
             FLM_MODELS,
             NoModelFits,

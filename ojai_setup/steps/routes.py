@@ -114,9 +114,6 @@ class RoutesStep:
     needs = ("llama.cpp", "model", "service-user")
 
     def plan(self, ctx: Context) -> StepResult:  # noqa: C901
-        if ctx.sglang is not None:
-            return StepResult.satisfied(self.name, f"no llama-server routes: {ctx.sglang.route.name} "
-                                        "is an SGLang route (the sglang step)")
         facts = ctx.facts
         settings = ctx.settings
         if not settings.model:

@@ -29,11 +29,7 @@ class SglangStep:
     needs = ("service-user",)
 
     def plan(self, ctx: Context) -> StepResult:
-        if ctx.sglang is None:
-            from ojai_setup.domain.sglang import sglang_routes
-
-            return StepResult.satisfied(self.name, "no SGLang route asked for (those for Instinct "
-                                        "GPUs: --model " + ", ".join(sglang_routes()) + ")")
+        assert ctx.sglang is not None, "planned only for an SGLang route (steps/stacks.py)"
         from ojai_setup.domain.checks import instinct_gpus
         from ojai_setup.domain.launch import LaunchError, render_sglang_script, render_sglang_unit
         from ojai_setup.domain.sglang import SGLANG_STATE_DIR, checked_args, choose_tp

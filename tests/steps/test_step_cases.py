@@ -39,11 +39,11 @@ from ojai_setup.domain.lemonade_release import LemonadeDeb
 from ojai_setup.domain.nightly import NightlyAsset
 from ojai_setup.model.settings import Settings
 from ojai_setup.planning.gather import Remote, gather
-from ojai_setup.steps import build_steps
+from ojai_setup.steps import STEP_NAMES, build_steps
+from ojai_setup.steps.stacks import STACKS
 
 CASES = Path(__file__).parent / "cases"
 MACHINES = Path(__file__).resolve().parents[1] / "machines"
-STEPS = {s.name: s for s in build_steps()}
 ALL = sorted(CASES.glob("*/*.json"))
 
 
@@ -87,7 +87,7 @@ def test_step_case(case: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
         deb = LemonadeDeb(**spec["lemonade_release"])
         remote = Remote(release=remote.release, lemonade_release=lambda tag: deb)
     ctx = gather(Root(root_dir), Settings(**spec.get("settings", {})), remote=remote)
-    step = STEPS[case.parent.name]
+    step = {s.name: s for s in build_steps(ctx)}[case.parent.name]
     with pure(monkeypatch):
         result = step.plan(ctx)
         got = _outcome(result)
@@ -112,8 +112,18 @@ def test_every_step_has_a_change_a_satisfied_and_a_blocked_case():
         seen.setdefault(case.parent.name, set()).add(json.loads(case.read_text())["expect"]["status"])
     # the NPU path is optional: when it cannot be set up the step says why and is satisfied
     wanted = {name: {"change", "satisfied", "blocked"} - ({"blocked"} if name == "npu" else set())
-              for name in STEPS}
+              for name in STEP_NAMES}
     assert {n: seen.get(n, set()) >= w for n, w in wanted.items()} == {n: True for n in wanted}
+
+
+def test_the_steps_are_named_in_plan_order_and_each_stack_leaves_out_only_known_steps(tmp_path):
+    ctx = gather(Root(MACHINES / "ojai-fresh"), Settings(llamacpp="none"), remote=OFFLINE)
+    assert tuple(s.name for s in build_steps(ctx)) == STEP_NAMES
+    assert [s.name for s in STACKS] == ["sglang", "llama.cpp"]
+    for stack in STACKS:
+        assert stack.leaves_out and set(stack.leaves_out) <= set(STEP_NAMES), stack.name
+    # each step stands down in one stack at most: none is left out everywhere
+    assert not set.intersection(*(set(s.leaves_out) for s in STACKS))
 
 
 def test_the_guard_catches_an_impure_step(tmp_path, monkeypatch):
