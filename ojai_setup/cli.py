@@ -352,6 +352,9 @@ def setup(
     cmake_define: Annotated[Optional[list[str]], typer.Option(
         "--cmake-define", metavar="KEY=VALUE", rich_help_panel=LLAMA, help="Pass -DKEY=VALUE "
         "to its CMake configure (repeatable; ojai's own options refused).")] = None,
+    accept_slower: Annotated[bool, typer.Option(
+        "--accept-slower", rich_help_panel=LLAMA, help="An upgrade adopts a new build that "
+        "passes the correctness gate even when it is slower than the current one.")] = False,
     model: Annotated[Optional[str], typer.Option(
         "--model", metavar="NAME", rich_help_panel=ROUTES, help="Set up this route: its "
         "download and launch files (`ojai models` lists them).")] = None,
@@ -439,7 +442,8 @@ def setup(
                       llamacpp=_value(llamacpp),
                       llamacpp_tag=llamacpp_tag, llamacpp_ref=llamacpp_ref,
                       llamacpp_backend=_value(backend), gpu_target=gpu_target,
-                      cmake_defines=tuple(cmake_define or ()), model=model,
+                      cmake_defines=tuple(cmake_define or ()), accept_slower=accept_slower,
+                      model=model,
                       host=host, port=port, systemd=systemd,
                       npu=npu, user_catalog=catalog, lemonade_downloads=lemonade_downloads,
                       lemonade=_value(lemonade), lemonade_tag=lemonade_tag, power=_value(power),

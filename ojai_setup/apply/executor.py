@@ -58,6 +58,7 @@ from ojai_setup.model.actions import (
     HubDownload,
     InstallArchive,
     InstallPackage,
+    ProveBuild,
     RunCommand,
     Symlink,
     WriteFile,
@@ -367,11 +368,12 @@ def verify_action(root: Root, action: Any) -> str | None:
         if now != "symlink:" + action.target:
             return (f"{action.path} does not point to {action.target} after applying "
                     f"(found {describe_digest(now)})")
-    elif isinstance(action, (InstallArchive, BuildFromSource)):
-        if path_digest(root, action.dest) != "directory":
-            return f"{action.dest} is not a folder after installing"
-        if action.link and not _links_to(root, action.link, action.dest):
-            return f"{action.link} does not point to {action.dest} after installing"
+    elif isinstance(action, (InstallArchive, BuildFromSource, ProveBuild)):
+        dest = getattr(action, "candidate", None) or action.dest  # a proven build's folder
+        if path_digest(root, dest) != "directory":
+            return f"{dest} is not a folder after installing"
+        if action.link and not _links_to(root, action.link, dest):
+            return f"{action.link} does not point to {dest} after installing"
     elif isinstance(action, WriteSecret):
         real = root.resolve(action.path)
         if path_digest(root, action.path) != action.sha256:

@@ -232,6 +232,10 @@ def _apply_locked(term: Terminal, root: Root, settings: Settings, *, yes: bool, 
     from ojai_setup.apply.executor import apply as apply_plan
     from ojai_setup.core.errors import ApplyError, StateError
 
+    if any(p.action.kind == "prove_build" for p in plan.actions()):
+        # an upgrade's proof runs the gate and the bench, which live in this layer
+        import ojai_setup.commands.upgrade  # noqa: F401 - registers the prove_build executor
+
     applied_settings = settings if plan_file is None else Settings(**plan.settings)
     try:
         if stop is not None:

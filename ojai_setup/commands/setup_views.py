@@ -309,6 +309,9 @@ class ApplyReport:
         if self.result.recovered:
             term.entry("finished first: ", self.result.recovered, hang=2)
         term.entry("[bold]applied:[/] ", self.result.message, hang=2)
+        for a in self.result.actions:  # an upgrade's proof: what was compared, its figures
+            if a.description.startswith("prove ") and a.changed:
+                term.entry("new llama.cpp build: ", a.message, hang=2)
         if self.result.owed:
             term.entry("still owed: ", ", ".join(f"`{h.command}`" for h in self.result.owed),
                        hang=2)

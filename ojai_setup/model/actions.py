@@ -171,6 +171,36 @@ class BuildFromSource(_Action):
                 f"{extra} into {self.dest}")
 
 
+class ProveBuild(_Action):
+    """Switch ``link`` to the new llama.cpp build in ``candidate`` only once it proved itself on
+    the owner's routes against the build ``link`` names now (``before``): the correctness gate
+    (the route on the new build against the current build's CPU backend) and a paired speed
+    check (new against current, and current against itself for the noise), as
+    :mod:`ojai_setup.domain.upgrade` decides. A refused build is left in its folder and the
+    link where it was; the apply then stops with the finding."""
+
+    kind: Literal["prove_build"] = "prove_build"
+    candidate: str  # machine path of the new build's folder (holds llama-server)
+    link: str  # machine path of the "current" link
+    before: str  # the link's target when planned (the build the routes run now)
+    #: route name -> its launch script (machine path): one route of each model
+    routes: dict[str, str]
+    max_loss: float = 0.05
+    accept_slower: bool = False
+    #: the gate reads every ``gate_stride``-th position of the fixed text (1: all of them)
+    gate_stride: int = 4
+
+    def targets(self) -> list[str]:
+        return [self.link]
+
+    def describe(self) -> str:
+        speed = ("a loss of speed accepted" if self.accept_slower else
+                 f"at most {self.max_loss * 100:.0f} % slower")
+        return (f"prove {self.candidate} on routes {', '.join(self.routes)} (correctness gate "
+                f"against the current build's CPU backend; paired speed check against "
+                f"{self.before}, {speed}), then link {self.link} -> {self.candidate}")
+
+
 class HubDownload(_Action):
     """Download one file from a Hugging Face repo into ``dest`` and check its sha256."""
 
@@ -229,6 +259,6 @@ class WriteSecret(_Action):
 
 Action = Annotated[
     Union[WriteFile, Symlink, RunCommand, InstallArchive, InstallPackage, BuildFromSource,
-          HubDownload, CreateSystemUser, WriteSecret],
+          ProveBuild, HubDownload, CreateSystemUser, WriteSecret],
     Field(discriminator="kind"),
 ]

@@ -32,6 +32,9 @@ class Settings(BaseModel):
     #: extra CMake definitions (KEY=VALUE) of a source build, sorted by key
     #: (:mod:`ojai_setup.model.cmake`); part of the build's identity
     cmake_defines: tuple[Annotated[str, AfterValidator(check_define)], ...] = ()
+    #: an upgrade of llama.cpp adopts a new build that passed the gate even when it is slower
+    #: than the current one (:mod:`ojai_setup.domain.upgrade`)
+    accept_slower: bool = False
     model: str | None = None
     models_dir: str = DEFAULT_MODELS_DIR
     user_catalog: str | None = None
@@ -151,6 +154,7 @@ OPTIONS: tuple[tuple[str, str], ...] = (
     ("llamacpp_backend", "--backend"),
     ("gpu_target", "--gpu-target"),
     ("cmake_defines", "--cmake-define"),
+    ("accept_slower", "--accept-slower"),
     ("model", "--model"),
     ("models_dir", "--models-dir"),
     ("host", "--host"),

@@ -128,8 +128,9 @@ class Fingerprint(BaseModel):
 #: the phases of an apply, in the order it runs them (:meth:`Plan.apply_order`)
 APPLY_PHASES = ("fetch", "system", "boot")
 #: actions that download, unpack or build: long and fallible, so they run before any edit
+#: (proving a new build before its link switches too: it runs servers for minutes)
 FETCH_KINDS = frozenset({"install_archive", "build_from_source", "hub_download",
-                         "install_package"})
+                         "install_package", "prove_build"})
 
 
 def apply_phase(action: Action) -> str:

@@ -15,7 +15,7 @@ from ojai_setup.core.paths import LLAMA_SERVER, LLAMACPP_CURRENT, LLAMACPP_DIR
 from ojai_setup.core.root import Root
 from ojai_setup.core.units import size_text
 from ojai_setup.domain import nightly
-from ojai_setup.model.actions import BuildFromSource
+from ojai_setup.model.actions import BuildFromSource, InstallArchive, ProveBuild
 from ojai_setup.model.cmake import cmake_args
 from ojai_setup.planning.context import Context
 from ojai_setup.planning.result import SpaceNeed, StepResult
@@ -143,9 +143,43 @@ class LlamacppStep:
             return StepResult.satisfied(
                 self.name, f"llama.cpp nightly {asset.tag} for {family} is installed and verified "
                 f"in {action.dest}", reads=(action.dest, CURRENT))
+        actions, proof = self._proven(ctx, action)
         return StepResult.change(self.name, f"install llama.cpp nightly {asset.tag} for {family} "
-                                 f"({asset.size / 2**20:.0f} MiB, sha256 checked before unpacking)",
-                                 [action], space=(_nightly_space(asset),) if asset.size else ())
+                                 f"({asset.size / 2**20:.0f} MiB, sha256 checked before unpacking)"
+                                 + proof, actions,
+                                 space=(_nightly_space(asset),) if asset.size else (),
+                                 reads=self._proof_reads(actions))
+
+    def _proven(self, ctx: Context, action: InstallArchive | BuildFromSource
+                ) -> tuple[list, str]:
+        """The actions of an install, and what the sentence adds: an upgrade (a build is
+        current, another folder is asked for, routes run) installs beside the current build
+        and leaves the link to a :class:`ProveBuild` that switches it only once the new build
+        passed the gate and the speed check (:mod:`ojai_setup.domain.upgrade`)."""
+        from ojai_setup.domain.upgrade import MAX_LOSS, plan_sentence, routes_to_compare
+
+        current = self._current_target(ctx)
+        folder = PurePosixPath(action.dest).name
+        if current is None or current in (folder, action.dest) or \
+                not ctx.root.resolve(SERVER).is_file():
+            return [action], ""
+        routes = routes_to_compare(ctx.state.records.get("routes") or {})
+        if not routes:
+            return [action], (f"; no route runs on the current build ({current}), so current "
+                              "switches without a comparison")
+        prove = ProveBuild(
+            candidate=action.dest, link=CURRENT, before=current, routes=routes,
+            max_loss=MAX_LOSS, accept_slower=ctx.settings.accept_slower, needs_root=True,
+            reason=f"prove the new build against {current} before current switches")
+        return [action.model_copy(update={"link": None}), prove], (
+            f", beside the current build {current}; "
+            + plan_sentence(list(routes), max_loss=MAX_LOSS,
+                            accept_slower=ctx.settings.accept_slower))
+
+    @staticmethod
+    def _proof_reads(actions: list) -> tuple[str, ...]:
+        """The launch scripts a proof reads (their digests go into the plan's fingerprint)."""
+        return tuple(p for a in actions if isinstance(a, ProveBuild) for p in a.routes.values())
 
     def _source(self, ctx: Context) -> StepResult:
         try:
@@ -166,8 +200,10 @@ class LlamacppStep:
 
         need = disk_need(action.backend, action.gpu_target, action.cmake_args)
         cost = estimate(action.backend, action.gpu_target, action.cmake_args)
+        actions, proof = self._proven(ctx, action)
         return StepResult.change(
-            self.name, f"{action.reason} ({cost}; progress is shown)", [action],
+            self.name, f"{action.reason} ({cost}; progress is shown){proof}", actions,
+            reads=self._proof_reads(actions),
             space=(SpaceNeed(
                 folder=INSTALL_BASE, bytes=need, what="building llama-server",
                 detail=f"the build needs about {size_text(need)} ({cost})"),) if need else ())

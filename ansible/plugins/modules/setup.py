@@ -122,6 +122,11 @@ options:
       - Another set of definitions is another build, in a folder of its own; ojai refuses the options it sets itself.
     type: list
     elements: str
+  accept_slower:
+    description:
+      - An upgrade of llama.cpp proves the new build first (correctness gate, paired speed check against the current build); with this, a build that passes the gate is adopted even when it is slower.
+    type: bool
+    default: false
   lemonade:
     description:
       - Install Lemonade when it is missing.
@@ -300,6 +305,7 @@ SETTINGS = {
     "npu": ("--npu", "npu"),
     "gpu_target": ("--gpu-target", "gpu_target"),
     "cmake_define": ("--cmake-define", "cmake_defines"),
+    "accept_slower": ("--accept-slower", "accept_slower"),
     "lemonade": ("--lemonade", "lemonade"),
     "lemonade_tag": ("--lemonade-tag", "lemonade_tag"),
     "lemonade_downloads": ("--lemonade-downloads", "lemonade_downloads"),
@@ -328,6 +334,7 @@ ARGS = dict(
     npu=dict(type="bool", default=True),
     gpu_target=dict(type="str"),
     cmake_define=dict(type="list", elements="str"),
+    accept_slower=dict(type="bool", default=False),
     lemonade=dict(type="str", choices=["none", "distro", "release"], default="none"),
     lemonade_tag=dict(type="str"),
     lemonade_downloads=dict(type="bool", default=False),
@@ -344,7 +351,7 @@ def setting_flags(params):
         value = params.get(name)
         if name == "npu":
             flags.append("--npu" if value else "--no-npu")
-        elif name in ("systemd", "lemonade_downloads"):
+        elif name in ("systemd", "lemonade_downloads", "accept_slower"):
             if value:
                 flags.append(flag)
         elif isinstance(value, list):  # a repeatable option
@@ -366,6 +373,9 @@ def describe(action):
                 f"{action['path']}, then apt-get install -y {action['path']}")
     if kind == "hub_download":
         return f"download {action['repo_id']}:{action['filename']} to {action['dest']}"
+    if kind == "prove_build":
+        return (f"prove {action['candidate']} on routes {', '.join(action['routes'])}, "
+                f"then link {action['link']} -> {action['candidate']}")
     if kind == "build_from_source":
         extra = "".join(" " + a for a in action.get("cmake_args") or [])
         return (f"build llama-server ({action.get('backend')}) from {action['source']}"
