@@ -29,12 +29,10 @@ from __future__ import annotations
 
 import importlib
 import os
-import secrets
 import shlex
 import shutil
 import stat
 import sys
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, Callable, TypeVar
@@ -46,7 +44,7 @@ from ojai_setup.apply.journal import Interrupted, Journal, recover
 from ojai_setup.apply.lock import MachineLock
 from ojai_setup.apply.outcome import ActionOutcome  # re-exported: executors import it from here
 from ojai_setup.apply.signals import ApplyInterrupted, ApplySignals
-from ojai_setup.core.atomic import ensure_dir
+from ojai_setup.core.atomic import Replacement, ensure_dir, replace_symlink
 from ojai_setup.core.errors import ApplyError
 from ojai_setup.core.paths import DIR_MODE, FILE_MODE
 from ojai_setup.core.progress import Progress
@@ -217,14 +215,6 @@ def _run_validator(fn: Validator, tmp: Path, action: WriteFile, root: Root) -> N
 
 
 # -- built-in executors ----------------------------------------------------------------------
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 @register_executor("write_file")
 def execute_write_file(root: Root, action: WriteFile, progress: Progress) -> ActionOutcome:
     """Write ``action.after``: temp file beside the target, fsync, validate, keep the original's
@@ -241,38 +231,28 @@ def execute_write_file(root: Root, action: WriteFile, progress: Progress) -> Act
     try:
         original = os.stat(real) if current is not None else None
         ensure_dir(real.parent, DIR_MODE)
-        fd, tmp_name = tempfile.mkstemp(dir=real.parent, prefix=f".{real.name}.",
-                                        suffix=".ojai-tmp")
+        new = Replacement(real)
     except OSError as exc:
         raise ApplyError(f"cannot write {action.path}: {exc.strerror}") from None
-    tmp = Path(tmp_name)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(action.after.encode("utf-8"))
-            f.flush()
-            os.fsync(f.fileno())
-        if action.mode is not None:
-            os.chmod(tmp, action.mode)
-        elif original is not None:
-            os.chmod(tmp, stat.S_IMODE(original.st_mode))
-        else:
-            os.chmod(tmp, FILE_MODE)
-        if original is not None and (original.st_uid, original.st_gid) != (
-                os.stat(tmp).st_uid, os.stat(tmp).st_gid):
-            os.chown(tmp, original.st_uid, original.st_gid)
-        if action.validate_with is not None:
-            try:
-                _run_validator(validator_for(action.validate_with), tmp, action, root)
-            except Exception as exc:
-                raise ValidationError(f"the new {action.path} failed the "
-                                      f"{action.validate_with!r} check, so it was left "
-                                      f"unchanged: {exc}") from None
-        fault_point("before-rename")
-        os.replace(tmp, real)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    _fsync_dir(real.parent)
+    if action.mode is not None:
+        mode = action.mode
+    elif original is not None:
+        mode = stat.S_IMODE(original.st_mode)
+    else:
+        mode = FILE_MODE
+
+    def check(tmp: Path) -> None:
+        if action.validate_with is None:
+            return
+        try:
+            _run_validator(validator_for(action.validate_with), tmp, action, root)
+        except Exception as exc:
+            raise ValidationError(f"the new {action.path} failed the {action.validate_with!r} "
+                                  f"check, so it was left unchanged: {exc}") from None
+
+    new.commit(action.after.encode("utf-8"), mode=mode,
+               owner=(original.st_uid, original.st_gid) if original is not None else None,
+               check=check, before_rename=lambda: fault_point("before-rename"))
     return ActionOutcome(True, f"{'created' if current is None else 'updated'} {action.path}")
 
 
@@ -286,15 +266,7 @@ def execute_symlink(root: Root, action: Symlink, progress: Progress) -> ActionOu
         return ActionOutcome(False, f"{action.path} already points to {action.target}")
     _expect(action.path, current, _link_before(action), wanted)
     ensure_dir(real.parent, DIR_MODE)
-    tmp = real.parent / f".{real.name}.ojai-{secrets.token_hex(4)}"
-    os.symlink(action.target, tmp)
-    try:
-        fault_point("before-rename")
-        os.replace(tmp, real)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    _fsync_dir(real.parent)
+    replace_symlink(real, action.target, before_rename=lambda: fault_point("before-rename"))
     return ActionOutcome(True, f"{action.path} -> {action.target}")
 
 

@@ -22,7 +22,6 @@ import secrets
 import shlex
 import shutil
 import stat
-import tempfile
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -31,7 +30,14 @@ from typing import Any, Literal
 from pydantic import ValidationError
 
 from ojai_setup.apply.faults import fault_point
-from ojai_setup.core.atomic import ensure_dir, write_text
+from ojai_setup.core.atomic import (
+    Replacement,
+    copy_of,
+    ensure_dir,
+    fsync_dir,
+    replace_symlink,
+    write_text,
+)
 from ojai_setup.core.digest import sha256_file
 from ojai_setup.core.errors import StateError
 from ojai_setup.core.paths import (
@@ -99,20 +105,9 @@ def load_entry(root: Root, apply_id: str, *, euid: int | None = None) -> Journal
 
 # -- writing a journal -----------------------------------------------------------------------
 def _copy_synced(src: Path, dest: Path) -> None:
-    """Copy ``src`` to ``dest`` through a temp file, fsynced, then renamed into place."""
+    """Copy ``src`` to ``dest`` (0600) through a temp file, fsynced, then renamed into place."""
     dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".tmp")
-    try:
-        os.fchmod(fd, 0o600)
-        with os.fdopen(fd, "wb") as out, open(src, "rb") as inp:
-            shutil.copyfileobj(inp, out)
-            out.flush()
-            os.fsync(out.fileno())
-        os.chmod(tmp, 0o600)
-        os.replace(tmp, dest)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    Replacement(dest, suffix=".tmp").commit(copy_of(src), mode=0o600, sync_dir=False)
 
 
 class Journal:
@@ -163,7 +158,7 @@ class Journal:
         self.flush()
         self._state.running = self.id
         _save_state(self.dir, self._state)
-        _fsync_dir(self.dir)
+        fsync_dir(self.dir)
 
     def flush(self) -> None:
         """Write the entry as it is now (temp file, fsync, rename)."""
@@ -257,17 +252,6 @@ def _missing_parents(root: Root, machine_path: str) -> list[str]:
         missing.insert(0, str(parent))
         parent = parent.parent
     return missing
-
-
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _settle_files(root: Root, directory: Path, entry: JournalEntry, *,
@@ -822,19 +806,9 @@ def _restored_digest(record: FileRecord) -> str | None:
 
 
 def _write_back(real: Path, text: str) -> None:
-    """``text`` into ``real``: a temp file beside it, fsynced, renamed over it."""
+    """``text`` into ``real``, as the apply writes a file (:class:`Replacement`)."""
     ensure_dir(real.parent, DIR_MODE)
-    fd, tmp = tempfile.mkstemp(dir=real.parent, prefix=f".{real.name}.", suffix=".ojai-tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(text.encode("utf-8"))
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, FILE_MODE)
-        os.replace(tmp, real)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    Replacement(real).commit(text.encode("utf-8"), mode=FILE_MODE)
 
 
 def _restore(root: Root, directory: Path, record: FileRecord, result: RollbackResult) -> None:
@@ -860,13 +834,7 @@ def _restore(root: Root, directory: Path, record: FileRecord, result: RollbackRe
                                f"if it is not wanted)")
         return
     if before.startswith("symlink:"):
-        tmp = real.parent / f".{real.name}.ojai-{secrets.token_hex(4)}"
-        os.symlink(before[len("symlink:"):], tmp)
-        try:
-            os.replace(tmp, real)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
+        replace_symlink(real, before[len("symlink:"):])
         result.restored.append(record.path)
         return
     if record.backup is None:
@@ -874,21 +842,14 @@ def _restore(root: Root, directory: Path, record: FileRecord, result: RollbackRe
                            f"of this kind of path)")
         return
     ensure_dir(real.parent, DIR_MODE)
-    fd, tmp = tempfile.mkstemp(dir=real.parent, prefix=f".{real.name}.", suffix=".ojai-tmp")
-    os.close(fd)
-    try:
-        shutil.copyfile(directory / record.backup, tmp)
-        if record.mode is not None:
-            os.chmod(tmp, record.mode)
-        if record.uid is not None and record.gid is not None:
-            st = os.stat(tmp)
-            if (st.st_uid, st.st_gid) != (record.uid, record.gid):
-                os.chown(tmp, record.uid, record.gid)
-        if "sha256:" + sha256_file(Path(tmp)) != before:
+
+    def check(tmp: Path) -> None:
+        if "sha256:" + sha256_file(tmp) != before:
             raise RollbackError(f"the backup of {record.path} in {directory / record.backup} "
                                 f"does not match its journal entry; {record.path} was left as is")
-        os.replace(tmp, real)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+
+    Replacement(real).commit(
+        copy_of(directory / record.backup), mode=record.mode, check=check,
+        owner=(record.uid, record.gid) if record.uid is not None and record.gid is not None
+        else None)
     result.restored.append(record.path)
