@@ -355,9 +355,13 @@ def setup(
     accept_slower: Annotated[bool, typer.Option(
         "--accept-slower", rich_help_panel=LLAMA, help="An upgrade adopts a new build that "
         "passes the correctness gate even when it is slower than the current one.")] = False,
-    model: Annotated[Optional[str], typer.Option(
+    model: Annotated[Optional[list[str]], typer.Option(
         "--model", metavar="NAME", rich_help_panel=ROUTES, help="Set up this route: its "
-        "download and launch files (`ojai models` lists them).")] = None,
+        "download and launch files (`ojai models` lists them); repeat it to serve several "
+        "behind one port.")] = None,
+    models_max: Annotated[Optional[int], typer.Option(
+        "--models-max", metavar="N", rich_help_panel=ROUTES, help="With several --model: "
+        "how many are loaded at once (default: as many as fit).")] = None,
     models_dir: Annotated[Optional[str], typer.Option(
         "--models-dir", metavar="DIR", rich_help_panel=ROUTES,
         help="Where models are kept (default /var/lib/ojai/models).")] = None,
@@ -443,7 +447,8 @@ def setup(
                       llamacpp_tag=llamacpp_tag, llamacpp_ref=llamacpp_ref,
                       llamacpp_backend=_value(backend), gpu_target=gpu_target,
                       cmake_defines=tuple(cmake_define or ()), accept_slower=accept_slower,
-                      model=model,
+                      model=model[0] if model else None, extra_models=tuple(model or ())[1:],
+                      models_max=models_max,
                       host=host, port=port, systemd=systemd,
                       npu=npu, user_catalog=catalog, lemonade_downloads=lemonade_downloads,
                       lemonade=_value(lemonade), lemonade_tag=lemonade_tag, power=_value(power),

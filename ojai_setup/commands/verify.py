@@ -135,12 +135,17 @@ def api_key_of(root: Root, record: dict) -> tuple[str | None, str | None]:
     return None, f"{path} holds no {API_KEY_VARIABLE}"
 
 
-def _spec_counters(base: str, headers: dict) -> tuple[int, int, int] | None:
-    """(verification steps, drafted, accepted) from ``/metrics`` when the server serves it."""
+def _spec_counters(base: str, headers: dict,
+                   model: str | None = None) -> tuple[int, int, int] | None:
+    """(verification steps, drafted, accepted) from ``/metrics`` when the server serves it
+    (a router's: of the route ``model``)."""
+    from urllib.parse import quote
+
     from ojai_setup.commands.bench.client import parse_spec_metrics
 
     try:
-        req = urllib.request.Request(base + "/metrics", headers=headers)
+        query = f"?model={quote(model, safe='')}" if model else ""
+        req = urllib.request.Request(base + "/metrics" + query, headers=headers)
         with urllib.request.urlopen(req, timeout=10) as resp:
             c = parse_spec_metrics(resp.read().decode("utf-8", "replace"))
     except (OSError, ValueError):
@@ -180,24 +185,38 @@ def _wait_healthy(name: str, base: str, timeout: float) -> RouteCheck | None:
 
 def check_route(name: str, host: str, port: int, draft_n_max: int | None, *, timeout: float,
                 n_predict: int, api_key: str | None = None,
-                spec_type: str | None = None) -> RouteCheck:
+                spec_type: str | None = None, router: bool = False) -> RouteCheck:
+    """``/health``, then one completion; ``router``: the route is one of several behind a
+    llama-server in router mode, which the request's ``model`` field selects (and loads, when
+    it is not loaded yet)."""
     base = f"http://{host}:{port}"
     unhealthy = _wait_healthy(name, base, timeout)
     if unhealthy is not None:
         return unhealthy
-    payload = json.dumps({"prompt": PROMPT, "n_predict": n_predict, "ignore_eos": True,
-                          "temperature": 0.0, "cache_prompt": False}).encode()
+    request = {"prompt": PROMPT, "n_predict": n_predict, "ignore_eos": True,
+               "temperature": 0.0, "cache_prompt": False}
+    if router:
+        request["model"] = name
+    payload = json.dumps(request).encode()
     headers = {"Content-Type": "application/json"}
     if api_key:
         headers["Authorization"] = f"Bearer {api_key}"
     req = urllib.request.Request(base + "/completion", data=payload, headers=headers)
-    before = _spec_counters(base, headers)
+    model = name if router else None
+    before = _spec_counters(base, headers, model) if not router else None
     try:
         with urllib.request.urlopen(req, timeout=max(timeout, 120)) as resp:
             data = json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        detail = exc.read().decode("utf-8", "replace").strip()[:300]
+        return RouteCheck(route=name, url=base, healthy=True,
+                          error=f"completion failed ({exc.code}): {detail}")
     except (OSError, ValueError) as exc:
         return RouteCheck(route=name, url=base, healthy=True, error=f"completion failed: {exc}")
-    after = _spec_counters(base, headers) if before is not None else None
+    if router and data.get("model") not in (None, name):
+        return RouteCheck(route=name, url=base, healthy=True,
+                          error=f"the router answered as {data.get('model')!r}, not {name!r}")
+    after = _spec_counters(base, headers, model) if before is not None else None
     timings = dict(data.get("timings", {}))
     note = _kind_note(spec_type)
     extra: dict = {"spec_type": spec_type, "no_prediction": note}
@@ -353,7 +372,11 @@ def routes_of(root: Root) -> dict[str, dict]:
                                          "script": npu.get("script")}
     lemonade = records.get("lemonade")
     if isinstance(lemonade, dict) and lemonade.get("model") and _lemonade_installed(root):
-        routes[f"lemonade {lemonade['model']}"] = {"lemonade": lemonade}
+        lengths = lemonade.get("draft_n_max_by_model") or {}
+        for model in lemonade.get("models") or [lemonade["model"]]:  # several: each by name
+            routes[f"lemonade {model}"] = {"lemonade": {
+                **lemonade, "model": model,
+                "draft_n_max": lengths.get(model, lemonade.get("draft_n_max"))}}
     return routes
 
 
@@ -549,9 +572,13 @@ def run_verify(term: Terminal, root_dir: Path, *, only: str | None, timeout: flo
         else:
             check = check_route(name, r.get("host", "127.0.0.1"), r["port"],
                                 r.get("draft_n_max"), timeout=timeout, n_predict=n_predict,
-                                api_key=key, spec_type=r.get("spec_type"))
+                                api_key=key, spec_type=r.get("spec_type"),
+                                router=bool(r.get("router")))
             if check.healthy and not check.error:
-                if gate:
+                if r.get("router"):
+                    check.gate_note = ("a route of the router: the gate starts one route's own "
+                                       "launch script, which a router's routes do not have")
+                elif gate:
                     gate_route(root, name, r, check, api_key=key, stride=gate_stride,
                                cache=reference_cache, ready_timeout=max(timeout, 120))
                 else:

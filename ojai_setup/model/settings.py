@@ -36,6 +36,11 @@ class Settings(BaseModel):
     #: than the current one (:mod:`ojai_setup.domain.upgrade`)
     accept_slower: bool = False
     model: str | None = None
+    #: the routes served beside ``model`` (``--model A --model B``): one deployment behind one
+    #: port, llama-server's router mode and Lemonade each selecting a route by its name
+    extra_models: tuple[str, ...] = ()
+    #: with several routes: how many are loaded at once (``--models-max``); None: what fits
+    models_max: int | None = Field(default=None, ge=1)
     models_dir: str = DEFAULT_MODELS_DIR
     user_catalog: str | None = None
     host: str = "127.0.0.1"
@@ -94,6 +99,27 @@ class Settings(BaseModel):
             raise ValueError(f"--lemonade-tag {self.lemonade_tag} pins the GitHub release "
                              "--lemonade release installs; add --lemonade release")
         return self
+
+    @model_validator(mode="after")
+    def _several_models(self) -> "Settings":
+        if self.extra_models and not self.model:
+            raise ValueError("--model: the first route is missing")
+        names = [self.model, *self.extra_models] if self.model else []
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(f"--model {twice[0]} is given twice; name each route once")
+        if self.models_max is not None and not self.extra_models:
+            raise ValueError(f"--models-max {self.models_max} is for several routes served "
+                             "together; give --model more than once")
+        if self.models_max is not None and self.models_max > len(names):
+            raise ValueError(f"--models-max {self.models_max}: only {len(names)} routes are "
+                             "asked for")
+        return self
+
+    @property
+    def models(self) -> tuple[str, ...]:
+        """Every route asked for, in the order given."""
+        return (self.model, *self.extra_models) if self.model else ()
 
     @field_validator("cmake_defines")
     @classmethod
@@ -156,6 +182,8 @@ OPTIONS: tuple[tuple[str, str], ...] = (
     ("cmake_defines", "--cmake-define"),
     ("accept_slower", "--accept-slower"),
     ("model", "--model"),
+    ("extra_models", "--model"),
+    ("models_max", "--models-max"),
     ("models_dir", "--models-dir"),
     ("host", "--host"),
     ("api_key_file", "--api-key-file"),

@@ -55,6 +55,20 @@ class LlamaBinary(NamedTuple):
     warning: str = ""
 
 
+class RouteTarget(NamedTuple):
+    """One more route of a deployment of several (``--model A --model B``): what the
+    context's ``route``, ``route_error``, ``footprint``, ``hub_error`` and
+    ``draft_length_source`` are for the first."""
+
+    #: the route as asked (``--model``)
+    asked: str
+    route: Route | None
+    error: str | None = None
+    footprint: Footprint | None = None
+    hub_error: str | None = None
+    draft_length_source: str | None = None
+
+
 class SglangTarget(NamedTuple):
     """An SGLang route asked for (``--model`` names one of ``domain/sglang-routes.toml``) and the
     SGLang that will serve it."""
@@ -165,6 +179,8 @@ class Context(NamedTuple):
     #: ``--model`` names an SGLang route (Instinct GPUs): every llama.cpp, Lemonade and NPU step
     #: stands down, and the SGLang step writes its launch script and unit
     sglang: SglangTarget | None = None
+    #: the routes served beside ``route`` (``--model A --model B``), each with its own sizes
+    more_routes: tuple[RouteTarget, ...] = ()
     #: a limit the owner set higher than ojai's default budget, kept (``budget_gib`` is its
     #: whole GiB, and the TTM step keeps its exact pages); None: none, or ``--gpu-memory``
     kept_limit: KeptLimit | None = None
@@ -174,6 +190,20 @@ class Context(NamedTuple):
         if program not in self.programs:
             raise KeyError(f"{program!r} was not gathered; add it to KNOWN_PROGRAMS")
         return self.programs[program]
+
+    def each_route(self) -> list["Context"]:
+        """One context per route asked for (``--model A --model B``), each as if it were the
+        only one: the first is this one; the others carry their own route, sizes and Hub
+        answer. Steps that act per model (the downloads, Lemonade's entries) plan each."""
+        alone = {"extra_models": (), "models_max": None}
+        out = [self._replace(settings=self.settings.model_copy(update=alone), more_routes=())]
+        for t in self.more_routes:
+            out.append(self._replace(
+                settings=self.settings.model_copy(update={**alone, "model": t.asked}),
+                route=t.route, route_error=t.error, footprint=t.footprint,
+                hub_error=t.hub_error, draft_length_source=t.draft_length_source,
+                more_routes=()))
+        return out
 
     def file_action(self, path: str, text: str, mode: int, reason: str,
                     notify: tuple[str, ...] = ()) -> WriteFile | None:

@@ -42,6 +42,7 @@ from ojai_setup.planning.context import (
     KeptLimit,
     LemonadeView,
     LlamaBinary,
+    RouteTarget,
     SglangTarget,
 )
 
@@ -212,33 +213,41 @@ def resolve_model(root: Root, settings: Settings) -> Settings:
     to report."""
     if not settings.model:
         return settings
+    if settings.extra_models:  # each route by its own name, in the order given
+        names = [_resolve_name(root, settings, m) for m in settings.models]
+        return settings.model_copy(update={"model": names[0], "extra_models": tuple(names[1:])})
+    return settings.model_copy(update={"model": _resolve_name(root, settings, settings.model)})
+
+
+def _resolve_name(root: Root, settings: Settings, model: str) -> str:
+    """The route one ``--model`` value names (:func:`resolve_model`)."""
     from ojai_setup.core.commandline import closest, folded, ojai_command
     from ojai_setup.domain.catalog import CatalogError
     from ojai_setup.domain.own_model import OwnModelError, local_model_path, parse_model_ref
 
     try:
-        if parse_model_ref(settings.model) is not None or local_model_path(settings.model):
-            return settings  # a Hub file or repository, or a GGUF file: resolved while planning
+        if parse_model_ref(model) is not None or local_model_path(model):
+            return model  # a Hub file or repository, or a GGUF file: resolved while planning
     except OwnModelError:
-        return settings  # said by planning, in the model step
+        return model  # said by planning, in the model step
     from ojai_setup.domain.sglang import sglang_routes
 
     names = {n: n for n in sglang_routes()}
     try:
         names.update(user_catalog(root, settings, invoking_user(root)[1]).served_names())
     except CatalogError:
-        return settings
-    if settings.model in names:
-        found = [names[settings.model]]
+        return model
+    if model in names:
+        found = [names[model]]
     else:
-        found = sorted({model for name, model in names.items()
-                        if folded(name) == folded(settings.model)})
+        found = sorted({served for name, served in names.items()
+                        if folded(name) == folded(model)})
     if len(found) == 1:
-        return settings.model_copy(update={"model": found[0]})
+        return found[0]
     # the closest names, each said as the model's own name
-    near = found or list(dict.fromkeys(names[n] for n in closest(settings.model, list(names))))
+    near = found or list(dict.fromkeys(names[n] for n in closest(model, list(names))))
     maybe = f"; did you mean {' or '.join(near)}?" if near else ""
-    raise UsageError(f"--model {settings.model}: no such route{maybe} "
+    raise UsageError(f"--model {model}: no such route{maybe} "
                      f"(`{ojai_command(root.path, 'models')}` lists them)")
 
 
@@ -442,6 +451,13 @@ def gather(root: Root, settings: Settings, *, facts: Facts | None = None,  # noq
         if api_key_error is not None:
             raise UsageError(api_key_error)
 
+    more: list[RouteTarget] = []
+    for asked in settings.extra_models:
+        if sglang is not None or sglang_routes_has(asked):
+            raise UsageError(f"--model {asked}: an SGLang route is served alone, not beside "
+                             "other routes; give it as the only --model")
+        more.append(route_target(root, settings, asked, catalog, catalog_error, llama, remote))
+
     return Context(
         root=root, facts=facts, settings=settings, profile=profile,
         budget_gib=budget_gib(facts, settings, profile),
@@ -457,7 +473,42 @@ def gather(root: Root, settings: Settings, *, facts: Facts | None = None,  # noq
         hub_error=hub_error,
         footprint=(route_footprint(root, route, settings.models_dir) if route else None)
         or own_footprint,
-        sglang=sglang)
+        sglang=sglang, more_routes=tuple(more))
+
+
+def sglang_routes_has(name: str) -> bool:
+    from ojai_setup.domain.sglang import sglang_routes
+
+    return name in sglang_routes()
+
+
+def route_target(root: Root, settings: Settings, asked: str, catalog: Catalog | None,
+                 catalog_error: str | None, llama: LlamaBinary,
+                 remote: Remote | None) -> RouteTarget:
+    """One more route of a deployment of several, read as the first one is: the catalog's
+    route or the owner's own model, ``ojai tune``'s choice laid over it, whether the Hub
+    serves its files still to download, and its sizes from its files once downloaded."""
+    if catalog is None:
+        return RouteTarget(asked=asked, route=None, error=catalog_error or "no catalog")
+    try:
+        route, own_footprint = catalog_or_own_route(root, asked, catalog, llama)
+    except OjaiError as exc:
+        return RouteTarget(asked=asked, route=None, error=str(exc))
+    from ojai_setup.facts.tuning import load_tuning
+
+    try:
+        tuned = load_tuning(root).routes.get(route.name)
+    except OjaiError as exc:
+        return RouteTarget(asked=asked, route=None, error=str(exc))
+    source = "catalog default"
+    if tuned is not None:
+        route, source = tuned_route(route, tuned)
+    hub_error = None
+    if not settings.lemonade_downloads:
+        hub_error = hub_error_for(root, route, settings.models_dir, remote or Remote.github())
+    return RouteTarget(asked=asked, route=route, footprint=route_footprint(
+        root, route, settings.models_dir) or own_footprint, hub_error=hub_error,
+        draft_length_source=source)
 
 
 def catalog_or_own_route(root: Root, model: str, catalog: Catalog,

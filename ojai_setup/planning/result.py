@@ -156,3 +156,20 @@ class Step(Protocol):
     def plan(self, ctx: "Context") -> StepResult:
         """Decide what (if anything) to change; never write or run anything."""
         ...
+
+
+def merged(step: str, results: list[StepResult]) -> StepResult:
+    """One step's results for several routes (``--model A --model B``) as one: blocked when
+    any is (saying which), a change with every route's actions when any changes."""
+    blocked = [r for r in results if r.status == "blocked"]
+    if blocked:
+        return StepResult.blocked(step, "; ".join(r.sentence for r in blocked),
+                                  ways=tuple(w for r in blocked for w in r.ways))
+    sentence = "; ".join(r.sentence for r in results)
+    actions = [a for r in results for a in r.actions]
+    reads = tuple(dict.fromkeys(p for r in results for p in r.reads))
+    warnings = tuple(w for r in results for w in r.warnings)
+    if not actions:
+        return StepResult.satisfied(step, sentence, reads=reads, warnings=warnings)
+    return StepResult.change(step, sentence, actions, reads=reads, warnings=warnings,
+                             space=tuple(n for r in results for n in r.space))

@@ -187,6 +187,8 @@ class LemonadeStep:
         model = ctx.route
         if model is None:
             return StepResult.blocked(self.name, ctx.route_error or "no such route")
+        if settings.extra_models:
+            return self._several(ctx, layout)
         reads = tuple(f"{layout.config_dir}/{f}" for f in
                       ("config.json", "user_models.json", "recipe_options.json"))
         notes: list[str] = []
@@ -288,3 +290,93 @@ class LemonadeStep:
             reads=reads, records={STATE_KEY: {"config": {**done, **values}, "model": model.name,
                                               "config_dir": layout.config_dir,
                                               "draft_n_max": model.draft_n_max}})
+
+    def _several(self, ctx: Context, layout) -> StepResult:
+        """Every route of ``--model A --model B`` registered with Lemonade (each planned as
+        the only one, their entries then written into each file at once) and
+        ``max_loaded_models`` set to how many fit the GPU budget at once."""
+        import json
+
+        from ojai_setup.domain.lemonade import STATE_KEY
+        from ojai_setup.domain.router import fit_router, members
+        from ojai_setup.formats.lemonade import ConfigError, merge_config
+        from ojai_setup.model.actions import WriteFile
+        from ojai_setup.planning.result import merged
+
+        results = [self.plan(sub) for sub in ctx.each_route()]
+        if any(r.status == "blocked" for r in results):
+            return merged(self.name, results)
+        budget = ctx.budget_gib * GIB
+        fitted = fit_router(members([(sub.route, sub.footprint) for sub in ctx.each_route()
+                                     if sub.route], budget), budget, ctx.settings.models_max)
+        if fitted.error:
+            return StepResult.blocked(self.name, "the routes do not fit the GPU budget as "
+                                      f"asked: {fitted.sentence()}")
+        reads = tuple(dict.fromkeys(p for r in results for p in r.reads))
+        writes: dict[str, WriteFile] = {}
+        texts: dict[str, dict] = {}
+        others: list = []
+        for r in results:
+            for a in r.actions:
+                if not isinstance(a, WriteFile) or not a.path.startswith(layout.config_dir + "/"):
+                    if a not in others:
+                        others.append(a)
+                    continue
+                before = json.loads(a.before) if a.before else {}
+                after = json.loads(a.after)
+                into = texts.setdefault(a.path, json.loads(json.dumps(before)))
+                for k, v in after.items():  # this route's entries (and settings)
+                    if before.get(k) != v:
+                        into[k] = v
+                if a.path not in writes:
+                    writes[a.path] = a
+        config = f"{layout.config_dir}/config.json"
+        before_config = ctx.root.read_text(config) if ctx.root.exists(config) else None
+        base = (json.dumps(texts[config], indent=2, ensure_ascii=False) + "\n"
+                if config in texts else before_config)
+        try:
+            after_config = merge_config(base, {"max_loaded_models": fitted.models_max},
+                                        path=config)
+        except ConfigError as exc:
+            return StepResult.blocked(self.name, f"{exc} (nothing was overwritten)", reads=reads)
+        actions: list = []
+        for path, a in writes.items():
+            if path == config:
+                continue
+            text = json.dumps(texts[path], indent=2, ensure_ascii=False) + "\n"
+            actions.append(a.model_copy(update={"after": text, "reason": a.reason if len(
+                results) == 1 else f"{path.rsplit('/', 1)[-1]}: every route's entry"}))
+        if after_config != before_config:
+            template = writes.get(config)
+            actions.append(WriteFile(
+                path=config, before=before_config, after=after_config, mode=0o644,
+                needs_root=layout.mode == "system-service",
+                notify=template.notify if template else (
+                    ("lemond-restart",) if layout.mode == "system-service" else ()),
+                reason=f"max_loaded_models {fitted.models_max}"
+                + (f"; {template.reason}" if template else "")))
+        actions += others
+        handlers = {k: v for r in results for k, v in r.handlers.items()}
+        if actions and layout.mode == "system-service" and "lemond-restart" not in handlers:
+            handlers["lemond-restart"] = RunCommand(argv=("systemctl", "restart", "lemond"),
+                                                    needs_root=True,
+                                                    reason="lemond rereads its models")
+        registered = ", ".join(f"user.{sub.route.name}" for sub in ctx.each_route() if sub.route)
+        at_once = ("all of them fit the GPU budget at once" if not fitted.on_demand else
+                   f"as many as fit the {ctx.budget_gib} GiB GPU budget at once; Lemonade "
+                   "unloads the least recently used to load another")
+        sentence = (f"{registered} with Lemonade in {layout.config_dir}, max_loaded_models "
+                    f"{fitted.models_max} ({at_once})")
+        if not actions:
+            return StepResult.satisfied(self.name, f"Lemonade already serves {sentence}",
+                                        reads=reads)
+        first = next((r.records[STATE_KEY] for r in results if STATE_KEY in r.records),
+                     {"config_dir": layout.config_dir})
+        records = {STATE_KEY: {**first,
+                               "models": [sub.route.name for sub in ctx.each_route() if sub.route],
+                               "draft_n_max_by_model": {
+                                   sub.route.name: sub.route.draft_n_max
+                                   for sub in ctx.each_route() if sub.route},
+                               "max_loaded_models": fitted.models_max}}
+        return StepResult.change(self.name, f"register {sentence}", actions, handlers=handlers,
+                                 reads=reads, records=records)

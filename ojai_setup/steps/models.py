@@ -7,7 +7,7 @@ from ojai_setup.core.paths import GIB
 from ojai_setup.core.units import size_text as _size
 from ojai_setup.domain.routes import route_names
 from ojai_setup.planning.context import Context
-from ojai_setup.planning.result import SpaceNeed, StepResult
+from ojai_setup.planning.result import SpaceNeed, StepResult, merged
 
 
 class ModelStep:
@@ -18,6 +18,8 @@ class ModelStep:
         if not settings.model:
             return StepResult.satisfied(self.name, "no model route asked for (add --model NAME; "
                                         "`ojai models` lists them)")
+        if settings.extra_models:
+            return merged(self.name, [self.plan(sub) for sub in ctx.each_route()])
         from ojai_setup.domain.catalog import fit, model_path
         from ojai_setup.domain.models import plan_model_downloads, verify_local_pair
         from ojai_setup.facts.disk import partial_bytes

@@ -108,6 +108,32 @@ def drafted_route(model: CatalogRoute, name: str, main: str, draft: str | None, 
                  draft_cache_type_v=model.draft_cache_type if separate else None)
 
 
+def _api_key(ctx: Context, actions: list, handlers: dict) -> str | None | StepResult:
+    """With ``--api-key-file``: the environment file the units read (its write added to
+    ``actions`` when it differs), or the blocked result; None without a key."""
+    settings = ctx.settings
+    if settings.api_key_file is None:
+        return None
+    if not settings.systemd:
+        return StepResult.blocked(RoutesStep.name, "--api-key-file needs --systemd: the key "
+                                  "reaches llama-server through the unit's root-only "
+                                  "environment file, never through a script")
+    from ojai_setup.planning.plan import path_digest
+
+    digest = ctx.api_key_sha256
+    if digest is None:
+        return StepResult.blocked(RoutesStep.name, ctx.api_key_error or "no API key")
+    real = ctx.root.resolve(API_KEY_ENV)
+    if path_digest(ctx.root, API_KEY_ENV) != digest or (real.stat().st_mode & 0o777) != 0o600:
+        actions.append(WriteSecret(path=API_KEY_ENV, variable=API_KEY_VARIABLE,
+                                   source=settings.api_key_file, sha256=digest,
+                                   needs_root=True, notify=("systemd",),
+                                   reason="the API key the routes ask for"))
+        handlers["systemd"] = RunCommand(argv=("systemctl", "daemon-reload"),
+                                         needs_root=True, reason="load the new units")
+    return API_KEY_ENV
+
+
 class RoutesStep:
     name = "routes"
     #: the launch scripts start this llama-server on these model files, as this user
@@ -131,6 +157,8 @@ class RoutesStep:
         model = ctx.route
         if model is None:
             return StepResult.blocked(self.name, ctx.route_error or "no such route")
+        if settings.extra_models:
+            return plan_router(ctx)
         if model.embedding:
             length = "embeddings only: nothing drafts"
         elif model.model_drafted:
@@ -197,26 +225,10 @@ class RoutesStep:
                 f"the llama-server routes {mtp_name} and {plain_name}", settings.host,
                 str(settings.port) if model.embedding else f"{settings.port} and {settings.port + 1}",
                 api_key=settings.api_key_file is not None),)
-        env_file = None
-        if settings.api_key_file is not None:
-            if not settings.systemd:
-                return StepResult.blocked(self.name, "--api-key-file needs --systemd: the key "
-                                          "reaches llama-server through the unit's root-only "
-                                          "environment file, never through a script")
-            from ojai_setup.planning.plan import path_digest
-
-            digest = ctx.api_key_sha256
-            if digest is None:
-                return StepResult.blocked(self.name, ctx.api_key_error or "no API key")
-            env_file = API_KEY_ENV
-            real = ctx.root.resolve(API_KEY_ENV)
-            if path_digest(ctx.root, API_KEY_ENV) != digest or (real.stat().st_mode & 0o777) != 0o600:
-                actions.append(WriteSecret(path=API_KEY_ENV, variable=API_KEY_VARIABLE,
-                                           source=settings.api_key_file, sha256=digest,
-                                           needs_root=True, notify=("systemd",),
-                                           reason="the API key the routes ask for"))
-                handlers["systemd"] = RunCommand(argv=("systemctl", "daemon-reload"),
-                                                 needs_root=True, reason="load the new units")
+        key = _api_key(ctx, actions, handlers)
+        if isinstance(key, StepResult):
+            return key
+        env_file = key
         for r in routes:
             try:
                 args = render_args(r, dialect)
@@ -280,3 +292,149 @@ class RoutesStep:
             f"{launch.sentence()}",
             actions,
             handlers=handlers, records={"routes": records}, reads=(TUNED_FILE,), warnings=warnings)
+
+
+def plan_router(ctx: Context) -> StepResult:
+    from ojai_setup.domain.deployment import PLAIN_SLOTS, fit_gpu_routes
+    from ojai_setup.domain.launch import (
+        LaunchError,
+        has_bundled_libs,
+        render_llama_script,
+        render_llama_unit,
+    )
+    from ojai_setup.domain.launch_defaults import decide
+    from ojai_setup.domain.render import Route, UnsupportedRoute, render_args
+    from ojai_setup.domain.router import (
+        IDLE_SECONDS,
+        served_name,
+        PRESET_PATH,
+        ROUTER,
+        Member,
+        fit_router,
+        render_preset,
+        router_args,
+    )
+
+    settings, facts = ctx.settings, ctx.facts
+    binary, installed = ctx.llama.path, ctx.llama.installed
+    dialect, note = ctx.llama.dialect, ctx.llama.note
+    if dialect is None:
+        return StepResult.blocked(RoutesStep.name, ctx.llama.error or f"cannot read what {binary} supports")
+    if not dialect.has("--models-preset"):
+        return StepResult.blocked(
+            RoutesStep.name, f"llama-server {dialect.version_label()} has no router mode (its help lists no "
+            "--models-preset), so it cannot serve several routes behind one port; install a "
+            "build that has it (upstream llama.cpp b11434 or newer: --llamacpp nightly or "
+            "source), or set up one --model at a time")
+    gpu = facts.gpu is not None and bool(facts.gpu.agents)
+    budget = ctx.budget_gib * GIB
+    sections: list[tuple[str, list[str], dict]] = []
+    members: list[Member] = []
+    for sub in ctx.each_route():
+        model = sub.route
+        if model is None:
+            return StepResult.blocked(RoutesStep.name, f"{sub.settings.model}: "
+                                      f"{sub.route_error or 'no such route'}")
+        name = served_name(model)
+        main = model.main_path(settings.models_dir)
+        draft = model.draft_path(settings.models_dir)
+        memory = fit_gpu_routes(model, budget, footprint=sub.footprint)
+        launch = decide(dialect, gpu=gpu, catalog_flash_attn=model.flash_attn,
+                        catalog_load_mode=model.load_mode, flash_attn=settings.flash_attn,
+                        load_mode=settings.load_mode)
+        if model.embedding:
+            if memory.plain is None:
+                return StepResult.blocked(RoutesStep.name, f"{name}: {memory.sentence()}")
+            route = Route(name=name, model=main, ctx_size=memory.plain.ctx_size,
+                          parallel=PLAIN_SLOTS, n_gpu_layers="all" if gpu else None,
+                          flash_attn=launch.flash_attn, load_mode=launch.load_mode,
+                          host=settings.host, port=settings.port, embeddings=True)
+            need = memory.plain.need_bytes
+        else:
+            try:
+                route = drafted_route(model, name, main, draft, gpu=gpu, host=settings.host,
+                                      port=settings.port, flash_attn=launch.flash_attn,
+                                      load_mode=launch.load_mode)
+            except ValueError as exc:
+                return StepResult.blocked(RoutesStep.name, f"route {name}: {exc}")
+            assert memory.mtp is not None
+            need = memory.mtp.need_bytes
+        try:
+            args = render_args(route, dialect)
+        except UnsupportedRoute as exc:
+            return StepResult.blocked(RoutesStep.name, f"route {name}: {exc}")
+        members.append(Member(name=name, need_bytes=need))
+        drafted = route.spec_type != "none"
+        sections.append((name, args, {
+            "model": model.name, "main": main, "draft": draft, "mtp": model.mtp,
+            "pairing": model.pair_kind, "spec_type": route.spec_type,
+            "draft_n_max": route.draft_n_max, "slots": route.parallel,
+            "drafting": model.drafting if drafted else "none",
+            **({"embedding": True} if model.embedding else {}),
+            "ngram": dict(route.ngram), "ctx_size": route.ctx_size,
+            "models_dir": model.local_dir or settings.models_dir}))
+    fitted = fit_router(members, budget, settings.models_max)
+    if fitted.error:
+        return StepResult.blocked(RoutesStep.name, f"the routes do not fit the GPU budget as asked: "
+                                  f"{fitted.sentence()}")
+    try:
+        preset = render_preset([(n, a, n in fitted.resident) for n, a, _ in sections], dialect,
+                               idle_seconds=IDLE_SECONDS if fitted.on_demand else None)
+    except ValueError as exc:
+        return StepResult.blocked(RoutesStep.name, str(exc))
+    vulkan = _vulkan_build(ctx, binary)
+    env = {} if vulkan else _environment(ctx, binary)
+    bundled = not vulkan and (has_bundled_libs(ctx.root, binary) or
+                              (not installed and settings.llamacpp == "nightly"))
+    actions: list = []
+    handlers: dict[str, RunCommand] = {}
+    key = _api_key(ctx, actions, handlers)
+    if isinstance(key, StepResult):
+        return key
+    try:
+        script = render_llama_script(binary, router_args(dialect, models_max=fitted.models_max,
+                                                         host=settings.host, port=settings.port),
+                                     env, ROUTER, bundled_libs=bundled)
+    except LaunchError as exc:
+        return StepResult.blocked(RoutesStep.name, f"the router: {exc}")
+    path = script_path(ROUTER)
+    names = ", ".join(n for n, _, _ in sections)
+    for a in (ctx.file_action(PRESET_PATH, preset, 0o644, f"models preset of the router "
+                              f"({names}){note}"),
+              ctx.file_action(path, script, 0o755, f"launch script of the router (port "
+                              f"{settings.port}){note}")):
+        if a:
+            actions.append(a)
+    if settings.systemd:
+        dirs = {extra["models_dir"] for _, _, extra in sections}
+        try:
+            unit = render_llama_unit(path, ROUTER, ctx.service_user,
+                                     models_dir=sorted(dirs)[0] if len(dirs) == 1
+                                     else settings.models_dir,
+                                     host=settings.host, env_file=key, groups=ctx.groups)
+        except LaunchError as exc:
+            return StepResult.blocked(RoutesStep.name, f"the router: {exc}")
+        a = ctx.file_action(f"{UNITS_DIR}/ojai-{ROUTER}.service", unit, 0o644,
+                            "systemd unit for the router", notify=("systemd",))
+        if a:
+            actions.append(a)
+            handlers["systemd"] = RunCommand(argv=("systemctl", "daemon-reload"),
+                                             needs_root=True, reason="load the new units")
+    records = {n: {"script": path, "host": settings.host, "port": settings.port,
+                   "router": True, "preset": PRESET_PATH, "api_key_env": key, "conflicts": [],
+                   **{k: v for k, v in extra.items() if k != "models_dir"}}
+               for n, _, extra in sections}
+    warnings: tuple[str, ...] = ()
+    if ctx.llama.warning:
+        warnings += (ctx.llama.warning,)
+    if not is_loopback(settings.host):
+        warnings += (network_warning(f"the routes {names}", settings.host, str(settings.port),
+                                     api_key=settings.api_key_file is not None),)
+    what = (f"{len(sections)} routes behind port {settings.port}, one llama-server in router "
+            f"mode selecting by the request's model field ({names}); {fitted.sentence()}")
+    if not actions:
+        return StepResult.satisfied(RoutesStep.name, f"the router's launch script and models preset are in "
+                                    f"place in {ROUTES_DIR}: {what}", warnings=warnings)
+    return StepResult.change(RoutesStep.name, f"write the router's launch script and models preset for "
+                             f"{what}{note}", actions, handlers=handlers,
+                             records={"routes": records}, warnings=warnings)
