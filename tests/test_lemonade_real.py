@@ -232,3 +232,32 @@ def test_doctor_reports_version_port_and_health_of_the_real_lemond(box, catalog,
     detail["health"] = health(server.port)
     out = KINDS["lemonade_server"](Facts.model_validate(report["facts"]), None, {})
     assert out.ok is False and "health: no answer" in out.evidence
+
+
+def test_lemond_serves_a_set_of_routes_from_ojais_files(box, catalog, version, tmp_path,
+                                                         fake_hub):
+    """``--model A --model B``: both routes registered (the catalog's MTP pair and an owner's
+    own GGUF from the Hub, drafting with n-grams) and ``max_loaded_models`` set to what fits;
+    the real lemond lists both, answers each by name and keeps both loaded."""
+    from support.tiny_models import tiny_vocab, write_llama_model
+
+    own = write_llama_model(tmp_path / "published" / "tiny-llama.gguf", 64, 2, 7, tiny_vocab())
+    fake_hub.add_path("ojai-test/tiny-llama-GGUF", own.name, own)
+    apply(box, catalog, "--model", f"hf:ojai-test/tiny-llama-GGUF:{own.name}")
+    config = json.loads((box / "var/lib/lemonade/config.json").read_text())
+    assert config["max_loaded_models"] == 2
+    with lemond(box, tmp_path / "lemond") as server:
+        status, listed = server.request("GET", "/api/v1/models")
+        assert status == 200, listed
+        ids = [m["id"] for m in listed["data"]]
+        prefix = "" if parse_lemonade_version(version).calendar else "user."
+        names = [prefix + ROUTE, prefix + "tiny-llama"]
+        assert set(names) <= set(ids), ids
+        for name in names:
+            status, answer = complete(server, name)
+            assert status == 200, f"{answer}\n{server.log()[-3000:]}"
+            assert answer["choices"][0]["text"]
+        status, health_now = server.request("GET", "/api/v1/health")
+        assert health_now["max_models"]["llm"] == 2, health_now
+        loaded = {m["model_name"] for m in health_now["all_models_loaded"]}
+        assert loaded == set(names), health_now
