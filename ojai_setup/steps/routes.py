@@ -294,19 +294,71 @@ class RoutesStep:
             handlers=handlers, records={"routes": records}, reads=(TUNED_FILE,), warnings=warnings)
 
 
-def plan_router(ctx: Context) -> StepResult:
+def _router_section(sub: Context, dialect, *, gpu: bool, budget: int):
+    """One route of the router (``sub``, its own context): its name, its arguments rendered
+    for ``dialect``, the GPU memory it needs loaded and its record; or the blocked result."""
     from ojai_setup.domain.deployment import PLAIN_SLOTS, fit_gpu_routes
+    from ojai_setup.domain.launch_defaults import decide
+    from ojai_setup.domain.render import Route, UnsupportedRoute, render_args
+    from ojai_setup.domain.router import served_name
+
+    settings = sub.settings
+    model = sub.route
+    if model is None:
+        return StepResult.blocked(RoutesStep.name, f"{sub.settings.model}: "
+                                  f"{sub.route_error or 'no such route'}")
+    name = served_name(model)
+    main = model.main_path(settings.models_dir)
+    draft = model.draft_path(settings.models_dir)
+    memory = fit_gpu_routes(model, budget, footprint=sub.footprint)
+    launch = decide(dialect, gpu=gpu, catalog_flash_attn=model.flash_attn,
+                    catalog_load_mode=model.load_mode, flash_attn=settings.flash_attn,
+                    load_mode=settings.load_mode)
+    if model.embedding:
+        if memory.plain is None:
+            return StepResult.blocked(RoutesStep.name, f"{name}: {memory.sentence()}")
+        route = Route(name=name, model=main, ctx_size=memory.plain.ctx_size,
+                      parallel=PLAIN_SLOTS, n_gpu_layers="all" if gpu else None,
+                      flash_attn=launch.flash_attn, load_mode=launch.load_mode,
+                      host=settings.host, port=settings.port, embeddings=True)
+        need = memory.plain.need_bytes
+    else:
+        try:
+            route = drafted_route(model, name, main, draft, gpu=gpu, host=settings.host,
+                                  port=settings.port, flash_attn=launch.flash_attn,
+                                  load_mode=launch.load_mode)
+        except ValueError as exc:
+            return StepResult.blocked(RoutesStep.name, f"route {name}: {exc}")
+        assert memory.mtp is not None
+        need = memory.mtp.need_bytes
+    try:
+        args = render_args(route, dialect)
+    except UnsupportedRoute as exc:
+        return StepResult.blocked(RoutesStep.name, f"route {name}: {exc}")
+    drafted = route.spec_type != "none"
+    return name, args, need, {
+        "model": model.name, "main": main, "draft": draft, "mtp": model.mtp,
+        "pairing": model.pair_kind, "spec_type": route.spec_type,
+        "draft_n_max": route.draft_n_max, "slots": route.parallel,
+        "drafting": model.drafting if drafted else "none",
+        **({"embedding": True} if model.embedding else {}),
+        "ngram": dict(route.ngram), "ctx_size": route.ctx_size,
+        "models_dir": model.local_dir or settings.models_dir}
+
+
+def plan_router(ctx: Context) -> StepResult:
+    """The routes step for several models (``--model A --model B``): one llama-server in
+    router mode behind one port, started from ``router.sh`` on the models preset ojai writes
+    (:mod:`ojai_setup.domain.router`), each model under one route name that the request's
+    ``model`` field selects."""
     from ojai_setup.domain.launch import (
         LaunchError,
         has_bundled_libs,
         render_llama_script,
         render_llama_unit,
     )
-    from ojai_setup.domain.launch_defaults import decide
-    from ojai_setup.domain.render import Route, UnsupportedRoute, render_args
     from ojai_setup.domain.router import (
         IDLE_SECONDS,
-        served_name,
         PRESET_PATH,
         ROUTER,
         Member,
@@ -331,48 +383,12 @@ def plan_router(ctx: Context) -> StepResult:
     sections: list[tuple[str, list[str], dict]] = []
     members: list[Member] = []
     for sub in ctx.each_route():
-        model = sub.route
-        if model is None:
-            return StepResult.blocked(RoutesStep.name, f"{sub.settings.model}: "
-                                      f"{sub.route_error or 'no such route'}")
-        name = served_name(model)
-        main = model.main_path(settings.models_dir)
-        draft = model.draft_path(settings.models_dir)
-        memory = fit_gpu_routes(model, budget, footprint=sub.footprint)
-        launch = decide(dialect, gpu=gpu, catalog_flash_attn=model.flash_attn,
-                        catalog_load_mode=model.load_mode, flash_attn=settings.flash_attn,
-                        load_mode=settings.load_mode)
-        if model.embedding:
-            if memory.plain is None:
-                return StepResult.blocked(RoutesStep.name, f"{name}: {memory.sentence()}")
-            route = Route(name=name, model=main, ctx_size=memory.plain.ctx_size,
-                          parallel=PLAIN_SLOTS, n_gpu_layers="all" if gpu else None,
-                          flash_attn=launch.flash_attn, load_mode=launch.load_mode,
-                          host=settings.host, port=settings.port, embeddings=True)
-            need = memory.plain.need_bytes
-        else:
-            try:
-                route = drafted_route(model, name, main, draft, gpu=gpu, host=settings.host,
-                                      port=settings.port, flash_attn=launch.flash_attn,
-                                      load_mode=launch.load_mode)
-            except ValueError as exc:
-                return StepResult.blocked(RoutesStep.name, f"route {name}: {exc}")
-            assert memory.mtp is not None
-            need = memory.mtp.need_bytes
-        try:
-            args = render_args(route, dialect)
-        except UnsupportedRoute as exc:
-            return StepResult.blocked(RoutesStep.name, f"route {name}: {exc}")
+        section = _router_section(sub, dialect, gpu=gpu, budget=budget)
+        if isinstance(section, StepResult):
+            return section
+        name, args, need, extra = section
         members.append(Member(name=name, need_bytes=need))
-        drafted = route.spec_type != "none"
-        sections.append((name, args, {
-            "model": model.name, "main": main, "draft": draft, "mtp": model.mtp,
-            "pairing": model.pair_kind, "spec_type": route.spec_type,
-            "draft_n_max": route.draft_n_max, "slots": route.parallel,
-            "drafting": model.drafting if drafted else "none",
-            **({"embedding": True} if model.embedding else {}),
-            "ngram": dict(route.ngram), "ctx_size": route.ctx_size,
-            "models_dir": model.local_dir or settings.models_dir}))
+        sections.append((name, args, extra))
     fitted = fit_router(members, budget, settings.models_max)
     if fitted.error:
         return StepResult.blocked(RoutesStep.name, f"the routes do not fit the GPU budget as asked: "
