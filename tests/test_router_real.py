@@ -147,3 +147,36 @@ def test_routes_that_fit_together_all_load_at_start(box, tmp_path):
     with serve(router_command(root), port, tmp_path / "router.log"):
         for name in routes:
             assert wait_status(port, name, "loaded")[name] == "loaded"
+
+
+def runnable_here(root: Path) -> None:
+    """The router's launch script with the machine's /opt/ojai paths moved under the machine
+    folder, so that ``ojai bench`` can start the router and its plain arm on this host."""
+    script = root / "opt/ojai/routes/router.sh"
+    script.write_text(script.read_text().replace("/opt/ojai/", f"{root}/opt/ojai/"))
+
+
+def test_bench_compares_a_router_route_with_the_same_model_undrafted(box, tmp_path):
+    from support.gemma_machine import PROMPTS
+
+    root, gemma, tiny = box
+    routes = apply(root, gemma, tiny)
+    name = next(n for n in routes if n.startswith("gemma"))
+    port = routes[name]["port"]
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("".join(json.dumps({"id": i, "prompt": p}) + "\n" for i, p in PROMPTS))
+    runnable_here(root)
+    with serve(router_command(root), port, tmp_path / "router.log"):
+        result = ojai("bench", "--root", root, "--route", name, "--prompts", prompts,
+                      "--seeds", "1", "--tokens", "32", "--long-tokens", "0",
+                      "--concurrency", "", "--json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    drafted, plain = data["servers"]
+    # the route through the router, by its name; the plain arm started by bench beside it
+    assert drafted["route"] == name and drafted["url"] == f"http://127.0.0.1:{port}"
+    assert drafted["spec_type"] == "ngram-mod" and plain["spec_type"] in ("none", None)
+    assert plain["started_by_bench"] and plain["url"] != drafted["url"]
+    assert [m["path"] for m in drafted["models"]] == [str(gemma)]
+    assert data["pairs"] and all(p["identical"] is True for p in data["pairs"])
+    assert any(p["mtp"]["draft_n"] for p in data["pairs"])  # it drafted, through the router

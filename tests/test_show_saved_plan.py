@@ -135,7 +135,8 @@ def test_settings_give_back_their_options_for_every_field(tmp_path, machine):
                      llamacpp_tag="b1311", llamacpp_src=str(tmp_path / "src dir"),
                      llamacpp_ref="b11434", llamacpp_backend="cpu", gpu_target="gfx1150,gfx1151",
                      cmake_defines=("GGML_NATIVE=OFF", "GGML_CUDA_FA=OFF"), accept_slower=True,
-                     model="gemma-4-12b", models_dir=str(tmp_path / "models"),
+                     model="gemma-4-12b", extra_models=("gpt-oss-20b",), models_max=1,
+                     models_dir=str(tmp_path / "models"),
                      user_catalog=str(catalog), host="0.0.0.0", port=9000, systemd=True,
                      npu=False, lemonade_downloads=True, lemonade="release", lemonade_tag="v11.7.0", power="performance",
                      api_key_file=str(key), flash_attn="off", load_mode="mlock")

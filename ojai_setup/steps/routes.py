@@ -336,7 +336,18 @@ def _router_section(sub: Context, dialect, *, gpu: bool, budget: int):
     except UnsupportedRoute as exc:
         return StepResult.blocked(RoutesStep.name, f"route {name}: {exc}")
     drafted = route.spec_type != "none"
+    plain_args = None
+    if not model.embedding:  # what ojai bench compares the route with: no drafting, one slot
+        plain = Route(name=route_names(model.name, model.drafted_suffix)[1], model=main,
+                      ctx_size=route.ctx_size, parallel=1, n_gpu_layers=route.n_gpu_layers,
+                      flash_attn=launch.flash_attn, load_mode=launch.load_mode,
+                      host=settings.host, port=settings.port)
+        try:
+            plain_args = render_args(plain, dialect)
+        except UnsupportedRoute as exc:
+            return StepResult.blocked(RoutesStep.name, f"route {plain.name}: {exc}")
     return name, args, need, {
+        "args": args, "plain_args": plain_args,
         "model": model.name, "main": main, "draft": draft, "mtp": model.mtp,
         "pairing": model.pair_kind, "spec_type": route.spec_type,
         "draft_n_max": route.draft_n_max, "slots": route.parallel,

@@ -81,8 +81,16 @@ options:
     type: str
     choices: [hip, cpu, vulkan]
   model:
-    description: The catalog route to download and serve (C(ojai models) lists them).
-    type: str
+    description:
+      - The catalog route to download and serve (C(ojai models) lists them), or a Hugging Face
+        file (C(hf:ORG/REPO:FILE.gguf)) or a GGUF file on the machine.
+      - Several are served together behind O(port), one llama-server in router mode (and
+        Lemonade) selecting each by its name.
+    type: list
+    elements: str
+  models_max:
+    description: With several O(model), how many are loaded at once (default, as many as fit).
+    type: int
   models_dir:
     description: Where models are stored (default C(/var/lib/ojai/models)).
     type: str
@@ -295,6 +303,7 @@ SETTINGS = {
     "llamacpp_ref": ("--llamacpp-ref", "llamacpp_ref"),
     "backend": ("--backend", "llamacpp_backend"),
     "model": ("--model", "model"),
+    "models_max": ("--models-max", "models_max"),
     "models_dir": ("--models-dir", "models_dir"),
     "catalog": ("--catalog", "user_catalog"),
     "host": ("--host", "host"),
@@ -323,7 +332,8 @@ ARGS = dict(
     llamacpp_src=dict(type="str"),
     llamacpp_ref=dict(type="str"),
     backend=dict(type="str", choices=["hip", "cpu", "vulkan"]),
-    model=dict(type="str"),
+    model=dict(type="list", elements="str"),
+    models_max=dict(type="int"),
     models_dir=dict(type="str"),
     catalog=dict(type="str"),
     host=dict(type="str", default="127.0.0.1"),
@@ -471,7 +481,11 @@ def load_saved_plan(module, path):
     differ = []
     for name, (_flag, key) in SETTINGS.items():
         value = module.params.get(name)
-        if isinstance(value, list):  # the plan has the definitions sorted by name
+        if name == "model" and value is not None:  # the first, and the others in order
+            value = value[0] if len(value) == 1 else value
+            if isinstance(value, list) and key in settings:
+                settings = {**settings, key: [settings[key], *settings.get("extra_models", [])]}
+        elif isinstance(value, list):  # the plan has the definitions sorted by name
             value = sorted(value, key=lambda d: d.partition("=")[0])
         if value is not None and key in settings and settings[key] != value:
             differ.append(f"{name}={value!r} (the plan has {settings[key]!r})")

@@ -143,7 +143,8 @@ def parse_spec_metrics(text: str) -> SpecCounters | None:
 class Endpoint:
     """One llama-server, by its base URL (``http://127.0.0.1:8080``)."""
 
-    def __init__(self, url: str, *, timeout: float = 600.0, api_key: str | None = None) -> None:
+    def __init__(self, url: str, *, timeout: float = 600.0, api_key: str | None = None,
+                 model: str | None = None) -> None:
         parsed = urllib.parse.urlsplit(url if "://" in url else f"http://{url}")
         if parsed.scheme != "http" or not parsed.hostname:
             raise ClientError(f"{url}: expected an http://HOST:PORT address")
@@ -155,6 +156,15 @@ class Endpoint:
         self._kind: str | None = None
         #: sent as ``Authorization: Bearer`` (llama-server's --api-key, SGLang's --api-key)
         self.api_key = api_key
+        #: a route of a llama-server in router mode: named in every request (the ``model``
+        #: field of a POST body, ``?model=`` on a GET), which selects (and loads) it
+        self.model = model
+
+    def _routed(self, path: str) -> str:
+        """``path`` with the route's ``?model=`` for a router (unchanged otherwise)."""
+        if not self.model:
+            return path
+        return f"{path}?model={urllib.parse.quote(self.model, safe='')}"
 
     def _headers(self, **extra: str) -> dict[str, str]:
         headers = {"Content-Type": "application/json", **extra}
@@ -163,7 +173,7 @@ class Endpoint:
         return headers
 
     def __repr__(self) -> str:
-        return f"Endpoint({self.url})"
+        return f"Endpoint({self.url}{' ' + self.model if self.model else ''})"
 
     @property
     def kind(self) -> str:
@@ -186,6 +196,8 @@ class Endpoint:
               timeout: float | None = None) -> tuple[int, Any]:
         conn = self._conn(timeout)
         try:
+            if payload is not None and self.model and method == "POST":
+                payload = {"model": self.model, **payload}
             body = json.dumps(payload).encode() if payload is not None else None
             conn.request(method, path, body=body, headers=self._headers())
             resp = conn.getresponse()
@@ -227,7 +239,7 @@ class Endpoint:
             info = getattr(self, "_model_info", {}) or {}
             return {"model_path": info.get("model_path"), "build_info": "SGLang"}
         try:
-            status, body = self._json("GET", "/props", timeout=10)
+            status, body = self._json("GET", self._routed("/props"), timeout=10)
         except ClientError:
             return {}
         return body if status == 200 and isinstance(body, dict) else {}
@@ -237,7 +249,7 @@ class Endpoint:
         only with ``--metrics``); None when the server has no such endpoint or no counters."""
         conn = self._conn(10)
         try:
-            conn.request("GET", "/metrics")
+            conn.request("GET", self._routed("/metrics"))
             resp = conn.getresponse()
             raw = resp.read().decode("utf-8", "replace")
         except OSError:
@@ -252,7 +264,7 @@ class Endpoint:
         """Whether the server's slots draft (``GET /slots``: ``"speculative"``); None when it
         does not say."""
         try:
-            status, body = self._json("GET", "/slots", timeout=10)
+            status, body = self._json("GET", self._routed("/slots"), timeout=10)
         except ClientError:
             return None
         if status != 200 or not isinstance(body, list) or not body:
@@ -287,7 +299,7 @@ class Endpoint:
                    **({} if temperature is None else {"temperature": temperature}),
                    "ignore_eos": ignore_eos, "stream": True,
                    "timings_per_token": True, "return_tokens": True, "cache_prompt": False,
-                   **(extra or {})}
+                   **({"model": self.model} if self.model else {}), **(extra or {})}
         gen = Generation()
         conn = self._conn()
         prev_dn = prev_acc = 0

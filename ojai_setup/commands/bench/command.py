@@ -30,6 +30,8 @@ from ojai_setup.commands.bench.servers import (
     ServerPool,
     chat_template_of,
     describe_server,
+    free_port,
+    set_flag,
 )
 
 BENCH_DIR = "bench"
@@ -90,6 +92,8 @@ def find_routes(root: Root, route: str | None, *, command: str = "bench") -> Arm
             raise BenchError(f"no route or model named {route!r}; {maybe}(known routes: "
                              f"{', '.join(sorted(routes))})")
     mine = {k: v for k, v in routes.items() if v.get("model") == model}
+    if any(v.get("router") for v in mine.values()):
+        return router_arms(root, model, mine)
     if any(v.get("server") == "sglang" for v in mine.values()):
         raise BenchError(f"{model} is an SGLang route: ojai writes no plain route beside it (one "
                          "copy of the weights takes the GPUs), so start it and a server of the same "
@@ -112,6 +116,33 @@ def find_routes(root: Root, route: str | None, *, command: str = "bench") -> Arm
         return RouteArm(name=name, record=rec, endpoint=Endpoint(_url(rec)), script=script)
 
     return Arms(mtp=arm(mtp[0]), plain=arm(plain[0]), model=model)
+
+
+def router_arms(root: Root, model: str, mine: dict[str, dict]) -> Arms:
+    """A route of the router (``--model A --model B``) against the same model without
+    drafting: the route through the router, selected by the request's ``model`` field (the
+    router started from its launch script when it does not answer), and a plain server bench
+    starts on a free port from the arguments the routes step recorded for it (one slot, the
+    route's context, drafting off, the router's binary and environment)."""
+    [(name, rec)] = mine.items()
+    script = rec.get("script")
+    if not script or not root.exists(script):
+        raise BenchError(f"route {name} is served by the router, whose launch script "
+                         f"{script or '(none recorded)'} is missing; run ojai setup again")
+    router = LaunchScript.parse(root.read_text(script), script)
+    if not rec.get("plain_args"):
+        raise BenchError(f"route {name}: no plain arguments recorded to compare it with (an "
+                         "embedding route drafts nothing, or the routes were written by an "
+                         "older ojai: run ojai setup again)")
+    port = free_port()
+    argv = set_flag(set_flag(rec["plain_args"], ("--host",), "127.0.0.1"), ("--port",), str(port))
+    plain = RouteArm(name=f"{name}-plain", endpoint=Endpoint(f"http://127.0.0.1:{port}"),
+                     record={**rec, "spec_type": "none", "draft": None, "draft_n_max": None,
+                             "script": None},
+                     script=LaunchScript(router.preamble, (router.argv[0], *argv)))
+    drafted = RouteArm(name=name, record=rec, endpoint=Endpoint(_url(rec), model=name),
+                       script=router)
+    return Arms(mtp=drafted, plain=plain, model=model)
 
 
 def check_route_pair(root: Root, record: dict) -> str:
@@ -212,6 +243,8 @@ def with_metrics(script: LaunchScript) -> LaunchScript:
 def _bring_up(pool: ServerPool, arm: RouteArm, label: str, ready_timeout: float) -> tuple[ServerInfo, Endpoint]:
     status, _ = arm.endpoint.health()
     argv = arm.script.argv if arm.script else None
+    if arm.record.get("router") and arm.script and arm.record.get("args"):
+        argv = (arm.script.argv[0], *arm.record["args"])  # the route's own, not the router's
     if status == 200:
         return describe_server(label, arm.endpoint, route=arm.name, argv=argv,
                                script=arm.record.get("script"),
@@ -221,6 +254,11 @@ def _bring_up(pool: ServerPool, arm: RouteArm, label: str, ready_timeout: float)
                          "launch script to start it")
     pool.ready_timeout = ready_timeout
     endpoint, pid = pool.start(with_metrics(arm.script), arm.endpoint.url, arm.name)
+    if arm.endpoint.model:  # the router: the route's own arguments describe it, not its own
+        endpoint = arm.endpoint
+        return describe_server(label, endpoint, route=arm.name, argv=argv,
+                               script=arm.record.get("script"), started_by_bench=True,
+                               draft_n_max=arm.record.get("draft_n_max")), endpoint
     return describe_server(label, endpoint, route=arm.name, argv=argv, script=arm.record.get("script"),
                            started_by_bench=True, pid=pid,
                            draft_n_max=arm.record.get("draft_n_max")), endpoint
