@@ -202,8 +202,6 @@ def test_route_rules():
         KvLayout(full_layers=1, full_kv_heads=1, full_head_dim=1, swa_layers=3)
     with pytest.raises(ValueError, match="needs a draft file"):
         _route(draft=None, lemonade_draft_checkpoint=None)
-    with pytest.raises(ValueError, match="exact size"):
-        _route(main=[{"file": "m.gguf", "size": 10 * GIB, "sha256": "0" * 64}], sizes_estimated=True)
     with pytest.raises(ValueError, match="no leading '/'"):
         _route(main=[{"file": "../m.gguf", "size": 1}])
 
@@ -264,3 +262,27 @@ def test_fit_miss_when_not_even_the_weights_fit():
     assert f.sentence().endswith("no smaller context or listed route fits.")
     with pytest.raises(ValueError, match="context size must be positive"):
         fit(_route(), 0, GIB)
+
+
+def test_gemma_4_main_files_are_pinned_with_their_exact_size_and_sha256(tmp_path):
+    """The Hub's LFS size and sha256 of each Gemma 4 main file (catalog.toml cites the revision):
+    its download is checked against both, while the MTP drafts, whose exact sizes no source
+    confirmed, stay estimates."""
+    from ojai_setup.core.root import Root
+    from ojai_setup.domain.models import plan_model_downloads
+
+    (tmp_path / "machine").mkdir()
+    catalog = load_catalog()
+    pinned = {"gemma-4-12b": (7_121_861_440, "0a270ec9fe6b34f4"),
+              "gemma-4-26b-a4b": (16_947_541_728, "f2c28b3dc4776931"),
+              "gemma-4-31b": (18_323_733_440, "38bd64c852c4b460")}
+    for name, (size, digest) in pinned.items():
+        main, draft = plan_model_downloads(Root(tmp_path / "machine"), catalog.get(name))
+        assert (main.size, main.sha256[:16], main.estimated_size) == (size, digest, None), name
+        assert main.filename.startswith("gemma-4-") and draft.filename.startswith("mtp-")
+        assert draft.sha256 is None and draft.size is None and draft.estimated_size, name
+    # a pinned digest with an estimated route: that file exact, the others estimates
+    route = _route(main=[{"file": "m.gguf", "size": 10 * GIB, "sha256": "0" * 64}],
+                   sizes_estimated=True)
+    main, draft = plan_model_downloads(Root(tmp_path / "machine"), route)
+    assert main.size == 10 * GIB and main.estimated_size is None and draft.estimated_size == GIB

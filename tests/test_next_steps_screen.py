@@ -61,7 +61,7 @@ def test_models_at_80_columns_is_one_line_a_route_with_its_name_whole(tmp_path):
                           "qwen3.6-35b-a3b", "gpt-oss-120b"]  # by the memory they need; no test routes
     assert rows["nomic-embed-text-v1"][0] == "embeddings"
     assert rows["gpt-oss-120b"][-2:] == ["no", "no"]  # does not fit the 48 GiB budget
-    assert rows["gemma-4-26b-a4b"] == ["MTP", "sidecar", "32768", "~18.1", "GiB", "yes", "no"]
+    assert rows["gemma-4-26b-a4b"] == ["MTP", "sidecar", "32768", "~18.2", "GiB", "yes", "no"]
     assert rows["qwen3.6-27b"][:2] == ["MTP", "in-file"]
     assert "2 routes for ojai's own tests not shown (--all shows them)" in shown
     assert "  ojai setup --example ojai-fresh --model NAME" in lines
@@ -84,7 +84,7 @@ def test_models_wide_runs_past_the_edge_rather_than_cutting(tmp_path):
     row = next(line for line in shown.splitlines() if line.startswith("gemma-4-26b-a4b "))
     assert row.split()[:8] == ["gemma-4-26b-a4b", "Gemma", "4", "26B-A4B", "(MoE)", "+", "MTP",
                                "assistant"]
-    assert re.search(r"MTP sidecar +32768 +~18\.1 GiB +yes +262144 +~16\.2 GiB +no", row)
+    assert re.search(r"MTP sidecar +32768 +~18\.2 GiB +yes +262144 +~16\.2 GiB +no", row)
 
 
 def test_models_on_a_machine_folder_says_the_setup_command_for_that_folder(machine, tmp_path):

@@ -31,8 +31,9 @@ shape, e.g. ``~/.config/ojai/catalog.toml``) adds routes or overrides fields of 
     ...
 
 Sizes and architecture numbers in the built-in catalog are best public knowledge; a route
-with ``sizes_estimated = true`` says its byte counts are estimates. A file with a pinned
-``sha256`` must also carry its exact ``size``.
+with ``sizes_estimated = true`` says the byte counts of its files without a pinned ``sha256``
+are estimates. A file with a pinned ``sha256`` carries its exact ``size``, and both are checked
+when it is downloaded.
 """
 
 import math
@@ -98,7 +99,7 @@ class ModelFile(_Model):
     """One file of a route, as named in its Hugging Face repository."""
 
     file: str = Field(min_length=1)
-    #: bytes; an estimate when the route says ``sizes_estimated``
+    #: bytes; an estimate when the route says ``sizes_estimated`` and no ``sha256`` is pinned
     size: int = Field(gt=0)
     #: the hub's LFS sha256, when pinned; otherwise the hub's value is fetched at download time
     sha256: str | None = Field(default=None, pattern=_SHA256_RE)
@@ -332,8 +333,6 @@ class Route(_Model):
             raise ValueError("lemonade_draft_checkpoint is given exactly when there is a draft file")
         if self.context_size > self.max_context:
             raise ValueError(f"context_size {self.context_size} exceeds max_context {self.max_context}")
-        if self.sizes_estimated and any(f.sha256 for f in self.files()):
-            raise ValueError("a file with a pinned sha256 needs its exact size: set sizes_estimated = false")
         return self
 
     @property
