@@ -334,3 +334,85 @@ def test_json_output_does_not_import_rich():
 
     assert run("json") == """['{', '"schema":', '"ojai.x/1",'] False"""
     assert run("rich") == "['a'] True"
+
+
+# -- formats parse, domain decides: neither reads the machine --------------------------------
+
+#: modules that do I/O (the machine's files, processes, the network, the environment)
+IO_MODULES = ("os", "subprocess", "sh", "shutil", "tempfile", "socket", "glob", "mmap",
+              "urllib.request", "http.client", "http.server", "sqlite3",
+              "ojai_setup.core.root", "ojai_setup.core.atomic", "ojai_setup.facts")
+#: calls that read or change what is on the disk, start a program or read the environment
+IO_CALLS = frozenset({
+    "open", "read_text", "read_bytes", "write_text", "write_bytes", "exists", "is_file", "is_dir",
+    "is_symlink", "stat", "lstat", "iterdir", "glob", "rglob", "mkdir", "unlink", "touch", "chmod",
+    "rmdir", "rename", "readlink", "access", "run", "which", "getenv", "urlopen", "GGUFReader"})
+
+
+def io_uses(source: str) -> set[str]:
+    """What in ``source`` does I/O: ``import NAME`` of a module above, ``NAME()`` of a call
+    above (a function or a method of anything: a path, a root), and ``environ``."""
+    import ast
+
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                 [node.module or ""] if isinstance(node, ast.ImportFrom) and node.level == 0
+                 else [])
+        found |= {f"import {n}" for n in names
+                  if any(n == m or n.startswith(m + ".") for m in IO_MODULES)}
+        if isinstance(node, ast.Call):
+            func = node.func
+            name = (func.id if isinstance(func, ast.Name) else
+                    func.attr if isinstance(func, ast.Attribute) else None)
+            if name in IO_CALLS:
+                found.add(f"{name}()")
+        if isinstance(node, ast.Attribute) and node.attr == "environ":
+            found.add("environ")
+    return found
+
+
+#: what domain/ still reads, module by module; nothing else may, and an entry whose use has
+#: gone must go too (the list only shrinks)
+DOMAIN_READS = {
+    # ojai's own tables, shipped in the package, and the table files named on the command line
+    "catalog.py": {"read_text()", "is_file()"},
+    "checks.py": {"read_text()", "is_file()", "glob()"},
+    "costs.py": {"read_text()"},
+    "distributions.py": {"read_text()"},
+    "known_bad.py": {"read_text()"},
+    "profiles.py": {"glob()"},
+    "sglang.py": {"read_text()"},
+    # the machine itself: still to move to facts/ or into the planning context
+    "build.py": {"import ojai_setup.core.root", "read_text()", "is_file()"},
+    "launch.py": {"import ojai_setup.core.root", "glob()", "open()"},
+    "lemonade.py": {"import ojai_setup.core.root", "exists()", "is_symlink()", "read_text()"},
+    "nightly.py": {"import os", "import ojai_setup.core.root", "lstat()", "readlink()",
+                   "read_bytes()", "is_symlink()", "is_dir()", "is_file()", "access()"},
+    "own_model.py": {"import os.path"},  # ~ and a relative path: the home folder and the cwd
+}
+
+
+def test_formats_do_no_io_and_domain_reads_only_what_is_listed():
+    package = REPO / "ojai_setup"
+    formats = {p.name: io_uses(p.read_text()) for p in sorted((package / "formats").glob("*.py"))}
+    assert {name: uses for name, uses in formats.items() if uses} == {}
+    domain = {p.name: io_uses(p.read_text()) for p in sorted((package / "domain").glob("*.py"))}
+    assert {name: uses for name, uses in domain.items() if uses} == DOMAIN_READS
+    assert len(formats) > 20 and len(domain) > 20  # the rule looked at the modules
+
+
+@pytest.mark.parametrize("source, uses", [
+    ("import os\n", {"import os"}),
+    ("from subprocess import run\nrun(['ls'])\n", {"import subprocess", "run()"}),
+    ("from ojai_setup.core.root import Root\n", {"import ojai_setup.core.root"}),
+    ("from ojai_setup.facts.gguf import read_model_info\n", {"import ojai_setup.facts.gguf"}),
+    ("def f(p):\n    return p.read_text()\n", {"read_text()"}),
+    ("def f(root):\n    return root.exists('/etc/os-release')\n", {"exists()"}),
+    ("def f(path):\n    return open(path).read()\n", {"open()"}),
+    ("import sys\ndef f():\n    return sys.modules['os'].environ['HOME']\n", {"environ"}),
+    ("from pathlib import PurePath\ndef f(p):\n    return PurePath(p).name\n", set()),
+    ("import re\ndef f(text):\n    return re.findall('x', text)\n", set()),
+])
+def test_the_io_rule_catches_io(source, uses):
+    assert io_uses(source) == uses

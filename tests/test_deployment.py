@@ -20,7 +20,7 @@ from ojai_setup.core.paths import GIB
 from ojai_setup.domain.catalog import load_catalog
 from ojai_setup.domain.deployment import fit_gpu_routes, kv_layout
 from ojai_setup.domain.launch import render_llama_unit
-from ojai_setup.formats.gguf import read_model_info
+from ojai_setup.facts.gguf import read_model_info
 
 MIB = 2**20
 _SIZE = re.compile(r"(llama_kv_cache|llama_memory_recurrent): size =\s+([0-9.]+) MiB")

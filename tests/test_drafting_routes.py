@@ -23,7 +23,8 @@ from support.tiny_models import tiny_vocab, write_draft_pair, write_mtp_pair, wr
 from ojai_setup.domain.catalog import Route as CatalogRoute
 from ojai_setup.domain.render import Route, render_args
 from ojai_setup.domain.routes import route_names
-from ojai_setup.formats.gguf import check_pair, read_model_info
+from ojai_setup.facts.gguf import read_model_info
+from ojai_setup.formats.gguf import check_pair
 from ojai_setup.formats.llama_help import Dialect, parse_help, parse_version
 from ojai_setup.steps.routes import drafted_route
 

@@ -16,7 +16,7 @@ from ojai_setup.apply.executor import executor_for, verify_action
 from ojai_setup.apply.hub import HubError, execute_hub_download, remote_file_info
 from ojai_setup.core.progress import NullProgress
 from ojai_setup.domain.catalog import Route
-from ojai_setup.domain.models import (
+from ojai_setup.facts.models import (
     plan_model_downloads,
     verified_digest,
     verify_local_pair,
@@ -68,7 +68,7 @@ def test_plan_download_verify_and_replan(published, root):
         (MAIN, f"gemma-4-tiny: {MAIN} missing (about 0.0 GB)", None),
         (DRAFT, f"gemma-4-tiny: {DRAFT} missing (about 0.0 GB)", None)]
     assert actions[0].dest == f"{MODELS}/{REPO}/{MAIN}" and not actions[0].needs_root
-    assert verify_local_pair(root, r, MODELS).reasons == tuple(
+    assert verify_local_pair(root, r, MODELS)[0].reasons == tuple(
         f"{MODELS}/{REPO}/{n}: missing; `ojai setup --apply` downloads it" for n in (MAIN, DRAFT))
 
     assert all(execute_hub_download(root, a, NullProgress()) for a in actions)
@@ -79,7 +79,8 @@ def test_plan_download_verify_and_replan(published, root):
         assert verified_digest(dest(root, name)) == hashlib.sha256(data).hexdigest()
     assert leftovers(root.path) == []
     assert plan_model_downloads(root, r, MODELS) == []
-    assert verify_local_pair(root, r, MODELS).ok
+    verdict, note = verify_local_pair(root, r, MODELS)
+    assert verdict.ok and note is None
 
 
 def test_second_call_is_a_noop_without_any_request(published, root):
@@ -262,7 +263,7 @@ def test_verify_local_pair_reports_a_mismatched_draft(published, root, tmp_path)
     for a in plan_model_downloads(root, route(), MODELS):
         execute_hub_download(root, a, NullProgress())
     gemma4_assistant(dest(root, DRAFT), target_hidden=128)
-    verdict = verify_local_pair(root, route(), MODELS)
+    verdict, _ = verify_local_pair(root, route(), MODELS)
     assert not verdict.ok and "drafts for hidden size 128" in verdict.reasons[0]
     # the rewritten draft no longer matches its verified-digest record, so it is planned again
     assert [a.filename for a in plan_model_downloads(root, route(), MODELS)] == [DRAFT]

@@ -20,7 +20,7 @@ from support.progress import RecordingProgress
 
 from ojai_setup.apply.hub import HubError, execute_hub_download
 from ojai_setup.core.progress import NullProgress
-from ojai_setup.domain.models import verified_digest
+from ojai_setup.facts.models import verified_digest
 
 #: about nine 64 KiB chunks, so three xorbs
 SIZE = 600_000

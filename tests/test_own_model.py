@@ -29,7 +29,8 @@ from ojai_setup.domain.own_model import (
 )
 from ojai_setup.facts import hub as hub_facts
 from ojai_setup.facts.probe import architecture_known
-from ojai_setup.formats.gguf import GGUFError, read_model_info
+from ojai_setup.facts.gguf import read_model_info
+from ojai_setup.formats.gguf import GGUFError
 
 REPO = "ojai-test/tiny-llama-GGUF"
 MODELS = "var/lib/ojai/models"

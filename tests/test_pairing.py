@@ -16,7 +16,9 @@ from support.gguf_files import (
     qwen35,
 )
 
-from ojai_setup.formats.gguf import GGUFError, check_pair, read_model_info
+from ojai_setup.core.root import Root
+from ojai_setup.facts.gguf import kept_model_info, kept_path, read_model_info
+from ojai_setup.formats.gguf import GGUFError, check_pair
 
 
 def test_key_names_are_the_converters():
@@ -107,15 +109,43 @@ def test_not_a_gguf_names_the_file(tmp_path):
         read_model_info(tmp_path / "absent.gguf")
 
 
-def test_cached_info_follows_a_rewritten_file(tmp_path):
-    path = gemma4_assistant(tmp_path / "mtp.gguf")
-    first = read_model_info(path)
-    assert (tmp_path / ".mtp.gguf.info.json").is_file()
-    assert read_model_info(path) == first
+def test_kept_info_lives_in_the_state_folder_and_follows_a_rewritten_file(tmp_path):
+    root = Root(tmp_path / "machine")
+    models = root.resolve("/var/lib/ojai/models")
+    models.mkdir(parents=True)
+    path = gemma4_assistant(models / "mtp.gguf")
+    first, note = kept_model_info(root, path)
+    assert note is None and first == read_model_info(path)
+    kept = kept_path(root, path)
+    assert kept.parent == root.resolve("/var/lib/ojai/gguf") and kept.is_file()
+    assert sorted(p.name for p in models.iterdir()) == ["mtp.gguf"]  # nothing beside the model
+    # the kept copy is what is read while the file is unchanged
+    kept.write_text(kept.read_text().replace(first.tokens_sha256, "0" * 64))
+    assert kept_model_info(root, path)[0].tokens_sha256 == "0" * 64
     gemma4_assistant(path, tokens=OTHER_TOKENS)
     stat = path.stat()
     os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000))
-    assert read_model_info(path).tokens_sha256 != first.tokens_sha256
+    again, note = kept_model_info(root, path)
+    assert note is None and again.tokens_sha256 not in (first.tokens_sha256, "0" * 64)
+
+
+def test_a_kept_copy_that_cannot_be_used_or_written_is_said(tmp_path):
+    root = Root(tmp_path / "machine")
+    path = gemma4_assistant(tmp_path / "mtp.gguf")
+    kept = kept_path(root, path)
+    kept.parent.mkdir(parents=True)
+    kept.write_text("{not json")
+    info, note = kept_model_info(root, path)
+    assert info == read_model_info(path)
+    assert note == f"the model's kept metadata {kept} is damaged; read the model again"
+    assert kept_model_info(root, path) == (info, None)  # written anew
+    kept.unlink()
+    kept.parent.rmdir()
+    kept.parent.write_text("")  # the state folder's gguf/ is a file: nothing can be kept
+    info, note = kept_model_info(root, path)
+    assert info == read_model_info(path)
+    assert note.startswith(f"cannot keep the model's metadata in {kept} (")
+    assert note.endswith("): it is read again each time")
 
 
 # -- a separate draft model, and n-gram drafting ---------------------------------------------

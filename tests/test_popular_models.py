@@ -23,7 +23,7 @@ from ojai_setup.commands.verify import check_embedding_route
 from ojai_setup.domain.catalog import load_catalog
 from ojai_setup.domain.deployment import kv_layout
 from ojai_setup.domain.own_model import HubFile, parse_model_ref, pick_files
-from ojai_setup.formats.gguf import read_model_info
+from ojai_setup.facts.gguf import read_model_info
 
 PLAIN = ("gpt-oss-20b", "gpt-oss-120b", "qwen3-coder-30b-a3b")
 

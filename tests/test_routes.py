@@ -4,6 +4,8 @@ pairing check of the routes it recorded."""
 from __future__ import annotations
 
 import json
+import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -82,6 +84,34 @@ def test_doctor_reports_a_mismatched_pair(machine, tmp_path):
     assert finding["severity"] == "fail"
     assert "token" in finding["evidence"]
     assert report["facts"]["models"][0]["ok"] is False
+
+
+def test_doctor_keeps_model_metadata_in_the_state_folder_and_says_when_it_cannot(machine):
+    """The metadata doctor reads from a route's files is kept in ojai's state folder (nothing is
+    written beside the models), and a state folder that cannot take it is said, not passed over."""
+    root = machine("ojai-fresh")
+    models = root / "var/lib/ojai/models/ojai-test/tiny-GGUF"
+    models.mkdir(parents=True)
+    main, draft = gemma4_main(models / "main.gguf"), gemma4_assistant(models / "mtp-main.gguf")
+    machine_path = "/var/lib/ojai/models/ojai-test/tiny-GGUF/"
+    record_state(Root(root), "routes", {"tiny-mtp": {
+        "port": 8080, "model": "tiny", "main": machine_path + main.name,
+        "draft": machine_path + draft.name, "mtp": "sidecar"}})
+
+    def doctor() -> dict:
+        return json.loads(CliRunner().invoke(app, ["doctor", "--json", "--root", str(root)]).stdout)
+
+    pair = doctor()["facts"]["models"][0]
+    assert pair["ok"] is True and pair["note"] is None
+    assert sorted(p.name for p in models.iterdir()) == ["main.gguf", "mtp-main.gguf"]
+    assert len(list((root / "var/lib/ojai/gguf").glob("*.json"))) == 2
+    shutil.rmtree(root / "var/lib/ojai/gguf")
+    (root / "var/lib/ojai/gguf").write_text("")  # no folder can be made there
+    pair = doctor()["facts"]["models"][0]
+    assert pair["ok"] is True
+    assert pair["note"].count("cannot keep the model's metadata in ") == 2, pair["note"]
+    text = CliRunner().invoke(app, ["doctor", "--root", str(root)], env={"COLUMNS": "300"}).stdout
+    assert re.search(r"route tiny +│ matched pair \(cannot keep the model's metadata", text), text
 
 
 def test_systemd_units_for_both_routes(machine, tmp_path):

@@ -43,7 +43,7 @@ from ojai_setup.core.errors import ApplyError
 from ojai_setup.core.paths import DIR_MODE, FILE_MODE, PRIVATE_FILE_MODE
 from ojai_setup.core.progress import Progress, TaskHandle
 from ojai_setup.core.root import Root
-from ojai_setup.domain.models import _digest_record, verified_digest
+from ojai_setup.facts.models import _digest_record, verified_digest
 from ojai_setup.facts.disk import _TRUE, free_bytes
 from ojai_setup.facts.hub import refusal
 from ojai_setup.model.actions import HubDownload

@@ -261,7 +261,7 @@ def fact_rows(facts: Facts) -> list[tuple[str, str]]:  # noqa: C901
     missing("kernel_log")
     for pair in facts.models:
         rows.append((f"route {pair.route}", ("matched pair" if pair.ok else "NOT a matched pair: "
-                     + "; ".join(pair.reasons))))
+                     + "; ".join(pair.reasons)) + (f" ({pair.note})" if pair.note else "")))
     for name in list(unknown):
         missing(name)
     return rows

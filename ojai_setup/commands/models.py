@@ -13,7 +13,7 @@ from ojai_setup.model.settings import Settings
 
 
 def model_rows(root: Root, settings: Settings) -> list[dict]:
-    from ojai_setup.domain.models import verified_digest
+    from ojai_setup.facts.models import verified_digest
     from ojai_setup.planning.gather import (
         budget_gib,
         invoking_user,

@@ -424,13 +424,16 @@ def read_models(root: Root) -> list[ModelPair]:
         if missing:
             pair.ok, pair.reasons = False, [f"{p}: missing" for p in missing]
         else:
-            from ojai_setup.formats.gguf import GGUFError, check_pair, read_model_info
+            from ojai_setup.facts.gguf import kept_model_info
+            from ojai_setup.formats.gguf import GGUFError, check_pair
 
             try:
-                verdict = check_pair(read_model_info(root.resolve(main)),
-                                     read_model_info(root.resolve(draft)) if draft else None,
-                                     kind)
+                main_info, note = kept_model_info(root, root.resolve(main))
+                draft_info, draft_note = (kept_model_info(root, root.resolve(draft)) if draft
+                                          else (None, None))
+                verdict = check_pair(main_info, draft_info, kind)
                 pair.ok, pair.reasons = verdict.ok, list(verdict.reasons)
+                pair.note = "; ".join(n for n in (note, draft_note) if n) or None
             except GGUFError as exc:
                 pair.ok, pair.reasons = False, [str(exc)]
         pairs[pair.route] = pair

@@ -153,7 +153,8 @@ def read_gguf_header(repo_id: str, filename: str, commit: str, size: int):
     from huggingface_hub import get_hf_file_metadata, hf_hub_url
     from huggingface_hub.utils import HfHubHTTPError, build_hf_headers
 
-    from ojai_setup.formats.gguf import GGUFError, HeaderIncomplete, parse_header
+    from ojai_setup.facts.gguf import parse_header
+    from ojai_setup.formats.gguf import GGUFError, HeaderIncomplete
 
     where = f"{repo_id}@{commit[:12]}:{filename}"
     _offline(where)

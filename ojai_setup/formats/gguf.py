@@ -16,20 +16,17 @@ matched pair from a mismatched one:
 - heads inside the main file (qwen35, qwen35moe, deepseek2, glm4-moe, ...) are declared by
   ``<arch>.nextn_predict_layers`` > 0.
 
-Metadata is read with :class:`gguf.GGUFReader`, which memory-maps the file and never touches
-tensor data. Its parsing of a 262k-entry vocabulary still takes seconds, so the result is cached
-in a small sidecar file (``.<name>.info.json``) keyed by the file's size and mtime.
+This module only interprets the metadata (it opens no file): :mod:`ojai_setup.facts.gguf` reads
+it with :class:`gguf.GGUFReader` and keeps what it read in ojai's state folder.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
-import os
-from pathlib import Path
+from pathlib import PurePath
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict
 
 if TYPE_CHECKING:
     import gguf
@@ -38,7 +35,6 @@ from ojai_setup.core.errors import InputError
 
 ASSISTANT_ARCH = "gemma4-assistant"
 ASSISTANT_TARGET_ARCH = "gemma4"
-_CACHE_VERSION = 3
 #: the four bytes every GGUF file starts with
 GGUF_MAGIC = b"GGUF"
 
@@ -105,10 +101,6 @@ class PairVerdict(BaseModel):
     applicable: bool = True
 
 
-def _info_cache_path(path: Path) -> Path:
-    return path.with_name(f".{path.name}.info.json")
-
-
 def _scalar(reader: gguf.GGUFReader, key: str) -> Any:
     field = reader.get_field(key)
     return None if field is None else field.contents()
@@ -126,53 +118,8 @@ def _tokens_digest(reader: gguf.GGUFReader) -> tuple[int, str | None]:
     return len(field.data), digest.hexdigest()
 
 
-def _parse(path: Path) -> ModelInfo:
-    import gguf  # numpy comes with it: imported only when a model file is read
-
-    try:
-        reader = gguf.GGUFReader(path, "r")
-    except (ValueError, KeyError, IndexError, OSError) as exc:
-        raise GGUFError(f"{path}: not a readable GGUF file: {exc}") from None
-    return _info(reader, str(path), path.stat().st_size)
-
-
-def parse_header(data: bytes, file_size: int, name: str) -> ModelInfo:
-    """The metadata of a GGUF file from its first bytes only (``data``, e.g. fetched with an
-    HTTP range request), ``file_size`` being the whole file's size; ``name`` is what messages
-    and :attr:`ModelInfo.path` call it.
-
-    Raises :class:`GGUFError` when the bytes are not GGUF, and :class:`HeaderIncomplete` when
-    the header (metadata and tensor list) goes on past ``data``. The bytes are read with
-    :class:`gguf.GGUFReader`, from a sparse file of the whole size that holds ``data`` at its
-    start: the reader's view of tensor data (zeros here) is never used, and the header counts
-    as read only when it ends within ``data``."""
-    import tempfile
-
-    import gguf
-
-    if data[:4] != GGUF_MAGIC:
-        shown = data[:4].hex() if data else "nothing"
-        raise GGUFError(f"{name}: not a GGUF file (it starts with {shown}, not GGUF's magic "
-                        "bytes 47475546)")
-    with tempfile.TemporaryDirectory(prefix="ojai-gguf-") as folder:
-        sparse = Path(folder) / "header.gguf"
-        with sparse.open("wb") as f:
-            f.write(data)
-            f.truncate(max(file_size, len(data)))
-        try:
-            reader = gguf.GGUFReader(sparse, "r")
-        except (ValueError, KeyError, IndexError, OverflowError, OSError, MemoryError) as exc:
-            if len(data) >= file_size:
-                raise GGUFError(f"{name}: not a readable GGUF file: {exc}") from None
-            raise HeaderIncomplete(min(file_size, 2 * len(data))) from None
-        if reader.data_offset > len(data):
-            raise HeaderIncomplete(reader.data_offset)
-        info = _info(reader, name, file_size)
-        del reader  # the memory map, before its file goes
-    return info
-
-
-def _info(reader: gguf.GGUFReader, path: str, file_size: int) -> ModelInfo:
+def info_from_reader(reader: gguf.GGUFReader, path: str, file_size: int) -> ModelInfo:
+    """The pairing metadata from an open reader; ``path`` is what messages call the file."""
     arch = _scalar(reader, "general.architecture")
     if not isinstance(arch, str):
         raise GGUFError(f"{path}: GGUF file has no general.architecture")
@@ -213,46 +160,6 @@ def _info(reader: gguf.GGUFReader, path: str, file_size: int) -> ModelInfo:
     )
 
 
-def read_model_info(path: str | os.PathLike[str], *, cache: bool = True) -> ModelInfo:
-    """Read the pairing metadata of a GGUF file (for a split model: its first shard).
-
-    A cached result is used while the file's size and mtime are unchanged; the cache is
-    written when the folder allows it and silently skipped when it does not. ``cache=False``
-    neither reads nor writes it (a file of the owner's own, read while planning).
-    """
-    path = Path(path)
-    try:
-        stat = path.stat()
-    except OSError as exc:
-        raise GGUFError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    if not cache:
-        if not path.is_file():
-            raise GGUFError(f"{path}: not a file")
-        with path.open("rb") as f:
-            magic = f.read(4)
-        if magic != GGUF_MAGIC:
-            raise GGUFError(f"{path}: not a GGUF file (it starts with {magic.hex() or 'nothing'}, "
-                            "not GGUF's magic bytes 47475546)")
-        return _parse(path)
-    key = {"version": _CACHE_VERSION, "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
-    cache = _info_cache_path(path)
-    try:
-        cached = json.loads(cache.read_text(encoding="utf-8"))
-        if cached.get("key") == key:
-            return ModelInfo.model_validate({**cached["info"], "path": str(path)})
-    except (OSError, ValueError, KeyError, TypeError, ValidationError):
-        pass
-    info = _parse(path)
-    try:
-        tmp = cache.with_name(cache.name + ".tmp")
-        tmp.write_text(json.dumps({"key": key, "info": info.model_dump()}), encoding="utf-8")
-        tmp.chmod(0o644)
-        os.replace(tmp, cache)
-    except OSError:
-        pass
-    return info
-
-
 NOT_APPLICABLE = ("not applicable: n-gram drafting drafts from the tokens already seen and reads "
                   "no draft model")
 
@@ -266,22 +173,22 @@ def check_pair(main: ModelInfo, draft: ModelInfo | None, kind: PairKind) -> Pair
     reasons: list[str] = []
     if kind == "ngram":
         if draft is not None:
-            return PairVerdict(ok=False, reasons=(f"{Path(draft.path).name}: n-gram drafting takes "
+            return PairVerdict(ok=False, reasons=(f"{PurePath(draft.path).name}: n-gram drafting takes "
                                                   "no draft file",))
         return PairVerdict(ok=True, applicable=False, reasons=(NOT_APPLICABLE,))
     if kind == "draft_model":
         return _check_draft_model(main, draft)
     if kind == "in_file":
         if draft is not None:
-            reasons.append(f"{Path(draft.path).name}: this route keeps its MTP heads inside the main "
+            reasons.append(f"{PurePath(draft.path).name}: this route keeps its MTP heads inside the main "
                            "file and takes no draft file")
         if main.nextn_predict_layers <= 0:
-            reasons.append(f"{Path(main.path).name}: no MTP heads inside the file "
+            reasons.append(f"{PurePath(main.path).name}: no MTP heads inside the file "
                            f"({main.architecture}.nextn_predict_layers is 0 or missing); "
                            "use the repository's MTP build of this model")
         return PairVerdict(ok=not reasons, reasons=tuple(reasons))
 
-    main_name = Path(main.path).name
+    main_name = PurePath(main.path).name
     if main.architecture == ASSISTANT_ARCH:
         reasons.append(f"{main_name}: is itself a {ASSISTANT_ARCH} draft head, not a main model")
     elif main.architecture != ASSISTANT_TARGET_ARCH:
@@ -291,7 +198,7 @@ def check_pair(main: ModelInfo, draft: ModelInfo | None, kind: PairKind) -> Pair
         reasons.append("this route needs an MTP sidecar (mtp-*.gguf) and none was given")
         return PairVerdict(ok=False, reasons=tuple(reasons))
 
-    draft_name = Path(draft.path).name
+    draft_name = PurePath(draft.path).name
     if draft.architecture == ASSISTANT_ARCH.replace("-", "_"):
         reasons.append(f"{draft_name}: architecture 'gemma4_assistant' (underscore) does not load in "
                        f"upstream llama.cpp, which knows only '{ASSISTANT_ARCH}' (hyphen); "
@@ -324,11 +231,11 @@ def _check_draft_model(main: ModelInfo, draft: ModelInfo | None) -> PairVerdict:
     """A separate draft model (``--spec-type draft-simple``): llama.cpp drafts with any model
     whose vocabulary is the target's (``common_speculative_are_compatible``: the same
     tokenizer type and tokens); a draft head of another kind is not a draft model."""
-    main_name = Path(main.path).name
+    main_name = PurePath(main.path).name
     if draft is None:
         return PairVerdict(ok=False, reasons=("this route drafts with a separate draft model and "
                                               "none was given",))
-    draft_name = Path(draft.path).name
+    draft_name = PurePath(draft.path).name
     reasons: list[str] = []
     for info, name in ((main, main_name), (draft, draft_name)):
         if info.architecture in (ASSISTANT_ARCH, ASSISTANT_ARCH.replace("-", "_")):

@@ -339,6 +339,8 @@ class ModelPair(_Model):
     kind: str | None = None
     ok: bool | None = None
     reasons: list[str] = []
+    #: why the files' metadata could not be kept in ojai's state folder (read again each time)
+    note: str | None = None
 
 
 class Facts(_Model):

@@ -536,7 +536,7 @@ def hub_error_for(root: Root, route: Route, models_dir: str, remote: Remote) -> 
     or None: they are all on disk, the hub serves them, or ``remote`` does not ask."""
     if remote.hub is None:
         return None
-    from ojai_setup.domain.models import plan_model_downloads
+    from ojai_setup.facts.models import plan_model_downloads
 
     for download in plan_model_downloads(root, route, models_dir):
         if root.resolve(download.dest).is_file():
@@ -589,15 +589,17 @@ def route_footprint(root: Root, route: Route, models_dir: str) -> Footprint | No
     their sizes and the main file's KV layout. None (the catalog's numbers) before that, or
     when the main file cannot be read as GGUF (the model step then says why)."""
     from ojai_setup.domain.deployment import footprint_from_files
-    from ojai_setup.formats.gguf import GGUFError, read_model_info
+    from ojai_setup.facts.gguf import kept_model_info, read_model_info
+    from ojai_setup.formats.gguf import GGUFError
 
     mains = [root.resolve(route.file_path(models_dir, f)) for f in route.main]
     if not all(p.is_file() for p in mains):
         return None
     draft_path = route.draft_path(models_dir)
     draft = root.resolve(draft_path) if draft_path else None
-    try:  # the owner's own file: nothing written beside it
-        info = read_model_info(mains[0], cache=route.local_dir is None)
+    try:  # the owner's own file is read each time; the model step says why a kept copy failed
+        info = (read_model_info(mains[0]) if route.local_dir is not None
+                else kept_model_info(root, mains[0])[0])
     except GGUFError:
         return None
     return footprint_from_files(route, sum(p.stat().st_size for p in mains), info,

@@ -77,7 +77,7 @@ def resolve_local_model(root: Root, text: str, path: str,
 
     from ojai_setup.domain.deployment import footprint_from_files
     from ojai_setup.domain.own_model import ModelRef, OwnModelError, local_files, own_route, route_name
-    from ojai_setup.formats.gguf import read_model_info
+    from ojai_setup.facts.gguf import read_model_info
 
     machine = PurePosixPath(path)
     real = root.resolve(str(machine))
@@ -88,7 +88,7 @@ def resolve_local_model(root: Root, text: str, path: str,
         chosen = local_files(machine.name, listing)
     except OwnModelError as exc:
         raise OwnModelError(f"--model {text}: {exc}") from None
-    info = read_model_info(real.parent / chosen[0].path, cache=False)
+    info = read_model_info(real.parent / chosen[0].path)
     known, label = _build_label(root, llama, info.architecture)
     ref = ModelRef(text=text, repo=f"local/{route_name(chosen)}", revision=None, variant=None)
     route = own_route(ref, "local", chosen, info, known, label, local_dir=str(machine.parent))

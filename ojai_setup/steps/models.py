@@ -21,7 +21,7 @@ class ModelStep:
         if settings.extra_models:
             return merged(self.name, [self.plan(sub) for sub in ctx.each_route()])
         from ojai_setup.domain.catalog import fit, model_path
-        from ojai_setup.domain.models import plan_model_downloads, verify_local_pair
+        from ojai_setup.facts.models import plan_model_downloads, verify_local_pair
         from ojai_setup.facts.disk import partial_bytes
 
         route, catalog = ctx.route, ctx.catalog
@@ -51,8 +51,9 @@ class ModelStep:
         on_disk = [p for p in (route.main_path(settings.models_dir),
                                route.draft_path(settings.models_dir))
                    if p and ctx.root.exists(p)]
+        kept_note = None  # why the files' metadata could not be kept in the state folder
         if len(on_disk) == (2 if route.draft else 1):
-            pair = verify_local_pair(ctx.root, route, settings.models_dir)
+            pair, kept_note = verify_local_pair(ctx.root, route, settings.models_dir)
             if not pair.ok:
                 what = "MTP pair" if route.mtp else "draft model pair"
                 return StepResult.blocked(self.name, f"{route.name}: the files on disk are not a "
@@ -81,16 +82,17 @@ class ModelStep:
                     folder=settings.models_dir, bytes=need, what=route.name,
                     detail=f"the downloads need {_size(need)}{kept}",
                     fix="choose another folder with --models-dir"),))
+        said = f"; {kept_note}" if kept_note else ""
         if route.embedding:
             return StepResult.satisfied(self.name, f"{route.name}: main file present and verified "
                                         f"in {settings.models_dir} (an embedding model: nothing "
-                                        "drafts, no pair to prove)")
+                                        "drafts, no pair to prove)" + said)
         if route.pair_kind == "ngram":
             return StepResult.satisfied(self.name, f"{route.name}: main file present and verified "
                                         f"in {settings.models_dir} (pairing not applicable: "
-                                        "n-gram drafting reads no draft model)")
+                                        "n-gram drafting reads no draft model)" + said)
         what = {"in_file": "main file with in-file MTP heads", "sidecar": "main and MTP draft",
                 "draft_model": ("main file, its own draft model" if route.self_draft
                                 else "main and draft model")}[route.pair_kind]
         return StepResult.satisfied(self.name, f"{route.name}: {what} present, verified and "
-                                    f"paired in {settings.models_dir}")
+                                    f"paired in {settings.models_dir}" + said)

@@ -172,7 +172,8 @@ def check_files_pair(main: Path | None, draft: Path | None, spec_type: str | Non
     (:func:`ojai_setup.formats.gguf.check_pair`): MTP heads (architecture, hidden size, token
     list), a separate draft model (tokenizer and token list), or none needed (n-gram drafting
     drafts from the text itself)."""
-    from ojai_setup.formats.gguf import GGUFError, check_pair, read_model_info
+    from ojai_setup.facts.gguf import read_model_info
+    from ojai_setup.formats.gguf import GGUFError, check_pair
 
     kind = pair_kind(spec_type, draft, kind)
     if kind == "ngram" and not draft:

@@ -10,7 +10,8 @@ from pathlib import Path
 from ojai_setup.core.paths import DEFAULT_MODELS_DIR
 from ojai_setup.core.root import Root
 from ojai_setup.domain.catalog import Route, model_path
-from ojai_setup.formats.gguf import GGUFError, PairVerdict, check_pair, read_model_info
+from ojai_setup.facts.gguf import kept_model_info
+from ojai_setup.formats.gguf import GGUFError, PairVerdict, check_pair
 from ojai_setup.model.actions import HubDownload
 
 
@@ -57,20 +58,22 @@ def plan_model_downloads(root: Root, route: Route, models_dir: str = DEFAULT_MOD
     return actions
 
 
-def verify_local_pair(root: Root, route: Route, models_dir: str = DEFAULT_MODELS_DIR) -> PairVerdict:
-    """Whether the downloaded files of ``route`` form a matched MTP pair (for ``ojai doctor``)."""
+def verify_local_pair(root: Root, route: Route, models_dir: str = DEFAULT_MODELS_DIR) -> tuple[PairVerdict, str | None]:
+    """Whether the downloaded files of ``route`` form a matched MTP pair, and what kept their
+    metadata from being kept (:func:`ojai_setup.facts.gguf.kept_model_info`), if anything."""
     main = route.main_path(models_dir)
     draft = route.draft_path(models_dir)
     missing = [p for p in (main, draft) if p is not None and not root.resolve(p).is_file()]
     if missing:
         return PairVerdict(ok=False, reasons=tuple(f"{p}: missing; `ojai setup --apply` downloads it"
-                                                   for p in missing))
+                                                   for p in missing)), None
     try:
-        main_info = read_model_info(root.resolve(main))
-        draft_info = read_model_info(root.resolve(draft)) if draft else None
+        main_info, note = kept_model_info(root, root.resolve(main))
+        draft_info, draft_note = kept_model_info(root, root.resolve(draft)) if draft else (None, None)
     except GGUFError as exc:
-        return PairVerdict(ok=False, reasons=(str(exc),))
-    return check_pair(main_info, draft_info, route.pair_kind)
+        return PairVerdict(ok=False, reasons=(str(exc),)), None
+    notes = [n for n in (note, draft_note) if n]
+    return check_pair(main_info, draft_info, route.pair_kind), "; ".join(notes) or None
 
 
 def _needs_root(real: Path) -> bool:
