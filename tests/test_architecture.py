@@ -99,6 +99,34 @@ def test_ruff_catches_each_chosen_kind_of_finding(tmp_path, source, code):
     assert result.returncode == 1 and f" {code} " in result.stdout, result.stdout + result.stderr
 
 
+def test_mypy_finds_nothing():
+    """The type check .ci/run runs before the tests ([tool.mypy] in pyproject.toml: strict on
+    core, model and formats), here too, so that the fast loop catches it before it lands."""
+    result = subprocess.run([str(Path(sys.executable).parent / "mypy")], cwd=REPO,
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.startswith("Success: no issues found in ")
+
+
+def test_mypy_is_strict_where_it_is_meant_to_be(tmp_path):
+    import tomllib
+
+    config = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["mypy"]
+    strict = next(o for o in config["overrides"] if "ojai_setup.core.*" in o["module"])
+    assert {"ojai_setup.core.*", "ojai_setup.model.*", "ojai_setup.formats.*"} <= set(strict["module"])
+    assert strict["disallow_untyped_defs"] is True and strict["disallow_any_generics"] is True
+    assert {"ojai_setup.core", "ojai_setup.model", "ojai_setup.formats"} <= set(config["packages"])
+    bad = tmp_path / "ojai_setup/formats"
+    bad.mkdir(parents=True)
+    (tmp_path / "ojai_setup/__init__.py").write_text("")
+    (bad / "__init__.py").write_text("")
+    (bad / "loose.py").write_text("def parse(text):\n    return text.split()\n")
+    shutil.copy(REPO / "pyproject.toml", tmp_path / "pyproject.toml")
+    result = subprocess.run([str(Path(sys.executable).parent / "mypy"), "--no-incremental", "-p",
+                             "ojai_setup.formats"], cwd=tmp_path, capture_output=True, text=True)
+    assert result.returncode == 1 and "[no-untyped-def]" in result.stdout, result.stdout
+
+
 def test_no_module_imports_one_that_imports_it_back():
     """No import circle between any two modules, however far round (the contract above checks
     siblings; this, every module, lazy imports included)."""

@@ -18,7 +18,8 @@ NETWORK_TIMEOUT = 10.0
 _say: Callable[[str], AbstractContextManager[object]] | None = None
 
 
-def say_with(say: Callable[[str], AbstractContextManager[object]] | None):
+def say_with(say: Callable[[str], AbstractContextManager[object]] | None
+             ) -> Callable[[str], AbstractContextManager[object]] | None:
     """Show what is asked through ``say`` (a sentence in, a context manager that shows it while
     the request runs); None stops saying it. Returns the previous one, to restore."""
     global _say

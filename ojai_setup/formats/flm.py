@@ -30,7 +30,7 @@ does :func:`probe_tags`. That endpoint lists every known tag in Ollama's shape
 
 import json
 import re
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
@@ -231,7 +231,7 @@ def _parse_json(text: str, exit_code: int) -> FlmStatus:
 def _parse_text(text: str, exit_code: int) -> FlmStatus:
     kernel: str | None = None
     kernel_bad = False
-    devices: dict[str, dict] = {}
+    devices: dict[str, dict[str, Any]] = {}
     current: str | None = None
     no_device = False
     drm: str | None = None

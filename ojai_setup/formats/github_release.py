@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 import urllib.parse
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 DIGEST_RE = r"^sha256:(?P<hex>[0-9a-f]{64})$"
 
@@ -21,7 +21,7 @@ class ReleaseFile(NamedTuple):
     sha256: str
 
 
-def release_file(asset: dict, name: str, tag: str, *, kind: str,
+def release_file(asset: dict[str, Any], name: str, tag: str, *, kind: str,
                  error: type[Exception]) -> ReleaseFile:
     """The download URL, size and sha256 of ``asset`` (file ``name`` of release ``tag``).
 

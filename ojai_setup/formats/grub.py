@@ -538,7 +538,7 @@ def own_value(param: str, var: str) -> bool:
     if param in (f"${var}", f"${{{var}}}"):
         return True
     m = _COND_REF.fullmatch(param)
-    return bool(m) and m.group(1) == var
+    return m is not None and m.group(1) == var
 
 
 def _ends_in_blank(p: Param) -> bool:

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from typing import Any
 
 from ojai_setup.formats.kernel_params import param_key, same_key
 from ojai_setup.formats.kernel_cmdline import CmdlineFormatError, check_edit
 
 
-def _load(text: str, source: str) -> dict:
+def _load(text: str, source: str) -> dict[str, Any]:
     try:
         config = json.loads(text)
     except json.JSONDecodeError as exc:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
@@ -25,7 +26,7 @@ class ConfigError(InputError):
 
 
 # -- JSON in and out ---------------------------------------------------------------------------
-def _no_duplicates(path: str):
+def _no_duplicates(path: str) -> Callable[[list[tuple[str, Any]]], dict[str, Any]]:
     def hook(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
         seen: dict[str, Any] = {}
         for key, value in pairs:

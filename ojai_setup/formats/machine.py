@@ -33,7 +33,7 @@ def parse_cpuinfo(text: str) -> Cpu:
         siblings = 0
     logical = max(logical, siblings * max(1, len(packages)))
     name = fields.get("model name")
-    es = bool(name) and bool(
+    es = name is not None and bool(name) and bool(
         re.search(r"engineering sample|\bES\b|100-0000", name, re.I)
     )
 
@@ -143,16 +143,19 @@ def _blocks(lines: list[str]) -> tuple[list[tuple[int | None, list[str]]], list[
     header at all, at each agent-level ``Name:`` line (unnumbered)."""
     headers = [i for i, line in enumerate(lines) if _AGENT.match(line)]
     if headers:
-        blocks = []
+        blocks: list[tuple[int | None, list[str]]] = []
         for k, start in enumerate(headers):
             end = headers[k + 1] if k + 1 < len(headers) else len(lines)
-            blocks.append((int(_AGENT.match(lines[start]).group(1)), lines[start + 1:end]))
+            header = _AGENT.match(lines[start])
+            assert header is not None  # a header line, found by the same pattern above
+            blocks.append((int(header.group(1)), lines[start + 1:end]))
         return blocks, lines[:headers[0]]
     starts = [i for i, line in enumerate(lines)
               if re.match(r"^\s*Name\s*:", line) and not line.split(":", 1)[1].strip().startswith("amdgcn-")]
-    blocks = [(None, lines[s:(starts[k + 1] if k + 1 < len(starts) else len(lines))])
-              for k, s in enumerate(starts)]
-    return blocks, lines[:starts[0]] if starts else lines
+    unnumbered: list[tuple[int | None, list[str]]] = [
+        (None, lines[s:(starts[k + 1] if k + 1 < len(starts) else len(lines))])
+        for k, s in enumerate(starts)]
+    return unnumbered, lines[:starts[0]] if starts else lines
 
 
 def _read_block(number: int | None, lines: list[str], notes: list[str]) -> RocmAgent | None:

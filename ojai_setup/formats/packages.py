@@ -85,7 +85,7 @@ def upstream_version(version: str) -> str:
     return version.rsplit("-", 1)[0] if "-" in version else version
 
 
-def version_key(version: str) -> tuple:
+def version_key(version: str) -> tuple[int, ...]:
     """A sortable key of a version's numbers: ``20251125`` -> (20251125,), ``0.7.0+dfsg`` ->
     (0, 7, 0)."""
     return tuple(int(n) for n in re.findall(r"\d+", upstream_version(version).split("+")[0]))

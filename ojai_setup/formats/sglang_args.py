@@ -29,8 +29,8 @@ list the table does not accept, in ojai's words.
 from __future__ import annotations
 
 import ast
-from collections.abc import Mapping
-from typing import Literal
+from collections.abc import Iterator, Mapping
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
@@ -102,7 +102,7 @@ def _parse(path: str, text: str) -> ast.Module:
                               f"{exc.lineno})") from None
 
 
-def _literal(node: ast.AST):
+def _literal(node: ast.AST) -> Any:
     try:
         return ast.literal_eval(node)
     except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
@@ -191,8 +191,8 @@ def _field_option(field: str, annotation: ast.AST, has_default: bool, namespace:
         lit = _literal(c)
         if isinstance(lit, (list, tuple)):
             given_choices = tuple(str(v) for v in lit)
-        elif _name(c) in choices:
-            given_choices = choices[_name(c)]
+        elif (name := _name(c)) is not None and name in choices:
+            given_choices = choices[name]
     if "action" in meta:
         if _name(meta["action"]) == "BooleanOptionalAction":  # --x and --no-x, no value
             names += ["--no-" + n[2:] for n in names if n.startswith("--")]
@@ -219,7 +219,7 @@ def _field_option(field: str, annotation: ast.AST, has_default: bool, namespace:
                         required=required is True or (required is None and not has_default))
 
 
-def _namespace_classes(tree: ast.Module):
+def _namespace_classes(tree: ast.Module) -> Iterator[tuple[ast.ClassDef, str]]:
     for node in tree.body:
         if not isinstance(node, ast.ClassDef):
             continue
@@ -231,7 +231,7 @@ def _namespace_classes(tree: ast.Module):
             yield node, ns
 
 
-def _fields_options(tree: ast.Module, choices) -> list[SglangOption]:
+def _fields_options(tree: ast.Module, choices: dict[str, tuple[str, ...]]) -> list[SglangOption]:
     out = []
     for cls, ns in _namespace_classes(tree):
         for stmt in cls.body:
@@ -242,7 +242,7 @@ def _fields_options(tree: ast.Module, choices) -> list[SglangOption]:
     return out
 
 
-def _hand_made(tree: ast.Module, choices) -> list[SglangOption]:
+def _hand_made(tree: ast.Module, choices: dict[str, tuple[str, ...]]) -> list[SglangOption]:
     """The ``parser.add_argument(...)`` calls of ``ServerArgs.add_cli_args``."""
     fn = None
     for node in ast.walk(tree):
@@ -281,9 +281,9 @@ def _hand_made(tree: ast.Module, choices) -> list[SglangOption]:
             lit = _literal(c)
             if isinstance(lit, (list, tuple)):
                 opt_choices = tuple(str(v) for v in lit)
-            elif _name(c) in choices:
-                opt_choices = choices[_name(c)]
-        out.append(SglangOption(names=names, dest=str(dest), takes=takes, choices=opt_choices,  # type: ignore[arg-type]
+            elif (name := _name(c)) is not None and name in choices:
+                opt_choices = choices[name]
+        out.append(SglangOption(names=names, dest=str(dest), takes=takes, choices=opt_choices,
                                 deprecated_for=deprecated, namespace="server_args"))
     return out
 

@@ -26,7 +26,7 @@ _VERSION = re.compile(r"\((\d+\.\d+\.\d+)\)")
 
 
 class SummaryDevice(NamedTuple):
-    index: int
+    index: int  # type: ignore[assignment]  # vulkaninfo's name; hides tuple.index, never called
     fields: dict[str, str]
 
 

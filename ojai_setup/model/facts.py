@@ -6,7 +6,7 @@ The JSON form of :class:`Facts` is part of ``ojai doctor --json`` (schema versio
 :data:`FACTS_SCHEMA`).
 """
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
@@ -77,7 +77,7 @@ class Npu(_Model):
     amdxdna_version: str | None = None
     firmware_version: str | None = None
     firmware_source: str | None = None  # which command told the firmware version
-    flm: dict | None = None  # parsed ``flm validate`` (see ojai_setup.formats.flm.FlmStatus)
+    flm: dict[str, Any] | None = None  # parsed ``flm validate`` (see ojai_setup.formats.flm.FlmStatus)
 
 
 class Memory(_Model):
@@ -249,7 +249,7 @@ class Tool(_Model):
     name: str
     path: str | None = None
     version: str | None = None
-    detail: dict | None = None  # e.g. the llama-server dialect summary
+    detail: dict[str, Any] | None = None  # e.g. the llama-server dialect summary
 
 
 class Package(_Model):

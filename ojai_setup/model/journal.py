@@ -5,13 +5,13 @@ They are built (``defer_build``) only when an apply, a rollback or a look at an 
 apply first uses them; doctor and a dry run import this module only then."""
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict
 
 from ojai_setup.model.state import HandlerRecord
 
-JOURNAL_FORMAT = "ojai-journal"
+JOURNAL_FORMAT: Final = "ojai-journal"
 
 
 class FileRecord(BaseModel):
