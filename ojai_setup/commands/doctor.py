@@ -8,6 +8,7 @@ from pathlib import Path
 from ojai_setup import __version__
 from ojai_setup.commands.terminal import SYMBOLS, Terminal
 from ojai_setup.core.paths import GIB, PAGE
+from ojai_setup.core.status import ExitStatus
 from ojai_setup.core.root import Root
 from ojai_setup.domain.checks import (
     Finding,
@@ -49,8 +50,8 @@ class DoctorReport:
         return knowledge_date(checks_dir() / "tables" / TABLE)
 
     @property
-    def exit_code(self) -> int:
-        return 1 if self.result >= Severity.FAIL else 0
+    def exit_code(self) -> ExitStatus:
+        return ExitStatus.FAILED if self.result >= Severity.FAIL else ExitStatus.OK
 
     def to_json(self) -> dict:
         return {
@@ -110,7 +111,7 @@ def diagnose(root: Root, profile_name: str | None = None) -> DoctorReport:
 
 
 def run_doctor(term: Terminal, root_dir: Path, *, profile_name: str | None = None,
-               capture: Path | None = None) -> int:
+               capture: Path | None = None) -> ExitStatus:
     root = Root(root_dir)
     report = diagnose(root, profile_name)
     term.show(report)

@@ -7,6 +7,7 @@ from pathlib import Path
 from ojai_setup.commands.terminal import Terminal
 from ojai_setup.core.paths import GIB
 from ojai_setup.core.root import Root
+from ojai_setup.core.status import ExitStatus
 from ojai_setup.domain.catalog import fit
 from ojai_setup.facts.collect import collect
 from ojai_setup.model.settings import Settings
@@ -161,8 +162,8 @@ class ModelsReport:
 
 
 def run_models(term: Terminal, root_dir: Path, settings: Settings, *, wide: bool = False,
-               all_routes: bool = False) -> int:
+               all_routes: bool = False) -> ExitStatus:
     root = Root(root_dir)
     term.show(ModelsReport(model_rows(root, settings), settings.models_dir, root.path,
                            wide=wide, all_routes=all_routes))
-    return 0
+    return ExitStatus.OK

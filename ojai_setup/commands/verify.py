@@ -23,6 +23,7 @@ from ojai_setup.commands.terminal import Terminal
 from ojai_setup.core.commandline import ojai_command
 from ojai_setup.core.paths import API_KEY_VARIABLE, FLM_PORT, ROUTES_DIR, UNITS_DIR
 from ojai_setup.core.root import Root
+from ojai_setup.core.status import ExitStatus
 from ojai_setup.domain.gate import MAX_MEAN_KL, MIN_AGREEMENT
 
 PROMPT = "Write a short story about a lighthouse keeper who finds a message in a bottle."
@@ -535,7 +536,7 @@ def gate_route(root: Root, name: str, record: dict, check: RouteCheck, *, api_ke
 
 
 def run_verify(term: Terminal, root_dir: Path, *, only: str | None, timeout: float,
-               n_predict: int, gate: bool = True, gate_stride: int = 4) -> int:
+               n_predict: int, gate: bool = True, gate_stride: int = 4) -> ExitStatus:
     root = Root(root_dir)
     routes = routes_of(root)
     if only:
@@ -544,7 +545,7 @@ def run_verify(term: Terminal, root_dir: Path, *, only: str | None, timeout: flo
         setup = ojai_command(root.path, "setup", "--model", "NAME", "--apply")
         term.error("no routes to verify" + (f" named {only!r}" if only else "")
                    + f": `{setup}` writes them")
-        return 1
+        return ExitStatus.FAILED
     results = []
     reference_cache: dict = {}  # one CPU reading per model and build (routes share it)
     for name, r in sorted(routes.items()):
@@ -585,4 +586,5 @@ def run_verify(term: Terminal, root_dir: Path, *, only: str | None, timeout: flo
                     check.gate_note = "--no-gate"
             results.append(check)
     term.show(VerifyReport(results, root, routes))
-    return 0 if all(r.healthy and not r.error and not r.gate_failed for r in results) else 1
+    return (ExitStatus.OK if all(r.healthy and not r.error and not r.gate_failed for r in results)
+            else ExitStatus.FAILED)

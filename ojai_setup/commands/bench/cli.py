@@ -8,6 +8,8 @@ from typing import Annotated, Optional
 
 import typer
 
+from ojai_setup.core.status import ExitStatus
+
 bench_app = typer.Typer(
     name="bench", add_completion=False, rich_markup_mode=None, pretty_exceptions_enable=False,
     help="Measure what drafting really buys: paired runs drafted (MTP, a draft model, n-gram) vs "
@@ -17,8 +19,9 @@ bench_app = typer.Typer(
 PROMPTS_HELP = ("Your prompts: text with one prompt per paragraph (blank lines between them), "
                 "or JSON lines {\"id\", \"prompt\"} in a .jsonl file")
 
-#: exit codes: 0 finished (also when a cap ended it early), 1 refused or failed, 130 Ctrl-C
-INTERRUPTED = 130
+#: exit codes: OK finished (also when a cap ended it early), FAILED refused or failed,
+#: INTERRUPTED Ctrl-C
+INTERRUPTED = ExitStatus.INTERRUPTED
 
 
 def _ints(text: str, what: str) -> tuple[int, ...]:
@@ -74,7 +77,7 @@ def bench(
         prompt_set = load_prompts(prompts) if prompts else BUILTIN
     except PromptFileError as exc:
         term.error(str(exc))
-        raise typer.Exit(64) from None
+        raise typer.Exit(ExitStatus.USAGE) from None
     ks = _ints(concurrency, "--concurrency") if concurrency.strip() else ()
     parts = tuple(p for p in PARTS if not (p == "pairs" and no_pairs) and not (p == "long" and not long_tokens)
                   and not (p == "concurrency" and not ks))
@@ -96,12 +99,12 @@ def bench(
                                        plain_url=plain_url)
     except BenchError as exc:
         term.error(str(exc))
-        raise typer.Exit(1) from None
+        raise typer.Exit(ExitStatus.FAILED) from None
     except KeyboardInterrupt:
         term.error("interrupted before any pair finished; nothing saved")
         raise typer.Exit(INTERRUPTED) from None
     term.show(BenchReport(result, folder))
-    raise typer.Exit(INTERRUPTED if result.interrupted else 0)
+    raise typer.Exit(INTERRUPTED if result.interrupted else ExitStatus.OK)
 
 
 @bench_app.command("compare")
@@ -124,7 +127,7 @@ def bench_compare(
         rb = load_result(resolve_run(Root(root), b))
     except BenchError as exc:
         term.error(str(exc))
-        raise typer.Exit(1) from None
+        raise typer.Exit(ExitStatus.FAILED) from None
     term.show(CompareReport(compare(ra, rb)))
 
 
@@ -195,7 +198,7 @@ def tune(
         prompt_set = load_prompts(prompts, lines=True) if prompts else BUILTIN
     except PromptFileError as exc:
         term.error(str(exc))
-        raise typer.Exit(64) from None
+        raise typer.Exit(ExitStatus.USAGE) from None
     if prompts:
         from ojai_setup.commands.bench.prompts import old_format_note
 
@@ -216,6 +219,7 @@ def tune(
         result = run_tune(Root(root), route, config)
     except (BenchError, TuningError, OSError) as exc:
         term.error(str(exc))
-        raise typer.Exit(1) from None
+        raise typer.Exit(ExitStatus.FAILED) from None
     term.show(TuneReport(result))
-    raise typer.Exit(INTERRUPTED if result.interrupted else (0 if result.choice is not None else 1))
+    raise typer.Exit(INTERRUPTED if result.interrupted else (
+        ExitStatus.OK if result.choice is not None else ExitStatus.FAILED))
