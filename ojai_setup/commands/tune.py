@@ -1,5 +1,5 @@
 """``ojai tune ROUTE``: choose the kind of drafting and its length from measurement (or no
-drafting), and write it through the plan.
+drafting), and write the choice to ``/etc/ojai/tuned.toml`` (the next ``ojai setup`` plans it).
 
 For each llama-server build (backend) asked for, the tuner
 

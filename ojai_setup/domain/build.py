@@ -2,7 +2,7 @@
 
 Planning is pure: :func:`cmake_configure_args` turns a backend and GPU target into CMake
 options, keeping only options the source's own CMake files declare. The executor function
-:func:`execute_build_from_source` does the work:
+:func:`ojai_setup.apply.build.execute_build_from_source` does the work:
 
 1. get the source: a directory, a tarball (an sdist nests llama.cpp under ``llama.cpp/``;
    entries that would land outside the target are refused) or a git URL cloned with

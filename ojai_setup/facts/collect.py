@@ -42,8 +42,6 @@ from ojai_setup.model.facts import (
 )
 
 AMD_PCI_VENDOR = "0x1002"
-#: where ``ojai setup --apply`` records what it did (see ojai_setup.apply.journal); read here as plain
-#: JSON through the root, so that ``doctor --capture`` keeps it
 #: where ojai installs llama-server (see ojai_setup.domain.nightly)
 OJAI_LLAMA_SERVER = LLAMA_SERVER
 
@@ -319,6 +317,8 @@ def read_ttm(root: Root, cmdline: list[str] | None, grub: GrubConfig | None = No
                 ttm.modprobe.append(ModprobeSetting(path=s.path, line=s.line, module=module, pages=pages))
     boot_id = _read(root, "/proc/sys/kernel/random/boot_id")
     ttm.boot_id = boot_id.strip() if boot_id else None
+    # what ``ojai setup --apply`` recorded, read as plain JSON through the root (so that
+    # ``doctor --capture`` keeps it)
     state = _read(root, STATE_FILE)
     if state:
         record = json.loads(state).get("records", {}).get("ttm")

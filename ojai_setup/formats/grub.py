@@ -1,8 +1,9 @@
 """Read and edit kernel parameters in ``/etc/default/grub`` by key.
 
-Everything here except :func:`bash_read_var` (and the validators built on it) is a pure
-function on text: nothing writes a file. The executor writes the edited text to a temporary
-file, calls :func:`validate_grub` on it, and renames it into place.
+Everything here is a pure function on text: nothing reads or writes a file. The executor
+writes the edited text to a temporary file, has real bash read it back
+(:func:`ojai_setup.apply.validate.validate_grub`, built on ``bash_read_var``), and renames it
+into place.
 
 How the file is read
 --------------------
