@@ -101,7 +101,7 @@ def test_ruff_catches_each_chosen_kind_of_finding(tmp_path, source, code):
 
 def test_mypy_finds_nothing():
     """The type check .ci/run runs before the tests ([tool.mypy] in pyproject.toml: strict on
-    core, model and formats), here too, so that the fast loop catches it before it lands."""
+    core, model, formats and domain), here too, so that the fast loop catches it before it lands."""
     result = subprocess.run([str(Path(sys.executable).parent / "mypy")], cwd=REPO,
                             capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -113,9 +113,11 @@ def test_mypy_is_strict_where_it_is_meant_to_be(tmp_path):
 
     config = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["mypy"]
     strict = next(o for o in config["overrides"] if "ojai_setup.core.*" in o["module"])
-    assert {"ojai_setup.core.*", "ojai_setup.model.*", "ojai_setup.formats.*"} <= set(strict["module"])
+    assert {"ojai_setup.core.*", "ojai_setup.model.*", "ojai_setup.formats.*",
+            "ojai_setup.domain.*"} <= set(strict["module"])
     assert strict["disallow_untyped_defs"] is True and strict["disallow_any_generics"] is True
-    assert {"ojai_setup.core", "ojai_setup.model", "ojai_setup.formats"} <= set(config["packages"])
+    assert {"ojai_setup.core", "ojai_setup.model", "ojai_setup.formats",
+            "ojai_setup.domain"} <= set(config["packages"])
     bad = tmp_path / "ojai_setup/formats"
     bad.mkdir(parents=True)
     (tmp_path / "ojai_setup/__init__.py").write_text("")
@@ -405,7 +407,7 @@ def io_uses(source: str) -> set[str]:
 DOMAIN_READS = {
     # ojai's own tables, shipped in the package, and the table files named on the command line
     "catalog.py": {"read_text()", "is_file()"},
-    "checks.py": {"read_text()", "is_file()", "glob()"},
+    "check_engine.py": {"read_text()", "is_file()", "glob()"},
     "costs.py": {"read_text()"},
     "distributions.py": {"read_text()"},
     "known_bad.py": {"read_text()"},
@@ -444,3 +446,50 @@ def test_formats_do_no_io_and_domain_reads_only_what_is_listed():
 ])
 def test_the_io_rule_catches_io(source, uses):
     assert io_uses(source) == uses
+
+
+# -- every exit code has a name ---------------------------------------------------------------
+
+def bare_exit_codes(source: str, filename: str = "<source>") -> list[str]:
+    """Where ``source`` exits with a number instead of an :class:`ExitStatus`: an int literal
+    given to ``Exit``/``SystemExit``/``sys.exit``, or returned by a command's runner
+    (``run_*``, ``exit_code``, a function annotated ``-> ExitStatus``)."""
+    import ast
+
+    def literal_ints(node) -> bool:
+        return any(isinstance(n, ast.Constant) and type(n.value) is int for n in ast.walk(node))
+
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call) and node.args:
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+            if name in ("Exit", "SystemExit", "exit") and literal_ints(node.args[0]):
+                found.append(f"{filename}:{node.lineno}: {name}() of a number")
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and (
+                node.name.startswith("run_") or node.name == "exit_code"
+                or (node.returns is not None and "ExitStatus" in ast.unparse(node.returns))):
+            for ret in ast.walk(node):
+                if isinstance(ret, ast.Return) and ret.value is not None and literal_ints(ret.value):
+                    found.append(f"{filename}:{ret.lineno}: {node.name} returns a number")
+    return found
+
+
+def test_every_command_exits_with_a_named_status():
+    sources = sorted(COMMANDS.rglob("*.py")) + [REPO / "ojai_setup/cli.py", REPO / "ojai_setup/entry.py"]
+    problems = [p for path in sources
+                for p in bare_exit_codes(path.read_text(), str(path.relative_to(REPO)))]
+    assert problems == []
+
+
+@pytest.mark.parametrize("source, bad", [
+    ("raise typer.Exit(64)\n", 1),
+    ("raise typer.Exit(INTERRUPTED if x else 0)\n", 1),
+    ("raise SystemExit(1)\n", 1),
+    ("def run_verify(term):\n    return 0 if ok else 1\n", 1),
+    ("def helper(term):\n    return 1\n", 0),
+    ("raise typer.Exit(ExitStatus.USAGE)\n", 0),
+    ("def run_x(term) -> ExitStatus:\n    return ExitStatus.OK\n", 0),
+])
+def test_the_exit_rule_catches_a_number(source, bad):
+    assert len(bare_exit_codes(source)) == bad

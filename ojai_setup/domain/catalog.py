@@ -462,7 +462,7 @@ class Catalog(_Model):
         """Every name a person may give for a catalog model, to the model's own name: the
         model's, and the names of the two routes setup writes for it (``<model>-mtp`` and the
         plain ``<model>``)."""
-        names = {}
+        names: dict[str, str] = {}
         for name, route in self.routes.items():
             names.setdefault(f"{name}-{route.drafted_suffix}", name)
         names.update({name: name for name in self.routes})
@@ -569,7 +569,9 @@ class Fit(_Model):
     source: str = "catalog"
 
     def sentence(self) -> str:
-        gib = lambda n: f"{n / GIB:.1f} GiB"  # noqa: E731
+        def gib(n: int) -> str:
+            return f"{n / GIB:.1f} GiB"
+
         where = f"ctx {self.ctx_size}" + (f" ({self.slots} slots)" if self.slots > 1 else "")
         head = (f"{self.route} at {where} needs {gib(self.need_bytes)} "
                 f"(weights {gib(self.weights_bytes)}, KV {gib(self.kv_bytes)}, overhead "

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from enum import IntEnum
 from functools import cache
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -146,6 +146,9 @@ class Outcome(NamedTuple):
     severity: str | None = None  # overrides the spec's severity when the precondition fails
 
 
+_M = TypeVar("_M", bound=BaseModel)
+
+
 class ProfileError(UsageError):
     pass
 
@@ -178,7 +181,7 @@ def kind_of_many(name: str) -> Callable[[ManyFn], ManyFn]:
 
 # -- profiles --------------------------------------------------------------------------------
 
-def _read_toml(path: Path) -> dict:
+def _read_toml(path: Path) -> dict[str, Any]:
     """The file's table (read only: it is shared by every reader of the same text)."""
     try:
         return _parse_toml(path.read_text(encoding="utf-8"))
@@ -187,13 +190,13 @@ def _read_toml(path: Path) -> dict:
 
 
 @cache
-def _parse_toml(text: str) -> dict:
+def _parse_toml(text: str) -> dict[str, Any]:
     # detecting a profile loads each box and family with what it includes: common.toml three
     # times, a family twice; the same text is parsed once
     return tomllib.loads(text)
 
 
-def _validated(model, data: dict, path: Path):
+def _validated(model: type[_M], data: dict[str, Any], path: Path) -> _M:
     try:
         return model.model_validate(data)
     except ValidationError as exc:
@@ -231,8 +234,8 @@ def load_profile(name: str, directory: Path | None = None) -> Profile:
     included: list[CheckSpec] = []
     for inc in profile.include:
         included.extend(load_profile(inc, directory).checks)
-    own = {c.id for c in profile.checks}
-    profile.checks = [c for c in included if c.id not in own] + profile.checks
+    own_ids = {c.id for c in profile.checks}
+    profile.checks = [c for c in included if c.id not in own_ids] + profile.checks
     for c in profile.checks:
         if c.kind not in KINDS:
             raise ProfileError(f"{path}: check {c.id}: unknown kind {c.kind!r}")
@@ -392,7 +395,7 @@ def fix_for_root(fix: str | None, root: str) -> str | None:
 
     where = machine_options(root)
 
-    def command(m: re.Match) -> str:
+    def command(m: re.Match[str]) -> str:
         head, verb, rest = m.group(1), m.group(2), m.group(3)
         if where[0] == "--example" and (verb == "rollback" or "--apply" in rest.split()):
             name = where[1]

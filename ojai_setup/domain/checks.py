@@ -6,6 +6,8 @@ loads the profiles and turns outcomes into findings. Importing this module regis
 so the engine's functions that need them are used from here.
 """
 
+from typing import Any
+
 from ojai_setup.core.paths import GIB, PAGE
 from ojai_setup.domain.check_engine import (  # the engine's API, with every kind registered
     KINDS,
@@ -30,7 +32,7 @@ from ojai_setup.domain.check_engine import (  # the engine's API, with every kin
 )
 from ojai_setup.domain.profiles import checks_dir
 from ojai_setup.formats.machine import ROCM_PRESENT, bios_version_tuple, version_tuple
-from ojai_setup.model.facts import Facts
+from ojai_setup.model.facts import Facts, Gpu, ModelPair, RocmAgent
 
 __all__ = ["KINDS", "CheckSpec", "Finding", "Outcome", "Profile", "ProfileError", "Severity",
            "chosen_profile", "detect_profile", "fix_for_root", "igpu", "instinct_gpus",
@@ -58,7 +60,7 @@ def known_bad_findings(facts: Facts, profile: Profile, spec: CheckSpec) -> list[
                     f"machine{note}", link=spec.link or None)]
 
 
-def _need(facts: Facts, section: str):
+def _need(facts: Facts, section: str) -> Any:
     value = getattr(facts, section)
     if value is None:
         raise Unknown(facts.unknown.get(section, f"{section} not read"))
@@ -76,12 +78,12 @@ UNSET_OVERRIDE_FIX = (
     "lacks the GPU's own target.")
 
 
-def _renamed(gpu) -> list:
+def _renamed(gpu: Gpu) -> list[RocmAgent]:
     """GPU agents whose Chip ID says the silicon is another target than rocminfo's Name."""
     return [a for a in gpu.agents if a.native_target and a.native_target != a.name]
 
 
-def _override_origin(gpu) -> str:
+def _override_origin(gpu: Gpu) -> str:
     if gpu.hsa_override:
         return f"HSA_OVERRIDE_GFX_VERSION={gpu.hsa_override} renames it"
     if gpu.environment_unknown:
@@ -90,19 +92,19 @@ def _override_origin(gpu) -> str:
     return "an HSA_OVERRIDE_GFX_VERSION was set where rocminfo ran, though not in this environment"
 
 
-def _renamed_evidence(agent, gpu) -> str:
+def _renamed_evidence(agent: RocmAgent, gpu: Gpu) -> str:
     row = igpu(agent.chip_id)
     what = row.name if row else f"PCI device {agent.chip_id}"
     return (f"rocminfo reports {agent.name} ({agent.marketing_name}) for Chip ID {agent.chip_id}, "
             f"the {what}, whose own target is {agent.native_target}: {_override_origin(gpu)}")
 
 
-def _notes(gpu) -> str:
+def _notes(gpu: Gpu) -> str:
     return f" (rocminfo text: {'; '.join(gpu.rocminfo_notes)})" if gpu.rocminfo_notes else ""
 
 
 @kind("gpu_target")
-def _gpu_target(facts: Facts, profile: Profile, params: dict) -> Outcome:
+def _gpu_target(facts: Facts, profile: Profile, params: dict[str, Any]) -> Outcome:
     """Whether ROCm sees the iGPU as its own target; a target with a fix of its own in
     ``params["fix_for"]`` (one without a nightly build) is told that fix."""
     want = params.get("target") or machine_target(facts, profile) or profile.gpu_target or (
@@ -114,7 +116,7 @@ def _gpu_target(facts: Facts, profile: Profile, params: dict) -> Outcome:
     return out
 
 
-def _gpu_target_outcome(facts: Facts, profile: Profile, params: dict,
+def _gpu_target_outcome(facts: Facts, profile: Profile, params: dict[str, Any],
                         want: str | None) -> Outcome:
     gpu = _need(facts, "gpu")
     if gpu.rocminfo_error:
@@ -147,7 +149,7 @@ def _gpu_target_outcome(facts: Facts, profile: Profile, params: dict,
 
 
 @kind("hsa_override")
-def _hsa_override(facts: Facts, profile: Profile, params: dict) -> Outcome:
+def _hsa_override(facts: Facts, profile: Profile, params: dict[str, Any]) -> Outcome:
     gpu = _need(facts, "gpu")
     renamed = _renamed(gpu)
     if gpu.hsa_override:
@@ -166,8 +168,10 @@ def _hsa_override(facts: Facts, profile: Profile, params: dict) -> Outcome:
     return Outcome(ok=True, evidence="HSA_OVERRIDE_GFX_VERSION is not set")
 
 
-def _kernel_rule_holds(rule: dict, facts: Facts) -> bool | None:
+def _kernel_rule_holds(rule: dict[str, Any], facts: Facts) -> bool | None:
     kernel = facts.kernel
+    if kernel is None:  # kernel_min asks only once it is known
+        return None
     if rule.get("flavour") and kernel.flavour != rule["flavour"]:
         return None
     if rule.get("distro") and (facts.distro is None or facts.distro.id != rule["distro"]):
@@ -176,9 +180,9 @@ def _kernel_rule_holds(rule: dict, facts: Facts) -> bool | None:
 
 
 @kind("kernel_min")
-def _kernel_min(facts: Facts, profile: Profile, params: dict) -> Outcome:
+def _kernel_min(facts: Facts, profile: Profile, params: dict[str, Any]) -> Outcome:
     kernel = _need(facts, "kernel")
-    rules: list[dict] = params["rules"]
+    rules: list[dict[str, Any]] = params["rules"]
     for rule in rules:  # the first rule that applies to this kernel decides
         holds = _kernel_rule_holds(rule, facts)
         if holds is not None:
@@ -199,7 +203,7 @@ def _kernel_min(facts: Facts, profile: Profile, params: dict) -> Outcome:
 
 
 @kind("rocm_min")
-def _rocm_min(facts: Facts, profile: Profile, params: dict) -> Outcome:
+def _rocm_min(facts: Facts, profile: Profile, params: dict[str, Any]) -> Outcome:
     if facts.rocm_version is None:
         why = facts.unknown.get("rocm_version", "ROCm not found")
         if why.startswith(ROCM_PRESENT):  # there, version unread: never "install ROCm 7.2"
@@ -213,7 +217,7 @@ def _rocm_min(facts: Facts, profile: Profile, params: dict) -> Outcome:
 
 
 @kind("bios_min")
-def _bios_min(facts: Facts, profile: Profile, params: dict) -> Outcome:
+def _bios_min(facts: Facts, profile: Profile, params: dict[str, Any]) -> Outcome:
     bios = _need(facts, "bios")
     board = " ".join(dict.fromkeys(filter(None, [bios.sys_vendor, bios.product_name, bios.board_name])))
     if "min" not in params:  # a family: BIOS minimums are facts of a box (its own profile)
@@ -252,7 +256,7 @@ def _runs_here(facts: Facts) -> str:
 
 
 @kind("ttm_active")
-def _ttm_active(facts: Facts, profile: Profile, params: dict) -> Outcome:
+def _ttm_active(facts: Facts, profile: Profile, params: dict[str, Any]) -> Outcome:
     """Three states, checked in the order the boot uses them: configured (the deciding file of
     the boot path, as its consumer reads it: grub-mkconfig, kernel-install, limine-entry-tool,
     kernelstub; and kmod's modprobe.d), generated (the default entry: grub.cfg, the BLS or
@@ -357,7 +361,7 @@ def _ttm_active(facts: Facts, profile: Profile, params: dict) -> Outcome:
 
 
 @kind("ttm_module_key")
-def _ttm_module_key(facts: Facts, profile: Profile, params: dict) -> Outcome:
+def _ttm_module_key(facts: Facts, profile: Profile, params: dict[str, Any]) -> Outcome:
     ttm = _need(facts, "ttm")
     cmdline = ttm.configured_cmdline()
     places = [f"{cmdline[2]} sets {cmdline[0]}"] if cmdline else []
@@ -376,7 +380,7 @@ def _ttm_module_key(facts: Facts, profile: Profile, params: dict) -> Outcome:
 
 
 @kind("ttm_sources_agree")
-def _ttm_sources_agree(facts: Facts, profile: Profile, params: dict) -> Outcome:
+def _ttm_sources_agree(facts: Facts, profile: Profile, params: dict[str, Any]) -> Outcome:
     ttm = _need(facts, "ttm")
     cmdline = ttm.configured_cmdline()
     values = {f"{cmdline[2]} ({cmdline[0]})": cmdline[1]} if cmdline else {}
@@ -391,7 +395,7 @@ def _ttm_sources_agree(facts: Facts, profile: Profile, params: dict) -> Outcome:
 
 
 @kind("cmdline_absent")
-def _cmdline_absent(facts: Facts, profile: Profile, params: dict) -> Outcome:
+def _cmdline_absent(facts: Facts, profile: Profile, params: dict[str, Any]) -> Outcome:
     tokens = _need(facts, "cmdline")
     bad = [t for t in tokens if t == params["token"] or t.startswith(params["token"] + "=")
            and (params.get("value") is None or t == f"{params['token']}={params['value']}")]
@@ -430,7 +434,7 @@ def _cmdline_absent(facts: Facts, profile: Profile, params: dict) -> Outcome:
 
 
 @kind("deprecated_gttsize")
-def _deprecated_gttsize(facts: Facts, profile: Profile, params: dict) -> Outcome:
+def _deprecated_gttsize(facts: Facts, profile: Profile, params: dict[str, Any]) -> Outcome:
     ttm = _need(facts, "ttm")
     if not ttm.deprecated_gttsize:
         return Outcome(ok=True, evidence="no amdgpu.gttsize on the kernel command line")
@@ -439,7 +443,7 @@ def _deprecated_gttsize(facts: Facts, profile: Profile, params: dict) -> Outcome
 
 
 @kind("no_amdgpu_dkms")
-def _no_amdgpu_dkms(facts: Facts, profile: Profile, params: dict) -> Outcome:
+def _no_amdgpu_dkms(facts: Facts, profile: Profile, params: dict[str, Any]) -> Outcome:
     if facts.amdgpu_dkms is None:
         raise Unknown(facts.unknown.get("amdgpu_dkms", "not read"))
     if not profile.apu:
@@ -463,7 +467,7 @@ def _npu_driver_fix(facts: Facts, *, then: str = "then reboot.") -> str:
 
 
 @kind("npu_device")
-def _npu_device(facts: Facts, profile: Profile, params: dict) -> Outcome:
+def _npu_device(facts: Facts, profile: Profile, params: dict[str, Any]) -> Outcome:
     from ojai_setup.domain.distributions import kernel_carries_npu_driver, load
 
     npu = _need(facts, "npu")
@@ -471,7 +475,7 @@ def _npu_device(facts: Facts, profile: Profile, params: dict) -> Outcome:
     if not npu.accel_devices:
         if carries:
             return Outcome(ok=False, evidence="no /dev/accel/accel* device, although the running "
-                           f"kernel {facts.kernel.release} carries the amdxdna driver",
+                           f"kernel {facts.kernel.release if facts.kernel else ''} carries the amdxdna driver",
                            fix="No driver to install: the running kernel carries amdxdna. Check "
                            "that the NPU (IPU) is enabled in the BIOS and that amd_iommu=off is "
                            "not on the kernel command line; `sudo dmesg | grep amdxdna` says why "
@@ -483,7 +487,7 @@ def _npu_device(facts: Facts, profile: Profile, params: dict) -> Outcome:
     if ver is None and carries:
         # an in-tree module has no /sys/module/amdxdna/version; 7.0's is FastFlowLM's driver
         return Outcome(ok=True, evidence=f"{', '.join(npu.accel_devices)}; amdxdna in-tree in "
-                       f"kernel {facts.kernel.release} (Linux {load().npu_driver.in_tree_kernel} "
+                       f"kernel {facts.kernel.release if facts.kernel else ''} (Linux {load().npu_driver.in_tree_kernel} "
                        "or newer: the driver FastFlowLM needs)")
     ok = ver is not None and version_tuple(ver) >= version_tuple(need)
     return Outcome(ok=ok, evidence=f"{', '.join(npu.accel_devices)}; amdxdna {ver or 'unknown'} "
@@ -500,7 +504,7 @@ def npu_route_wanted(facts: Facts) -> str | None:
 
 
 @kind("npu_firmware")
-def _npu_firmware(facts: Facts, profile: Profile, params: dict) -> Outcome:
+def _npu_firmware(facts: Facts, profile: Profile, params: dict[str, Any]) -> Outcome:
     npu = _need(facts, "npu")
     if npu.firmware_version is None:
         return Outcome(ok=None, evidence="NPU firmware version unknown (no flm or xrt-smi output)")
@@ -523,7 +527,7 @@ def _npu_firmware(facts: Facts, profile: Profile, params: dict) -> Outcome:
                                                   "the NPU yet" if not wanted else ""), fix=fix)
 
 
-def _npu_firmware_fix(facts: Facts, params: dict) -> str:
+def _npu_firmware_fix(facts: Facts, params: dict[str, Any]) -> str:
     """NPU firmware 1.1: a linux-firmware that has it, by this distribution's package manager,
     and a driver that loads it (the running kernel's, where it carries one)."""
     from ojai_setup.domain.distributions import family_of
@@ -540,7 +544,7 @@ def _npu_firmware_fix(facts: Facts, params: dict) -> str:
 
 
 @kind("npu_memlock")
-def _npu_memlock(facts: Facts, profile: Profile, params: dict) -> Outcome:
+def _npu_memlock(facts: Facts, profile: Profile, params: dict[str, Any]) -> Outcome:
     npu = _need(facts, "npu")
     if npu.flm is None:
         return Outcome(ok=None, evidence="memlock limit unknown (no `flm validate` output)")
@@ -560,7 +564,7 @@ def _npu_memlock(facts: Facts, profile: Profile, params: dict) -> Outcome:
 
 
 @kind("memory_size")
-def _memory_size(facts: Facts, profile: Profile, params: dict) -> Outcome:
+def _memory_size(facts: Facts, profile: Profile, params: dict[str, Any]) -> Outcome:
     mem = _need(facts, "memory")
     if profile.memory_gib is not None:
         # MemTotal excludes the BIOS carve-out and kernel reservations: allow 15 %
@@ -578,7 +582,7 @@ def _memory_size(facts: Facts, profile: Profile, params: dict) -> Outcome:
 
 
 @kind("vram_carveout")
-def _vram_carveout(facts: Facts, profile: Profile, params: dict) -> Outcome:
+def _vram_carveout(facts: Facts, profile: Profile, params: dict[str, Any]) -> Outcome:
     """The BIOS carve-out ("UMA Frame Buffer Size") is RAM only the GPU's VRAM heap can use; on
     these APUs the GPU takes its memory through the TTM limit instead, so the carve-out is best
     kept at the BIOS minimum, and the TTM limit re-checked when a BIOS update changes it."""
@@ -619,7 +623,7 @@ def _vram_carveout(facts: Facts, profile: Profile, params: dict) -> Outcome:
 
 
 @kind("tool_present")
-def _tool_present(facts: Facts, profile: Profile, params: dict) -> Outcome:
+def _tool_present(facts: Facts, profile: Profile, params: dict[str, Any]) -> Outcome:
     tool = facts.tools.get(params["tool"])
     if tool is None:
         return Outcome(ok=False, evidence=f"{params['tool']} not found")
@@ -627,13 +631,13 @@ def _tool_present(facts: Facts, profile: Profile, params: dict) -> Outcome:
 
 
 @kind("model_pairs")
-def _model_pairs(facts: Facts, profile: Profile, params: dict) -> Outcome:
+def _model_pairs(facts: Facts, profile: Profile, params: dict[str, Any]) -> Outcome:
     if not facts.models:
         return Outcome(ok=None, evidence="no model route set up yet")
     bad = [m for m in facts.models if not m.ok]
     if bad:
         return Outcome(ok=False, evidence="; ".join(f"{m.route}: " + "; ".join(m.reasons) for m in bad))
-    def said(m) -> str:
+    def said(m: ModelPair) -> str:
         if m.kind == "ngram":
             return f"{m.route} (n-gram drafting): pairing not applicable"
         if m.kind == "draft_model":
@@ -645,7 +649,7 @@ def _model_pairs(facts: Facts, profile: Profile, params: dict) -> Outcome:
 
 
 @kind("apply_state")
-def _apply_state(facts: Facts, profile: Profile, params: dict) -> Outcome:
+def _apply_state(facts: Facts, profile: Profile, params: dict[str, Any]) -> Outcome:
     status = _need(facts, "apply")
     owed = "; follow-up commands owed: " + ", ".join(status.owed) if status.owed else ""
     if status.running:
@@ -678,7 +682,7 @@ def _apply_state(facts: Facts, profile: Profile, params: dict) -> Outcome:
 
 
 @kind("power_profile")
-def _power_profile(facts: Facts, profile: Profile, params: dict) -> Outcome:
+def _power_profile(facts: Facts, profile: Profile, params: dict[str, Any]) -> Outcome:
     """The ACPI platform profile, its choices and what manages it (reported, never failed)."""
     power = facts.power
     if power is None:
@@ -695,7 +699,7 @@ def _power_profile(facts: Facts, profile: Profile, params: dict) -> Outcome:
 
 
 @kind("distro_llama")
-def _distro_llama(facts: Facts, profile: Profile, params: dict) -> Outcome:
+def _distro_llama(facts: Facts, profile: Profile, params: dict[str, Any]) -> Outcome:
     """A llama-server on PATH from a distribution package: its version and whether its HIP
     backend has code for this GPU."""
     d = facts.distro_llama
@@ -714,13 +718,13 @@ def _distro_llama(facts: Facts, profile: Profile, params: dict) -> Outcome:
     return Outcome(ok=False, evidence=cov.sentence)
 
 
-def _lemonade(facts: Facts) -> dict | None:
+def _lemonade(facts: Facts) -> dict[str, Any] | None:
     tool = facts.tools.get("lemonade") or facts.tools.get("lemond")
     return (tool.detail or {}) if tool else None
 
 
 @kind("lemonade_bins")
-def _lemonade_bins(facts: Facts, profile: Profile, params: dict) -> Outcome:
+def _lemonade_bins(facts: Facts, profile: Profile, params: dict[str, Any]) -> Outcome:
     """Each ``llamacpp.*_bin`` path in Lemonade's config must be an executable, not a folder."""
     detail = _lemonade(facts)
     if detail is None:
@@ -741,7 +745,7 @@ def _lemonade_bins(facts: Facts, profile: Profile, params: dict) -> Outcome:
 
 
 @kind("lemonade_server")
-def _lemonade_server(facts: Facts, profile: Profile, params: dict) -> Outcome:
+def _lemonade_server(facts: Facts, profile: Profile, params: dict[str, Any]) -> Outcome:
     """Lemonade's version (both version forms), port, config directory and health; where it
     is missing, the ``ojai setup --lemonade`` choice that installs it here."""
     detail = _lemonade(facts)
@@ -780,7 +784,7 @@ def _lemonade_server(facts: Facts, profile: Profile, params: dict) -> Outcome:
 # -- Instinct (discrete HBM) ---------------------------------------------------------------------
 
 @kind("amdgpu_loaded")
-def _amdgpu_loaded(facts: Facts, profile: Profile, params: dict) -> Outcome:
+def _amdgpu_loaded(facts: Facts, profile: Profile, params: dict[str, Any]) -> Outcome:
     gpu = _need(facts, "gpu")
     if gpu.amdgpu_loaded:
         return Outcome(ok=True, evidence="amdgpu is loaded (/sys/module/amdgpu)")
@@ -813,7 +817,7 @@ def instinct_gpus(facts: Facts) -> list[tuple[str, str, int | None]]:
 
 
 @kind("instinct_gpus")
-def _instinct_gpus(facts: Facts, profile: Profile, params: dict) -> Outcome:
+def _instinct_gpus(facts: Facts, profile: Profile, params: dict[str, Any]) -> Outcome:
     gpu = _need(facts, "gpu")
     found = instinct_gpus(facts)
     if not found:
@@ -838,7 +842,7 @@ def _instinct_gpus(facts: Facts, profile: Profile, params: dict) -> Outcome:
 
 
 @kind("rocm_min_target")
-def _rocm_min_target(facts: Facts, profile: Profile, params: dict) -> Outcome:
+def _rocm_min_target(facts: Facts, profile: Profile, params: dict[str, Any]) -> Outcome:
     gpus = instinct_gpus(facts)
     floors: dict[str, str] = {}
     for name, target, _ in gpus:
@@ -861,7 +865,7 @@ def _rocm_min_target(facts: Facts, profile: Profile, params: dict) -> Outcome:
 
 
 @kind("large_bar")
-def _large_bar(facts: Facts, profile: Profile, params: dict) -> Outcome:
+def _large_bar(facts: Facts, profile: Profile, params: dict[str, Any]) -> Outcome:
     gpu = _need(facts, "gpu")
     cards = [c for c in gpu.cards if igpu(c.pci_device) is not None and c.vram_total]
     read = [c for c in cards if c.vis_vram_total is not None]
@@ -878,7 +882,7 @@ def _large_bar(facts: Facts, profile: Profile, params: dict) -> Outcome:
 
 
 @kind("cmdline_present")
-def _cmdline_present(facts: Facts, profile: Profile, params: dict) -> Outcome:
+def _cmdline_present(facts: Facts, profile: Profile, params: dict[str, Any]) -> Outcome:
     tokens = _need(facts, "cmdline")
     want = f"{params['token']}={params['value']}" if params.get("value") else params["token"]
     if want in tokens:
@@ -889,7 +893,7 @@ def _cmdline_present(facts: Facts, profile: Profile, params: dict) -> Outcome:
 
 
 @kind("sysctl_value")
-def _sysctl_value(facts: Facts, profile: Profile, params: dict) -> Outcome:
+def _sysctl_value(facts: Facts, profile: Profile, params: dict[str, Any]) -> Outcome:
     key, want = params["key"], str(params["value"])
     have = facts.sysctl.get(key)
     if have is None:
@@ -898,7 +902,7 @@ def _sysctl_value(facts: Facts, profile: Profile, params: dict) -> Outcome:
 
 
 @kind("vulkan_driver")
-def _vulkan_driver(facts: Facts, profile: Profile, params: dict) -> Outcome | None:
+def _vulkan_driver(facts: Facts, profile: Profile, params: dict[str, Any]) -> Outcome | None:
     """Which Vulkan driver (ICD) drives the GPU; no finding where the machine has no Vulkan."""
     from ojai_setup.domain.vulkan import driver_outcome
 
@@ -909,7 +913,7 @@ def _vulkan_driver(facts: Facts, profile: Profile, params: dict) -> Outcome | No
 
 
 @kind("vulkan_render")
-def _vulkan_render(facts: Facts, profile: Profile, params: dict) -> Outcome | None:
+def _vulkan_render(facts: Facts, profile: Profile, params: dict[str, Any]) -> Outcome | None:
     """Whether ojai's service user can open the render nodes the Vulkan drivers use."""
     from ojai_setup.domain.vulkan import render_outcome
 

@@ -188,9 +188,12 @@ def plan_cmdline_edit(files: Sequence[tuple[str, str]], key: str, value: str,
                 line = OWN_DROPIN_TEXT.format(var=var, param=param)
                 text = line if text is None else text + ("" if text.endswith("\n") or not text else "\n") + line.split("\n", 3)[3]
             elif op == "set":
+                assert text is not None  # set and remove edit a file that is there
                 text = set_kernel_param(text, k, value, var=var, source=path)
             else:
+                assert text is not None
                 text = remove_kernel_param(text, k, var=var, source=path)
+        assert text is not None  # every file in ops is created, set or removed from
         new_texts[path] = text
     order = [p for p, _ in files] + [p for p in new_texts if p not in texts]
     edit = CmdlineEdit(param=param, target=target, target_var=target_var, why=why,

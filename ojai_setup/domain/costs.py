@@ -92,7 +92,7 @@ def disk_need(backend: str, gpu_target: str | None, extra: Iterable[str] = ()) -
     targets = [t for t in (gpu_target or "").replace(";", ",").split(",") if t]
     keys = [f"hip {t}" for t in targets] if backend == "hip" else [backend]
     found = [_find(table, k, tuple(extra))[0] or table.get("hip gfx1150") for k in keys]
-    found = [m for m in found if m is not None]
-    if not found:
+    known = [m for m in found if m is not None]
+    if not known:
         return None
-    return sum(m.build_bytes + m.install_bytes for m in found)
+    return sum(m.build_bytes + m.install_bytes for m in known)

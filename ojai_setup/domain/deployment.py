@@ -87,9 +87,9 @@ def kv_layout(info: ModelInfo) -> KvLayout | None:
     if any(recurrent):
         parts = (info.ssm_conv_kernel, info.ssm_inner_size, info.ssm_state_size,
                  info.ssm_group_count)
-        if any(p is None for p in parts):
-            return None
         conv, inner, d_state, groups = parts
+        if conv is None or inner is None or d_state is None or groups is None:
+            return None
         per_layer = max(conv - 1, 0) * (inner + 2 * groups * d_state) + d_state * inner
         state = sum(recurrent) * per_layer * _STATE_ELEMENT
     return KvLayout(
@@ -195,9 +195,9 @@ def fit_gpu_routes(route: Route, budget_bytes: int, *, footprint: Footprint | No
     mtp = None if route.embedding else fit(route, route.context_size, budget_bytes,
                                            cache_type=cache_type, footprint=size, name=mtp_name)
     asked = route.context_size * slots
-    plain = fit(route, asked, budget_bytes, cache_type=cache_type, slots=slots, draft=False,
-                footprint=size, name=plain_name)
-    if not plain.fits:
+    plain: Fit | None = fit(route, asked, budget_bytes, cache_type=cache_type, slots=slots,
+                            draft=False, footprint=size, name=plain_name)
+    if plain is not None and not plain.fits:
         plain = (fit(route, plain.max_ctx, budget_bytes, cache_type=cache_type, slots=slots,
                      draft=False, footprint=size, name=plain_name)
                  if plain.max_ctx is not None else None)

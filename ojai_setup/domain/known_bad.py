@@ -142,7 +142,7 @@ def _held(row: Row, facts: Facts, target: str | None, npu: bool,  # noqa: C901
         want = version_tuple(bound.replace("-", "."))
         if (kernel[:len(want)] < want) != below:
             return fail()
-        seen.append(f"kernel {facts.kernel.release}")
+        seen.append(f"kernel {facts.kernel.release if facts.kernel else ''}")
     if w.rocm_below is not None:
         if facts.rocm_version is None:
             return fail()
@@ -167,7 +167,7 @@ def _held(row: Row, facts: Facts, target: str | None, npu: bool,  # noqa: C901
             return fail("FastFlowLM's version" if tool else None)
         if version <= version_tuple(w.flm_above):
             return fail()
-        seen.append(f"FastFlowLM {tool.version}")
+        seen.append(f"FastFlowLM {tool.version if tool else ''}")
     if w.cmdline_any is not None or w.cmdline_none is not None:
         if facts.cmdline is None:
             return fail("the kernel command line")
@@ -188,10 +188,10 @@ def _held(row: Row, facts: Facts, target: str | None, npu: bool,  # noqa: C901
             return fail()
         seen.append(f"kernel log: {len(lines)} line(s) like {lines[-1].strip()!r}")
     if w.dkms_amdgpu is not None:
-        hits = [v for v in facts.dkms_amdgpu if any(v.startswith(p) for p in w.dkms_amdgpu)]
-        if not hits:
+        dkms = [v for v in facts.dkms_amdgpu if any(v.startswith(p) for p in w.dkms_amdgpu)]
+        if not dkms:
             return fail()
-        seen.append("amdgpu-dkms " + ", ".join(hits))
+        seen.append("amdgpu-dkms " + ", ".join(dkms))
     if (w.llama_backend is not None or w.llama_build_min is not None
             or w.llama_build_below is not None):
         backend, build = llama

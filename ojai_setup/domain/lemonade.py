@@ -307,7 +307,7 @@ SERVER_MODELS = ("/usr/share/lemonade-server/resources/server_models.json",
                  "/usr/local/share/lemonade-server/resources/server_models.json")
 
 
-def catalog_match(server_models: dict, main: str, draft: str | None) -> str | None:
+def catalog_match(server_models: dict[str, Any], main: str, draft: str | None) -> str | None:
     """The name of the entry of Lemonade's built-in catalog (``server_models.json``) serving the
     same main checkpoint (and the same draft, for a sidecar pair), or None."""
     for name, entry in server_models.items():

@@ -154,7 +154,7 @@ def pick_files(ref: ModelRef, files: list[HubFile]) -> tuple[HubFile, ...]:
     for quant in ((ref.variant,) if ref.variant else DEFAULT_QUANTS):
         pattern = re.compile(re.escape(quant) + r"[.-]", re.I)
         firsts = [f for f in models if pattern.search(f.path)
-                  and (split_of(f.path) is None or split_of(f.path)[1] == 1)]
+                  and ((s := split_of(f.path)) is None or s[1] == 1)]
         if len(firsts) > 1:
             raise OwnModelError(f"--model {ref.text}: {len(firsts)} models of {where} match "
                                 f"{quant} ({', '.join(f.path for f in firsts)}); name one with "
@@ -164,7 +164,7 @@ def pick_files(ref: ModelRef, files: list[HubFile]) -> tuple[HubFile, ...]:
     if ref.variant:
         raise OwnModelError(f"--model {ref.text}: no model file of {where} matches {ref.variant}"
                             + offer)
-    firsts = [f for f in models if split_of(f.path) is None or split_of(f.path)[1] == 1]
+    firsts = [f for f in models if (s := split_of(f.path)) is None or s[1] == 1]
     if len(firsts) == 1:
         return _shards(files, firsts[0])
     raise OwnModelError(f"--model {ref.text}: {where} has no Q4_K_M or Q8_0 model"

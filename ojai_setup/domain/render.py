@@ -238,7 +238,7 @@ class _Renderer:
             raise self.refuse(flag, f"takes no value ({what}), so it would read "
                               f"{values[0]!r} as an argument of its own")
         if not values and takes == "required":
-            raise self.refuse(flag, f"takes a value ({opt.value_hint}: {what}), so it would "
+            raise self.refuse(flag, f"takes a value ({opt.value_hint if opt else ''}: {what}), so it would "
                               "read the next argument as its value")
         self.args += [flag, *values]
 
@@ -373,9 +373,9 @@ class _Renderer:
             self.add("draft model GPU layers", DRAFT_GPU_LAYERS_FLAGS, str(r.draft_n_gpu_layers))
         if r.draft_ctx_size is not None:
             self.add("draft model context size", DRAFT_CTX_SIZE_FLAGS, str(r.draft_ctx_size))
-        allowed = d.draft_cache_types or d.cache_types
-        self._cache_type(DRAFT_CACHE_K_FLAGS, r.draft_cache_type_k, allowed)
-        self._cache_type(DRAFT_CACHE_V_FLAGS, r.draft_cache_type_v, allowed)
+        draft_allowed = d.draft_cache_types or d.cache_types
+        self._cache_type(DRAFT_CACHE_K_FLAGS, r.draft_cache_type_k, draft_allowed)
+        self._cache_type(DRAFT_CACHE_V_FLAGS, r.draft_cache_type_v, draft_allowed)
         self._ngram_knobs()
 
     def _ngram_knobs(self) -> None:

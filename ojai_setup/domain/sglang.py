@@ -18,7 +18,7 @@ from __future__ import annotations
 import tomllib
 from functools import cache
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -128,7 +128,7 @@ def render_args(route: SglangRoute, *, tp: int, host: str, port: int,
     return args
 
 
-def checked_args(route: SglangRoute, dialect: SglangDialect, **kw) -> list[str]:
+def checked_args(route: SglangRoute, dialect: SglangDialect, **kw: Any) -> list[str]:
     """:func:`render_args`, refused (:class:`UnsupportedSglangArgs`) unless SGLang
     ``dialect.version`` takes every one of them."""
     args = render_args(route, **kw)
