@@ -187,7 +187,7 @@ def routes_to_compare(records: Mapping[str, object]) -> dict[str, str]:
     name -> its launch script. The plain route of a model where it has one (drafting does not
     change what the model computes, and the gate turns it off), else its first; SGLang and
     embedding routes are left out (no llama-server build, no next-token distributions)."""
-    by_model: dict[str, list[tuple[str, dict]]] = {}
+    by_model: dict[str, list[tuple[str, dict[str, object]]]] = {}
     for name, rec in sorted(records.items()):
         if not isinstance(rec, dict) or not rec.get("script") or rec.get("server") == "sglang" \
                 or rec.get("embedding") or "flm_tag" in rec:
