@@ -20,10 +20,13 @@ ones together) are loaded at a time, the first of them at start, the others on d
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from ojai_setup.core.paths import GIB, ROUTES_DIR
 from ojai_setup.formats.llama_help import Dialect
+
+if TYPE_CHECKING:
+    from ojai_setup.domain.catalog import Footprint, Route
 
 #: the router's launch script, unit and preset are named after it
 ROUTER = "router"
@@ -42,7 +45,7 @@ class Member(NamedTuple):
     need_bytes: int
 
 
-def served_name(route) -> str:
+def served_name(route: Route) -> str:
     """The one name a catalog route is served under beside others: its drafted route's
     (``<model>-mtp``, ``-draft``, ``-ngram``), or an embedding model's plain route's."""
     from ojai_setup.domain.routes import route_names
@@ -51,7 +54,7 @@ def served_name(route) -> str:
     return plain if route.embedding else drafted
 
 
-def members(routes: list, budget_bytes: int) -> list[Member]:
+def members(routes: list[tuple[Route, Footprint | None]], budget_bytes: int) -> list[Member]:
     """Each ``(route, footprint)`` with the GPU memory it needs loaded: its drafted route (one
     slot at the route's context), or an embedding model's plain route; a route that does not
     fit even alone is left out (the model step says so)."""
