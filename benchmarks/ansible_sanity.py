@@ -5,7 +5,7 @@
 Cold: the preparation of ansible-test's sanity virtualenvs (pip downloading and installing
 the versions ansible-core pins), as tests/support/ansible_sanity.py recorded it when it made
 them. Warm: measured now, the preparation again on the filled cache (a no-op that checks it)
-and the run of every sanity test the collection's test runs (tests/test_ansible_sanity.py).
+and the run of every sanity test the collection's test runs (tests/ansible/test_ansible_sanity.py).
 Nothing is prepared here: run ``bash .ci/run`` (or ``python tests/support/ansible_sanity.py``)
 first.
 """

@@ -242,7 +242,7 @@ def lemonade_config(settings: LemonadeSettings) -> dict[str, str]:
 
     For the ROCm backend ``rocm_channel`` is set to ``nightly``, for both install kinds, because
     of the library path Lemonade gives the server (``LlamaCppServer::load`` in its
-    ``llamacpp_server.cpp``; tests/test_lemonade.py models it): on ``stable`` it puts its own
+    ``llamacpp_server.cpp``; tests/serving/test_lemonade.py models it): on ``stable`` it puts its own
     TheRock ROCm runtime folders AHEAD of the binary's folder (and installs that runtime
     first), so a nightly zip would load TheRock's libraries instead of the ROCm runtime it
     bundles (RPATH ``$ORIGIN``), and a source build would load a ROCm other than the system ROCm
