@@ -4,7 +4,7 @@ and through Lemonade (every route registered, ``max_loaded_models`` set to what 
 
 The plans are made for the OJAI box (48 GiB GPU budget) with the stand-in Hub on 127.0.0.1
 serving the owner's own GGUF and announcing the catalog route's files; the real router and the
-real Lemonade run the files in tests/test_router_real.py and tests/test_lemonade_real.py."""
+real Lemonade run the files in tests/serving/test_router_real.py and tests/serving/test_lemonade_real.py."""
 
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ import pytest
 
 from ojai_setup.core.atomic import Replacement, copy_of, replace_symlink
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _leftovers(folder: Path) -> list[str]:
