@@ -51,6 +51,7 @@ from ojai_setup.core.progress import Progress
 from ojai_setup.core.root import Root
 from ojai_setup.facts.state import JournalError, read_state, state_dir
 from ojai_setup.model.actions import (
+    ACTION_KINDS,
     BuildFromSource,
     CreateSystemUser,
     HubDownload,
@@ -85,15 +86,11 @@ Validator = Callable[[Path, WriteFile], None]
 EXECUTORS: dict[str, ExecutorFn] = {}
 VALIDATORS: dict[str, Validator] = {}
 
-#: action kind -> (module, function) imported on first use
+#: action kind -> (module, function) imported on first use (the executors of this module are
+#: registered by their decorator; ``prove_build``'s by the command that plans it)
 LAZY_EXECUTORS: dict[str, tuple[str, str]] = {
-    "install_archive": ("ojai_setup.apply.archive", "execute_install_archive"),
-    "install_package": ("ojai_setup.apply.package", "execute_install_package"),
-    "build_from_source": ("ojai_setup.apply.build", "execute_build_from_source"),
-    "hub_download": ("ojai_setup.apply.hub", "execute_hub_download"),
-    "create_system_user": ("ojai_setup.apply.accounts", "execute_create_system_user"),
-    "write_secret": ("ojai_setup.apply.secrets", "execute_write_secret"),
-}
+    kind: row.executor for kind, row in ACTION_KINDS.items()
+    if row.executor is not None and row.executor[0] != __name__}
 
 #: validator name -> (module, function) imported on first use
 LAZY_VALIDATORS: dict[str, tuple[str, str]] = {
@@ -326,50 +323,77 @@ def _links_to(root: Root, link: str, dest: str) -> bool:
 
 
 def verify_action(root: Root, action: Any) -> str | None:
-    """Why ``action``'s targets are not as planned after applying, or None when they are."""
-    if isinstance(action, WriteFile):
-        real = root.resolve(action.path)
-        now = path_digest(root, action.path)
-        if now != text_digest(action.after):
-            return (f"{action.path} does not hold the planned content after applying "
-                    f"(found {describe_digest(now)})")
-        if action.mode is not None and stat.S_IMODE(os.stat(real).st_mode) != action.mode:
-            return f"{action.path} does not have mode {action.mode:o} after applying"
-    elif isinstance(action, Symlink):
-        now = path_digest(root, action.path)
-        if now != "symlink:" + action.target:
-            return (f"{action.path} does not point to {action.target} after applying "
-                    f"(found {describe_digest(now)})")
-    elif isinstance(action, (InstallArchive, BuildFromSource, ProveBuild)):
-        dest = getattr(action, "candidate", None) or action.dest  # a proven build's folder
-        if path_digest(root, dest) != "directory":
-            return f"{dest} is not a folder after installing"
-        if action.link and not _links_to(root, action.link, dest):
-            return f"{action.link} does not point to {dest} after installing"
-    elif isinstance(action, WriteSecret):
-        real = root.resolve(action.path)
-        if path_digest(root, action.path) != action.sha256:
-            return f"{action.path} does not hold the planned key after applying"
-        if stat.S_IMODE(os.lstat(real).st_mode) != 0o600:
-            return f"{action.path} is not mode 600 after applying"
-    elif isinstance(action, CreateSystemUser):
-        from ojai_setup.apply.accounts import user_exists
+    """Why ``action``'s targets are not as planned after applying, or None when they are (the
+    kind's verifier in :data:`~ojai_setup.model.actions.ACTION_KINDS`)."""
+    where = ACTION_KINDS[action.kind].verifier
+    if where is None:
+        return None
+    module, function = where
+    return getattr(importlib.import_module(module), function)(root, action)
 
-        if not user_exists(root, action.name):
-            return f"the system user {action.name} is missing after applying"
-    elif isinstance(action, InstallPackage):
-        from ojai_setup.core.digest import sha256_file
 
-        real = root.resolve(action.path)
-        if not real.is_file() or sha256_file(real) != action.sha256.lower():
-            return f"{action.path} is not the verified package after installing"
-    elif isinstance(action, HubDownload):
-        real = root.resolve(action.dest)
-        if not real.is_file():
-            return f"{action.dest} is missing after the download"
-        if action.size is not None and real.stat().st_size != action.size:
-            return (f"{action.dest} has {real.stat().st_size} bytes after the download, "
-                    f"expected {action.size}")
+def verify_write_file(root: Root, action: WriteFile) -> str | None:
+    real = root.resolve(action.path)
+    now = path_digest(root, action.path)
+    if now != text_digest(action.after):
+        return (f"{action.path} does not hold the planned content after applying "
+                f"(found {describe_digest(now)})")
+    if action.mode is not None and stat.S_IMODE(os.stat(real).st_mode) != action.mode:
+        return f"{action.path} does not have mode {action.mode:o} after applying"
+    return None
+
+
+def verify_symlink(root: Root, action: Symlink) -> str | None:
+    now = path_digest(root, action.path)
+    if now != "symlink:" + action.target:
+        return (f"{action.path} does not point to {action.target} after applying "
+                f"(found {describe_digest(now)})")
+    return None
+
+
+def verify_installed_folder(root: Root, action: InstallArchive | BuildFromSource | ProveBuild,
+                            ) -> str | None:
+    dest = getattr(action, "candidate", None) or action.dest  # a proven build's folder
+    if path_digest(root, dest) != "directory":
+        return f"{dest} is not a folder after installing"
+    if action.link and not _links_to(root, action.link, dest):
+        return f"{action.link} does not point to {dest} after installing"
+    return None
+
+
+def verify_write_secret(root: Root, action: WriteSecret) -> str | None:
+    real = root.resolve(action.path)
+    if path_digest(root, action.path) != action.sha256:
+        return f"{action.path} does not hold the planned key after applying"
+    if stat.S_IMODE(os.lstat(real).st_mode) != 0o600:
+        return f"{action.path} is not mode 600 after applying"
+    return None
+
+
+def verify_create_system_user(root: Root, action: CreateSystemUser) -> str | None:
+    from ojai_setup.apply.accounts import user_exists
+
+    if not user_exists(root, action.name):
+        return f"the system user {action.name} is missing after applying"
+    return None
+
+
+def verify_install_package(root: Root, action: InstallPackage) -> str | None:
+    from ojai_setup.core.digest import sha256_file
+
+    real = root.resolve(action.path)
+    if not real.is_file() or sha256_file(real) != action.sha256.lower():
+        return f"{action.path} is not the verified package after installing"
+    return None
+
+
+def verify_hub_download(root: Root, action: HubDownload) -> str | None:
+    real = root.resolve(action.dest)
+    if not real.is_file():
+        return f"{action.dest} is missing after the download"
+    if action.size is not None and real.stat().st_size != action.size:
+        return (f"{action.dest} has {real.stat().st_size} bytes after the download, "
+                f"expected {action.size}")
     return None
 
 

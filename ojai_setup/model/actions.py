@@ -7,7 +7,7 @@ something.
 """
 
 import re
-from typing import Annotated, Literal, Union
+from typing import Annotated, Literal, NamedTuple, Union
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -262,3 +262,50 @@ Action = Annotated[
           ProveBuild, HubDownload, CreateSystemUser, WriteSecret],
     Field(discriminator="kind"),
 ]
+
+
+class ActionKind(NamedTuple):
+    """What holds for every action of one kind, wherever ojai handles actions (one row of
+    :data:`ACTION_KINDS`)."""
+
+    model: type[_Action]
+    #: it downloads, unpacks, builds or proves: long and fallible, so an apply runs it before
+    #: any edit (:func:`ojai_setup.planning.plan.apply_phase`)
+    fetch: bool
+    #: the apply's (module, function) that carries it out, imported on first use; None where
+    #: the command that plans such actions registers it (``prove_build``: ``ojai setup``)
+    executor: tuple[str, str] | None
+    #: the apply's (module, function) that says why its targets are not as planned after it
+    #: ran (None when nothing is to be checked: a command's effect is its own)
+    verifier: tuple[str, str] | None
+
+
+_EXECUTOR = "ojai_setup.apply.executor"
+
+#: every kind of action: the one table planning, the apply and its verification read
+ACTION_KINDS: dict[str, ActionKind] = {
+    "write_file": ActionKind(WriteFile, False, (_EXECUTOR, "execute_write_file"),
+                             (_EXECUTOR, "verify_write_file")),
+    "symlink": ActionKind(Symlink, False, (_EXECUTOR, "execute_symlink"),
+                          (_EXECUTOR, "verify_symlink")),
+    "run_command": ActionKind(RunCommand, False, (_EXECUTOR, "execute_run_command"), None),
+    "install_archive": ActionKind(InstallArchive, True, ("ojai_setup.apply.archive",
+                                                         "execute_install_archive"),
+                                  (_EXECUTOR, "verify_installed_folder")),
+    "install_package": ActionKind(InstallPackage, True, ("ojai_setup.apply.package",
+                                                         "execute_install_package"),
+                                  (_EXECUTOR, "verify_install_package")),
+    "build_from_source": ActionKind(BuildFromSource, True, ("ojai_setup.apply.build",
+                                                            "execute_build_from_source"),
+                                    (_EXECUTOR, "verify_installed_folder")),
+    "prove_build": ActionKind(ProveBuild, True, None, (_EXECUTOR, "verify_installed_folder")),
+    "hub_download": ActionKind(HubDownload, True, ("ojai_setup.apply.hub",
+                                                   "execute_hub_download"),
+                               (_EXECUTOR, "verify_hub_download")),
+    "create_system_user": ActionKind(CreateSystemUser, False, ("ojai_setup.apply.accounts",
+                                                               "execute_create_system_user"),
+                                     (_EXECUTOR, "verify_create_system_user")),
+    "write_secret": ActionKind(WriteSecret, False, ("ojai_setup.apply.secrets",
+                                                    "execute_write_secret"),
+                               (_EXECUTOR, "verify_write_secret")),
+}

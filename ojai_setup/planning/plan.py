@@ -29,7 +29,7 @@ from ojai_setup.core.root import Root
 from ojai_setup.core.status import ExitStatus
 from ojai_setup.domain.check_engine import Finding
 from ojai_setup.facts.disk import filesystem
-from ojai_setup.model.actions import Action, RunCommand, WriteFile
+from ojai_setup.model.actions import ACTION_KINDS, Action, RunCommand, WriteFile
 from ojai_setup.model.settings import Settings
 from ojai_setup.planning.result import Step, StepResult
 from ojai_setup.planning.space import DiskLedger
@@ -129,8 +129,7 @@ class Fingerprint(BaseModel):
 APPLY_PHASES = ("fetch", "system", "boot")
 #: actions that download, unpack or build: long and fallible, so they run before any edit
 #: (proving a new build before its link switches too: it runs servers for minutes)
-FETCH_KINDS = frozenset({"install_archive", "build_from_source", "hub_download",
-                         "install_package", "prove_build"})
+FETCH_KINDS = frozenset(kind for kind, row in ACTION_KINDS.items() if row.fetch)
 
 
 def apply_phase(action: Action) -> str:
