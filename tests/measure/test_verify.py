@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from support.machine_state import record_state
+from support.http_stand_in import StandInHandler, serving
 from support.server import free_port
 from typer.testing import CliRunner
 
@@ -40,20 +39,12 @@ def test_prediction_from_timings():
     assert "predicted_speedup" not in plain and plain["tokens_per_second"] == 20.0
 
 
-class _Fake(BaseHTTPRequestHandler):
+class _Fake(StandInHandler):
     timings: dict = {}
     tags: list = []
 
-    def log_message(self, *args):
-        pass
-
     def _json(self, code, payload):
-        body = json.dumps(payload).encode()
-        self.send_response(code)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        self.reply_json(code, payload)
 
     def do_GET(self):  # noqa: N802
         if self.path == "/health":
@@ -64,19 +55,14 @@ class _Fake(BaseHTTPRequestHandler):
             self._json(404, {})
 
     def do_POST(self):  # noqa: N802
-        self.rfile.read(int(self.headers["Content-Length"]))
+        self.body()
         self._json(200, {"content": "x", "timings": self.timings})
 
 
 @pytest.fixture
 def fake_route():
-    port = free_port()
-    server = ThreadingHTTPServer(("127.0.0.1", port), _Fake)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield port
-    server.shutdown()
-    server.server_close()
+    with serving(_Fake, port=free_port()) as served:
+        yield served.port
 
 
 def test_verify_reports_routes_and_npu(tmp_path, fake_route):

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import json
 import socket
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
+from support.http_stand_in import StandInHandler, start
 from support.machine_state import store_capture
 
 from ojai_setup.commands.verify_flm import probe_tags
@@ -232,38 +231,29 @@ def test_catalog_sizes_are_sane():
 
 
 # -- readiness ---------------------------------------------------------------------------------
-class _Tags(BaseHTTPRequestHandler):
-    body = b""
+class _Tags(StandInHandler):
+    body_sent = b""
     status = 200
 
     def do_GET(self):  # noqa: N802 - http.server API
         if self.path != "/api/tags":
-            self.send_error(404)
+            self.reply(404, b"not found")
             return
-        self.send_response(self.status)
-        self.send_header("Content-Type", "application/json")
-        self.end_headers()
-        self.wfile.write(self.body)
-
-    def log_message(self, *args):
-        pass
+        self.reply(self.status, self.body_sent, content_type="application/json")
 
 
 @pytest.fixture
 def tags_server():
     servers = []
 
-    def start(body: bytes, status: int = 200) -> int:
-        handler = type("Handler", (_Tags,), {"body": body, "status": status})
-        server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        servers.append(server)
-        return server.server_address[1]
+    def start_one(body: bytes, status: int = 200) -> int:
+        handler = type("Handler", (_Tags,), {"body_sent": body, "status": status})
+        servers.append(start(handler))
+        return servers[-1].port
 
-    yield start
-    for server in servers:
-        server.shutdown()
-        server.server_close()
+    yield start_one
+    for served in servers:
+        served.stop()
 
 
 def test_probe_tags_ready(tags_server):

@@ -9,14 +9,13 @@ Also: the plan names the entry of the real 2026.39.1 catalog that has the same p
 from __future__ import annotations
 
 import json
-import threading
 import urllib.request
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 from support import stand_ins
 from support.fake_hub import announce_catalog, fake_hub  # noqa: F401 - a fixture
+from support.http_stand_in import Served, StandInHandler, start
 from support.tiny_route import ROUTE, catalog  # noqa: F401 - catalog is a fixture
 from support.llama import llama_server_bin  # noqa: F401 - a fixture
 from support.server import llama_server
@@ -49,17 +48,9 @@ class Lemonade117:
         prefix = "" if calendar_line else "user."
         outer = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: object) -> None:
-                pass
-
+        class Handler(StandInHandler):
             def _send(self, status: int, payload: object) -> None:
-                body = json.dumps(payload).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+                self.reply_json(status, payload)
 
             def do_GET(self) -> None:
                 outer.seen.append(("GET", self.path))
@@ -75,7 +66,7 @@ class Lemonade117:
 
             def do_POST(self) -> None:
                 outer.seen.append(("POST", self.path))
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                body = self.json_body()
                 outer.requested.append(body.get("model"))
                 if self.path != "/api/v1/completions" or \
                         body.get("model") not in {f"{prefix}{n}" for n in outer.models()}:
@@ -88,22 +79,24 @@ class Lemonade117:
                 with urllib.request.urlopen(req, timeout=120) as resp:
                     self._send(200, json.loads(resp.read()))
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.handler = Handler
+        self.served: Served | None = None
 
     def models(self) -> dict:
         return json.loads((self.state / "user_models.json").read_text())
 
     @property
     def port(self) -> int:
-        return int(self.server.server_address[1])
+        assert self.served is not None, "the stand-in is started by its with block"
+        return self.served.port
 
     def __enter__(self) -> Lemonade117:
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.served = start(self.handler, name="lemonade-11x")
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        assert self.served is not None
+        self.served.stop()
 
 
 @pytest.mark.slow

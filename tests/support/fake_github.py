@@ -27,10 +27,10 @@ import warnings
 import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from support.http_stand_in import StandInHandler, serving
 
 NIGHTLY_REPO = "lemonade-sdk/llamacpp-rocm"
 
@@ -139,16 +139,8 @@ class FakeGitHub:
         }
 
 
-def _handler(state: FakeGitHub) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-        # a reply's headers and body go out in two writes: without this a small body waits
-        # for the client's delayed ACK (40 ms) on a kept-alive connection
-        disable_nagle_algorithm = True
-
-        def log_message(self, format: str, *args: object) -> None:  # quiet
-            pass
-
+def _handler(state: FakeGitHub) -> type[StandInHandler]:
+    class Handler(StandInHandler):
         def do_GET(self) -> None:  # noqa: N802 - http.server's naming
             with state._lock:
                 state.requests.append(RecordedRequest("GET", self.path, dict(self.headers)))
@@ -216,19 +208,11 @@ def _handler(state: FakeGitHub) -> type[BaseHTTPRequestHandler]:
 def fake_github(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeGitHub]:
     """A running :class:`FakeGitHub`; ``$OJAI_GITHUB_API`` points at it, ``$GITHUB_TOKEN`` unset."""
     state = FakeGitHub()
-    server = ThreadingHTTPServer((state.host, 0), _handler(state))
-    server.daemon_threads = True
-    state.port = server.server_address[1]
-    thread = threading.Thread(target=server.serve_forever, args=(0.05,), name="fake-github", daemon=True)
-    thread.start()
-    monkeypatch.setenv("OJAI_GITHUB_API", state.api_base)
-    monkeypatch.delenv("GITHUB_TOKEN", raising=False)
-    try:
+    with serving(_handler(state), host=state.host, name="fake-github") as served:
+        state.port = served.port
+        monkeypatch.setenv("OJAI_GITHUB_API", state.api_base)
+        monkeypatch.delenv("GITHUB_TOKEN", raising=False)
         yield state
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
 
 
 # -- zips in the nightly layout ---------------------------------------------------------------

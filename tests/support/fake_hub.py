@@ -77,7 +77,6 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlsplit
 
@@ -85,6 +84,7 @@ try:
     import pytest
 except ImportError:  # run as a server in a test guest (tests/support/vm_ojai.py), no pytest there
     pytest = None
+from support.http_stand_in import Served, StandInHandler, start  # noqa: E402 - after the fallback
 
 COMMIT = "5d3c0e4f9a8b7c6d5e4f3a2b1c0d9e8f7a6b5c4d"
 #: bytes per Xet chunk (the real chunker aims at 64 KiB, at most 128 KiB)
@@ -208,7 +208,7 @@ class FakeHub:
         self.xet_token_lifetime = 3600
         self._layouts: dict[bytes, XetLayout] = {}
         self._lock = threading.Lock()
-        self._servers: list[ThreadingHTTPServer] = []
+        self._servers: list[Served] = []
         self.url = ""
         self.cdn_url = ""
         self.cas_url = ""
@@ -253,22 +253,17 @@ class FakeHub:
         hub = self._serve("hub", hub_port)
         cdn = self._serve("cdn", cdn_port)
         cas = self._serve("cas", cas_port)
-        self.url = f"http://127.0.0.1:{hub.server_address[1]}"
-        self.cdn_url = f"http://127.0.0.1:{cdn.server_address[1]}"
-        self.cas_url = f"http://127.0.0.1:{cas.server_address[1]}"
+        self.url, self.cdn_url, self.cas_url = hub.url, cdn.url, cas.url
 
     def stop(self) -> None:
-        for server in self._servers:
-            server.shutdown()
-            server.server_close()
+        for served in self._servers:
+            served.stop()
         self._servers.clear()
 
-    def _serve(self, role: str, port: int = 0) -> ThreadingHTTPServer:
-        server = ThreadingHTTPServer(("127.0.0.1", port), _make_handler(self, role))
-        server.daemon_threads = True
-        threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
-        self._servers.append(server)
-        return server
+    def _serve(self, role: str, port: int = 0) -> Served:
+        served = start(_make_handler(self, role), port=port, name=f"fake-hub-{role}")
+        self._servers.append(served)
+        return served
 
     def _find(self, repo_id: str, revision: str, filename: str) -> HubFile | None:
         if revision not in ("main", COMMIT):
@@ -300,16 +295,8 @@ class FakeHub:
                 for (repo, name), f in sorted(self.files.items()) if repo == repo_id]
 
 
-def _make_handler(hub: FakeHub, role: str) -> type[BaseHTTPRequestHandler]:  # noqa: C901
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-        # a reply's headers and body go out in two writes: without this a small body waits
-        # for the client's delayed ACK (40 ms) on a kept-alive connection
-        disable_nagle_algorithm = True
-
-        def log_message(self, format: str, *args: object) -> None:
-            return None
-
+def _make_handler(hub: FakeHub, role: str) -> type[StandInHandler]:  # noqa: C901
+    class Handler(StandInHandler):
         def _record(self) -> bool:
             """Log the request; False when it was answered already (hub down, no token or
             one without access)."""

@@ -18,29 +18,19 @@ step and sends no speculative details, as SGLang does without ``--speculative-al
 from __future__ import annotations
 
 import json
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from support.http_stand_in import StandInHandler, serving
 from support.server import free_port
 
 
 def _handler(accepted: tuple[int, ...] | None, draft_tokens: int, delay: float, seen: list):
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def log_message(self, *args):
-            pass
-
+    class Handler(StandInHandler):
         def _json(self, code: int, payload) -> None:
-            body = json.dumps(payload).encode() if payload is not None else b""
-            self.send_response(code)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+            self.reply(code, json.dumps(payload) if payload is not None else b"",
+                       content_type="application/json")
 
         def do_GET(self):  # noqa: N802
             if self.path == "/health":
@@ -118,13 +108,6 @@ def _handler(accepted: tuple[int, ...] | None, draft_tokens: int, delay: float, 
 def sglang_stand_in(accepted: tuple[int, ...] | None = (3, 1, 2, 0), draft_tokens: int = 4,
                     delay: float = 0.0005, seen: list | None = None) -> Iterator[str]:
     """Serve on a free 127.0.0.1 port; yields its base URL. ``seen`` collects the requests."""
-    port = free_port()
-    server = ThreadingHTTPServer(("127.0.0.1", port),
-                                 _handler(accepted, draft_tokens, delay, seen if seen is not None else []))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    handler = _handler(accepted, draft_tokens, delay, seen if seen is not None else [])
+    with serving(handler, port=free_port(), name="sglang-stand-in") as served:
+        yield served.url

@@ -12,13 +12,12 @@ is stood in for; the real server's behaviour is tested against the real binary e
 from __future__ import annotations
 
 import json
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from support.http_stand_in import StandInHandler, serving
 from support.server import free_port
 
 
@@ -30,19 +29,9 @@ class Pace:
 
 
 def _handler(pace: Pace):
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def log_message(self, *args):
-            pass
-
+    class Handler(StandInHandler):
         def _json(self, code: int, payload) -> None:
-            body = json.dumps(payload).encode()
-            self.send_response(code)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+            self.reply_json(code, payload)
 
         def do_GET(self):  # noqa: N802
             if self.path == "/health":
@@ -104,11 +93,5 @@ def stream_stand_in(pace: Pace) -> Iterator[str]:
 @contextmanager
 def serve_on(port: int, pace: Pace) -> Iterator[str]:
     """Serve on 127.0.0.1:``port`` until the block ends; yields the base URL."""
-    server = ThreadingHTTPServer(("127.0.0.1", port), _handler(pace))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(_handler(pace), port=port, name="stream-stand-in") as served:
+        yield served.url

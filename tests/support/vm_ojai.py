@@ -102,6 +102,7 @@ HUB_PORTS = (18080, 18081)  # the hub and its CDN, on the guest's 127.0.0.1
 HUB_RUNNER = f"""\
 import importlib.util, signal, sys
 from pathlib import Path
+sys.path.insert(0, {HUB_DIR!r})  # support/http_stand_in.py, which fake_hub.py is built on
 spec = importlib.util.spec_from_file_location("fake_hub", {HUB_DIR!r} + "/fake_hub.py")
 fake_hub = sys.modules["fake_hub"] = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(fake_hub)
@@ -127,6 +128,8 @@ def put_model_route(vm: Machine, repo: str, route: str, files: list[Path]) -> st
     for f in files:
         vm.write_bytes(f"{HUB_DIR}/published/{f.name}", f.read_bytes())
     vm.write_file(f"{HUB_DIR}/fake_hub.py", (Path(__file__).parent / "fake_hub.py").read_text())
+    vm.write_file(f"{HUB_DIR}/support/http_stand_in.py",
+                  (Path(__file__).parent / "http_stand_in.py").read_text())
     vm.write_file(f"{HUB_DIR}/run.py", HUB_RUNNER)
     vm.write_file("/root/catalog.toml", route_toml(route, repo, files[0],
                                                    files[1] if len(files) > 1 else None))
