@@ -43,6 +43,7 @@ from ojai_setup.core.errors import ApplyError
 from ojai_setup.core.paths import DIR_MODE, FILE_MODE, PRIVATE_FILE_MODE
 from ojai_setup.core.progress import Progress, TaskHandle
 from ojai_setup.core.root import Root
+from ojai_setup.core.units import gib_text
 from ojai_setup.facts.models import _digest_record, verified_digest
 from ojai_setup.facts.disk import _TRUE, free_bytes
 from ojai_setup.facts.hub import refusal
@@ -73,7 +74,7 @@ def _offline() -> bool:
 
 
 def _gib(n: int) -> str:
-    return f"{n / (1 << 30):.2f} GiB" if n >= 1 << 30 else f"{n} bytes"
+    return gib_text(n, 2) if n >= 1 << 30 else f"{n} bytes"
 
 
 def _refused(where: str, what: str, exc: HfHubHTTPError) -> HubError:

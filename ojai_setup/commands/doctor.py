@@ -9,6 +9,7 @@ from ojai_setup import __version__
 from ojai_setup.commands.terminal import SYMBOLS, Terminal
 from ojai_setup.core.paths import GIB, PAGE
 from ojai_setup.core.status import ExitStatus
+from ojai_setup.core.units import gib_text
 from ojai_setup.core.root import Root
 from ojai_setup.domain.checks import (
     Finding,
@@ -141,7 +142,7 @@ def _configured_on_boot_path(facts: Facts, pages: Callable[[int | None], str]) -
 
 
 def _gib(n: int | None, why: str = "not reported") -> str:
-    return f"unknown ({why})" if n is None else f"{n / GIB:.1f} GiB"
+    return f"unknown ({why})" if n is None else gib_text(n)
 
 
 #: a section of the facts as a person names it, for the rows of what could not be read

@@ -8,6 +8,7 @@ from ojai_setup.commands.terminal import Terminal
 from ojai_setup.core.paths import GIB
 from ojai_setup.core.root import Root
 from ojai_setup.core.status import ExitStatus
+from ojai_setup.core.units import gib_text
 from ojai_setup.domain.catalog import fit
 from ojai_setup.facts.collect import collect
 from ojai_setup.model.settings import Settings
@@ -71,7 +72,7 @@ def sglang_rows(facts) -> list[dict]:
 
 def _gib(size: int) -> str:
     """``9.7 GiB``; from 100 GiB on, whole GiB (``641 GiB``)."""
-    return f"{size / GIB:.1f} GiB" if size < 100 * GIB else f"{size / GIB:.0f} GiB"
+    return gib_text(size, 1 if size < 100 * GIB else 0)
 
 
 class ModelsReport:

@@ -54,6 +54,7 @@ from pydantic import (
 
 from ojai_setup.core.errors import InputError
 from ojai_setup.core.paths import GIB
+from ojai_setup.core.units import gib_text
 from ojai_setup.formats.gguf import MtpKind, PairKind
 
 #: upstream llama.cpp KV cache types and their bytes per element (block size 32 for quants)
@@ -569,9 +570,7 @@ class Fit(_Model):
     source: str = "catalog"
 
     def sentence(self) -> str:
-        def gib(n: int) -> str:
-            return f"{n / GIB:.1f} GiB"
-
+        gib = gib_text
         where = f"ctx {self.ctx_size}" + (f" ({self.slots} slots)" if self.slots > 1 else "")
         head = (f"{self.route} at {where} needs {gib(self.need_bytes)} "
                 f"(weights {gib(self.weights_bytes)}, KV {gib(self.kv_bytes)}, overhead "

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
+from ojai_setup.core.units import size_text
+
 #: the cores the plan states the time for (the OJAI box has 24 threads; CI has 2)
 REFERENCE_CORES = 2
 
@@ -55,10 +57,6 @@ def _find(table: dict[str, Measured], key: str, extra: tuple[str, ...]) -> tuple
     return table.get(key), not extra
 
 
-def _size(n: int) -> str:
-    return f"{n / 1e9:.1f} GB" if n >= 1e9 else f"{max(1, round(n / 1e6))} MB"
-
-
 def estimate(backend: str, gpu_target: str | None, extra: Iterable[str] = ()) -> str:
     """The expected build time and disk space, per target, as one phrase for the plan; with
     extra CMake definitions ``extra``, the figures measured with them, else those measured
@@ -75,12 +73,12 @@ def estimate(backend: str, gpu_target: str | None, extra: Iterable[str] = ()) ->
             ref = table.get("hip gfx1150")
             parts.append(f"{label} not measured" + (
                 f" (gfx1150: about {ref.minutes_on(REFERENCE_CORES)} min on {REFERENCE_CORES} "
-                f"cores, {_size(ref.build_bytes)})" if ref and backend == "hip" else ""))
+                f"cores, {size_text(ref.build_bytes)})" if ref and backend == "hip" else ""))
             continue
         parts.append(f"{label}: about {m.minutes_on(REFERENCE_CORES)} min on "
                      f"{REFERENCE_CORES} cores ({round(m.cpu_seconds / 60)} min of compiler time, "
-                     f"less with more cores), {_size(m.build_bytes)} free while building, "
-                     f"{_size(m.install_bytes)} installed"
+                     f"less with more cores), {size_text(m.build_bytes)} free while building, "
+                     f"{size_text(m.install_bytes)} installed"
                      + ("" if exact else ", as measured without the extra definitions"))
     return "; ".join(parts)
 

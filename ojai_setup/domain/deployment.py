@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from ojai_setup.core.paths import GIB
+from ojai_setup.core.units import gib_text
 from ojai_setup.domain.catalog import CacheType, Fit, Footprint, KvLayout, Route, fit
 from ojai_setup.domain.routes import route_names
 from ojai_setup.formats.gguf import ModelInfo
@@ -115,8 +115,7 @@ def footprint_from_files(route: Route, main_bytes: int, main_info: ModelInfo | N
                      source=source, draft_kv=draft_kv)
 
 
-def _gib(n: int) -> str:
-    return f"{n / GIB:.1f} GiB"
+_gib = gib_text
 
 
 class Deployment(NamedTuple):

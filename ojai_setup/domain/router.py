@@ -22,7 +22,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, NamedTuple
 
-from ojai_setup.core.paths import GIB, ROUTES_DIR
+from ojai_setup.core.paths import ROUTES_DIR
+from ojai_setup.core.units import gib_text
 from ojai_setup.formats.llama_help import Dialect
 
 if TYPE_CHECKING:
@@ -69,8 +70,7 @@ def members(routes: list[tuple[Route, Footprint | None]], budget_bytes: int) -> 
     return out
 
 
-def _gib(n: int) -> str:
-    return f"{n / GIB:.1f} GiB"
+_gib = gib_text
 
 
 class RouterFit(NamedTuple):

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from ojai_setup.core.paths import DEFAULT_MODELS_DIR
 from ojai_setup.core.root import Root
+from ojai_setup.core.units import size_text
 from ojai_setup.domain.catalog import Route, model_path
 from ojai_setup.facts.gguf import kept_model_info
 from ojai_setup.formats.gguf import GGUFError, PairVerdict, check_pair
@@ -53,7 +54,7 @@ def plan_model_downloads(root: Root, route: Route, models_dir: str = DEFAULT_MOD
             repo_id=route.file_repo(f), filename=f.file, revision=route.revision, dest=dest,
             sha256=f.sha256, size=f.size if exact else None, needs_root=_needs_root(real),
             estimated_size=None if exact else f.size,
-            reason=f"{route.name}: {f.file} {reason}" + ("" if exact else f" (about {f.size / 1e9:.1f} GB)"),
+            reason=f"{route.name}: {f.file} {reason}" + ("" if exact else f" (about {size_text(f.size)})"),
         ))
     return actions
 

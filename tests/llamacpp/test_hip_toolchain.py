@@ -93,7 +93,7 @@ def test_cost_phrase_per_target() -> None:
     one = estimate("hip", "gfx1150")
     assert re.fullmatch(rf"gfx1150: about {on_two} min on 2 cores "
                         rf"\({round(hip.cpu_seconds / 60)} min of compiler time, less with more "
-                        r"cores\), [0-9.]+ [GM]B free while building, [0-9.]+ [GM]B installed",
+                        r"cores\), [0-9.]+ [GM]iB free while building, [0-9.]+ [GM]iB installed",
                         one), one
     two = estimate("hip", "gfx1150,gfx1151").split("; ")
     assert two[0] == one

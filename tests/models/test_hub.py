@@ -65,8 +65,8 @@ def test_plan_download_verify_and_replan(published, root):
     r = route()
     actions = plan_model_downloads(root, r, MODELS)
     assert [(a.filename, a.reason, a.size) for a in actions] == [
-        (MAIN, f"gemma-4-tiny: {MAIN} missing (about 0.0 GB)", None),
-        (DRAFT, f"gemma-4-tiny: {DRAFT} missing (about 0.0 GB)", None)]
+        (MAIN, f"gemma-4-tiny: {MAIN} missing (about 200000 bytes)", None),
+        (DRAFT, f"gemma-4-tiny: {DRAFT} missing (about 4000 bytes)", None)]
     assert actions[0].dest == f"{MODELS}/{REPO}/{MAIN}" and not actions[0].needs_root
     assert verify_local_pair(root, r, MODELS)[0].reasons == tuple(
         f"{MODELS}/{REPO}/{n}: missing; `ojai setup --apply` downloads it" for n in (MAIN, DRAFT))
@@ -94,7 +94,7 @@ def test_present_unverified_file_is_hashed_not_downloaded(published, root):
     dest(root).parent.mkdir(parents=True)
     dest(root).write_bytes(published.files[(REPO, MAIN)].data)
     [planned, _] = plan_model_downloads(root, route(), MODELS)
-    assert planned.reason == f"gemma-4-tiny: {MAIN} present, but not yet checked against the hub's sha256 (about 0.0 GB)"
+    assert planned.reason == f"gemma-4-tiny: {MAIN} present, but not yet checked against the hub's sha256 (about 200000 bytes)"
     assert execute_hub_download(root, planned, NullProgress()) is False
     assert published.requests_to("cdn") == []
     assert verified_digest(dest(root)) == published.files[(REPO, MAIN)].sha256
