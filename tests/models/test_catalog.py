@@ -269,7 +269,7 @@ def test_gemma_4_main_files_are_pinned_with_their_exact_size_and_sha256(tmp_path
     its download is checked against both, while the MTP drafts, whose exact sizes no source
     confirmed, stay estimates."""
     from ojai_setup.core.root import Root
-    from ojai_setup.domain.models import plan_model_downloads
+    from ojai_setup.facts.models import plan_model_downloads
 
     (tmp_path / "machine").mkdir()
     catalog = load_catalog()
