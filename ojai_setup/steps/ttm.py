@@ -23,7 +23,7 @@ from typing import NamedTuple
 
 from ojai_setup.core.paths import GIB, GRUB_DEFAULT, OJAI_GRUB_DROPIN, PAGE, TTM_MODULES
 from ojai_setup.domain.boot_path import KERNEL_CMDLINE, KERNELSTUB_CONFIG, PATHS
-from ojai_setup.domain.cmdline_edit import expected_others, plan_cmdline_edit
+from ojai_setup.domain.grub_dropins import expected_others, plan_cmdline_edit
 from ojai_setup.formats.boot_files import edit_entry_options, entry_options
 from ojai_setup.formats.grub import (
     GrubEditError,
@@ -157,7 +157,7 @@ def _changes(before: list[str], after: list[str], path: str, want: Want | None =
 # -- the boot paths --------------------------------------------------------------------------
 def _plan_grub(ctx: Context, want: Want, loader: BootLoader, reads: list[str]) -> Planned | StepResult:
     """Debian/Ubuntu/Arch GRUB and Fedora's GRUB with BLS entries: /etc/default/grub and its
-    drop-ins, as grub-mkconfig computes them (:mod:`ojai_setup.domain.cmdline_edit`)."""
+    drop-ins, as grub-mkconfig computes them (:mod:`ojai_setup.domain.grub_dropins`)."""
     facts, key, pages = ctx.facts, want.key, want.pages
     grub = facts.grub
     before = _read(ctx, GRUB_DEFAULT)

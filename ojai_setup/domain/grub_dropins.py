@@ -1,4 +1,5 @@
-"""Where an edit of the kernel command line must land to take effect.
+"""Where an edit of GRUB's kernel command line must land to take effect: ``/etc/default/grub``
+or one of its drop-ins (the other boot paths have one file each, edited by key).
 
 ``grub-mkconfig`` sources ``/etc/default/grub`` and then ``/etc/default/grub.d/*.cfg`` in
 order; each assignment of ``GRUB_CMDLINE_LINUX`` / ``GRUB_CMDLINE_LINUX_DEFAULT`` replaces the
