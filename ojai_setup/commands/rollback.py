@@ -16,7 +16,7 @@ from ojai_setup.core.root import Root
 from ojai_setup.core.status import ExitStatus
 
 if TYPE_CHECKING:  # the apply layer is imported only by the commands that change something
-    from ojai_setup.apply.journal import RollbackPreview, RollbackResult
+    from ojai_setup.apply.rollback import RollbackPreview, RollbackResult
 
 
 class RollbackPreviewReport:
@@ -153,7 +153,7 @@ def run_rollback(term: Terminal, root_dir: Path, *, force: bool, yes: bool = Fal
 
 def _rollback_locked(term: Terminal, root: Root, *, force: bool, yes: bool,
                      remove_downloads: bool, stop: StopOnSignal | None = None) -> int:
-    from ojai_setup.apply.journal import (
+    from ojai_setup.apply.rollback import (
         NothingToRollBack,
         RollbackError,
         preview_rollback,

@@ -13,7 +13,8 @@ from support.context import ToyContext as PlanContext
 from support.machine_state import record_state, store_capture
 
 from ojai_setup.apply.executor import CommandFailed, apply, failure_of
-from ojai_setup.apply.journal import RollbackError, load_entry, rollback
+from ojai_setup.apply.journal import load_entry
+from ojai_setup.apply.rollback import RollbackError, rollback
 from ojai_setup.core.progress import NullProgress
 from ojai_setup.core.root import CommandResult, Root
 from ojai_setup.core.status import ExitStatus
