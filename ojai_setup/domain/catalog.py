@@ -54,6 +54,7 @@ from pydantic import (
 
 from ojai_setup.core.errors import InputError
 from ojai_setup.core.paths import GIB
+from ojai_setup.domain.drafting import NGRAM_TYPE_KNOBS
 from ojai_setup.core.units import gib_text
 from ojai_setup.formats.gguf import MtpKind, PairKind
 
@@ -210,15 +211,6 @@ SPEC_TYPES = ("draft-simple", "draft-eagle3", "draft-mtp", "draft-dflash", "draf
 OFFERED_NGRAM = "ngram-mod"
 
 
-#: the knobs each n-gram type reads, as upstream build 11434's help names them after
-#: ``--spec-<type>-`` (``--spec-ngram-simple-size-n``); ngram-cache reads none of them
-NGRAM_TYPE_KNOBS: dict[str, tuple[str, ...]] = {
-    "ngram-simple": ("size-n", "size-m", "min-hits"),
-    "ngram-map-k": ("size-n", "size-m", "min-hits"),
-    "ngram-map-k4v": ("size-n", "size-m", "min-hits"),
-    "ngram-mod": ("n-min", "n-max", "n-match"),
-    "ngram-cache": (),
-}
 
 
 class NgramKnobs(_Model):

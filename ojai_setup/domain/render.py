@@ -31,6 +31,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ojai_setup.core.errors import InputError
+from ojai_setup.domain.drafting import MAY_TAKE_DRAFT_FILE, MODEL_DRAFTED, NEEDS_DRAFT_FILE
 from ojai_setup.formats.llama_help import (
     DRAFT_CACHE_K_FLAGS,
     DRAFT_CACHE_V_FLAGS,
@@ -43,13 +44,6 @@ from ojai_setup.formats.llama_help import (
     Dialect,
 )
 
-#: speculative types that draft from a separate model file
-NEEDS_DRAFT_FILE = frozenset({"draft-simple", "draft-eagle3", "draft-dflash", "draft-dspark"})
-#: speculative types that may take a sidecar file (MTP heads may also live in the main file)
-MAY_TAKE_DRAFT_FILE = NEEDS_DRAFT_FILE | {"draft-mtp"}
-#: speculative types that draft with a model (a file, or heads inside the main file) and read
-#: ``--spec-draft-n-max``; the ``ngram-*`` types read their own knobs instead
-MODEL_DRAFTED = MAY_TAKE_DRAFT_FILE
 
 
 def spec_types_of(spec_type: str) -> tuple[str, ...]:

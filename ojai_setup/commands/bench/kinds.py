@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import re
 
+from ojai_setup.domain.drafting import DRAFTING_KINDS, KNOWN_TYPES, NGRAM_TYPES
+
+__all__ = ["KNOWN_TYPES", "NGRAM_TYPES", "canonical", "drafts", "has_head", "is_ngram",
+           "knob_flag", "label", "parts", "version_of_build_info"]
+
 NONE = "none"
 SPEC_TYPE_FLAGS = ("--spec-type",)
-NGRAM_TYPES = ("ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache")
-#: every ``--spec-type`` value of build 11434 (common/arg.cpp) that drafts
-KNOWN_TYPES = ("draft-mtp", "draft-simple", "draft-eagle3", "draft-dflash", "draft-dspark",
-               *NGRAM_TYPES)
 
 
 def canonical(kind: str) -> str:
@@ -74,13 +75,10 @@ def label(spec_type: str | None) -> str:
 
 def knob_flag(kind: str) -> str | None:
     """The flag that sets how many tokens ``kind`` (one ``--spec-type`` value) drafts."""
-    if kind.startswith("draft-"):
-        return "--spec-draft-n-max"
-    if kind in ("ngram-simple", "ngram-map-k", "ngram-map-k4v"):
-        return f"--spec-{kind}-size-m"
-    if kind == "ngram-mod":
-        return "--spec-ngram-mod-n-max"
-    return None
+    row = DRAFTING_KINDS.get(kind)
+    if row is None:  # a kind of a newer build: its family's flag, as build 11434 names it
+        return "--spec-draft-n-max" if kind.startswith("draft-") else None
+    return row.length_flag
 
 
 _BUILD_INFO = re.compile(r"^b(?P<build>\d+)(?:-(?P<commit>[0-9A-Za-z]+))?$")
