@@ -43,7 +43,7 @@ from ojai_setup.apply import faults
 from ojai_setup.apply.journal import Interrupted, Journal, recover
 from ojai_setup.apply.lock import MachineLock
 from ojai_setup.apply.outcome import ActionOutcome  # re-exported: executors import it from here
-from ojai_setup.apply.signals import ApplyInterrupted, ApplySignals
+from ojai_setup.apply.signals import ApplyInterrupted, SignalGuard
 from ojai_setup.core.atomic import Replacement, ensure_dir, replace_symlink
 from ojai_setup.core.errors import ApplyError
 from ojai_setup.core.paths import DIR_MODE, FILE_MODE
@@ -694,7 +694,7 @@ def _apply_locked(plan: Plan, root: Root, progress: Progress, planned: list[Plan
             journal.flush()
             fault_point("handler-done")
 
-    signals = ApplySignals()
+    signals = SignalGuard(ApplyInterrupted, once=True)
     overall = progress.task("apply plan", total=len(planned))
     with signals:
         try:
@@ -770,33 +770,33 @@ def _apply_locked(plan: Plan, root: Root, progress: Progress, planned: list[Plan
                 if problem is not None:
                     raise VerifyError(next(iter(p.action.targets()), ""), problem)
         except KeyboardInterrupt as exc:
-            signals.winding_down()
+            signals.hold()
             failure = exc
             signal_name = exc.signal_name if isinstance(exc, ApplyInterrupted) else "SIGINT"
             error = f"stopped by {signal_name}"
             if force_handlers and pending:
                 # the edits that finished are followed up, so the machine is consistent; a
                 # second signal leaves what is left owed, as --no-force-handlers would
-                signals.second_stops()
+                signals.stop_again()
                 try:
                     _force_handlers(root, pending, result, journal, run_handler,
                                     _Prefixed(progress, f"after {signal_name} (again: leave "
                                               "it owed): "))
                 except KeyboardInterrupt:
                     pass
-                signals.winding_down()
+                signals.hold()
         except Exception as exc:
-            signals.winding_down()
+            signals.hold()
             failure = exc
             error = str(exc) or type(exc).__name__
             if force_handlers:
                 _force_handlers(root, pending, result, journal, run_handler, progress)
         except BaseException as exc:  # SystemExit and the like: journal it, pass it on
-            signals.winding_down()
+            signals.hold()
             error = str(exc) or type(exc).__name__
             raise
         finally:
-            signals.winding_down()
+            signals.hold()
             overall.done()
             if token is not None:
                 _FAULT_HOOK.reset(token)

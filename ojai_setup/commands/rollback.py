@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ojai_setup.apply.faults import fault_point
-from ojai_setup.apply.signals import StopOnSignal
+from ojai_setup.apply.signals import SignalGuard
 from ojai_setup.commands.setup_views import TEXT_AT
 from ojai_setup.commands.terminal import Terminal, reviewed
 from ojai_setup.core.root import Root
@@ -139,7 +139,7 @@ def run_rollback(term: Terminal, root_dir: Path, *, force: bool, yes: bool = Fal
         return ExitStatus.FAILED
     again = rollback_command(root, *(["--remove-downloads"] if remove_downloads else []))
     try:
-        with StopOnSignal() as stop:
+        with SignalGuard() as stop:
             fault_point("locked")
             return _rollback_locked(term, root, force=force, yes=yes,
                                     remove_downloads=remove_downloads, stop=stop)
@@ -152,7 +152,7 @@ def run_rollback(term: Terminal, root_dir: Path, *, force: bool, yes: bool = Fal
 
 
 def _rollback_locked(term: Terminal, root: Root, *, force: bool, yes: bool,
-                     remove_downloads: bool, stop: StopOnSignal | None = None) -> int:
+                     remove_downloads: bool, stop: SignalGuard | None = None) -> int:
     from ojai_setup.apply.rollback import (
         NothingToRollBack,
         RollbackError,
@@ -174,7 +174,7 @@ def _rollback_locked(term: Terminal, root: Root, *, force: bool, yes: bool,
         term.note(preview.settled.message)
     if preview.nothing:
         if stop is not None:
-            stop.disarm()
+            stop.hold()
         term.show(RollbackReport(preview, rollback(root, term.progress(), preview=preview,
                                                    locked=True), root))
         return ExitStatus.OK
@@ -197,7 +197,7 @@ def _rollback_locked(term: Terminal, root: Root, *, force: bool, yes: bool,
             f"the above, then run `{again} --yes`"):
         return ExitStatus.FAILED
     if stop is not None:
-        stop.disarm()
+        stop.hold()
     try:
         result = rollback(root, term.progress(), force=force, remove_downloads=remove_downloads,
                           preview=preview, locked=True)

@@ -10,7 +10,7 @@ import shlex
 from pathlib import Path
 
 from ojai_setup.apply.faults import fault_point
-from ojai_setup.apply.signals import StopOnSignal
+from ojai_setup.apply.signals import SignalGuard
 from ojai_setup.commands.planner import build_plan
 from ojai_setup.commands.rollback import rollback_command
 from ojai_setup.commands.saved_plan import recheck_saved, show_saved
@@ -89,7 +89,7 @@ def _run_setup(term: Terminal, root_dir: Path, settings: Settings, *, apply: boo
         f"ojai setup --root {shlex.quote(str(root_dir))} --apply --plan " \
         f"{shlex.quote(str(plan_file))}"
     try:
-        with StopOnSignal() as stop:
+        with SignalGuard() as stop:
             fault_point("locked")
             return _apply_locked(term, root, settings, yes=yes, plan_file=plan_file, out=out,
                                  show_new=show_new, force_handlers=force_handlers, stop=stop)
@@ -156,7 +156,7 @@ def _dry_run(term: Terminal, root: Root, settings: Settings, out: Path | None, *
 
 def _apply_locked(term: Terminal, root: Root, settings: Settings, *, yes: bool,  # noqa: C901
                   plan_file: Path | None, out: Path | None, show_new: bool,
-                  force_handlers: bool, stop: StopOnSignal | None = None) -> int:
+                  force_handlers: bool, stop: SignalGuard | None = None) -> int:
     """``ojai setup --apply`` once the machine's lock is held: plan (or check the saved plan),
     show, ask, apply, verify, and say how it ended."""
     from ojai_setup.facts.state import JournalError, read_apply_status, read_state
@@ -239,7 +239,7 @@ def _apply_locked(term: Terminal, root: Root, settings: Settings, *, yes: bool, 
     applied_settings = settings if plan_file is None else Settings(**plan.settings)
     try:
         if stop is not None:
-            stop.disarm()
+            stop.hold()
         result = apply_plan(plan, root, term.progress(), locked=True,
                             plan_path=str(plan_file) if plan_file else None,
                             force_handlers=force_handlers)
