@@ -696,7 +696,8 @@ def _plan_modprobe(ctx: Context, want: Want, loader: BootLoader, reads: list[str
                                      records=records)
         return StepResult.satisfied(
             STEP, f"options {want.module} pages_limit={want.pages} ({want.gib} GiB for the "
-            f"GPU) is already set in {where} ({why})", reads=tuple(reads))
+            f"GPU) is already set in {where} ({why})" + _amd_ttm_note(ctx, reads),
+            reads=tuple(reads))
     if ir is not None and ir.error is None and ir.carries_ttm is False:
         handlers: dict[str, RunCommand] | str = {}
         note = (f"; the initramfs {ir.image} does not carry {want.module}, so it loads from the "
@@ -718,10 +719,22 @@ def _plan_modprobe(ctx: Context, want: Want, loader: BootLoader, reads: list[str
         actions = [a.model_copy(update={"notify": tuple(handlers)}) for a in actions]
     sentence = (f"set the GPU memory limit to {want.gib} GiB (options {want.module} "
                 f"pages_limit={want.pages}) in {', '.join(a.path for a in actions)} ({why})"
-                + note)
+                + note + _amd_ttm_note(ctx, reads))
     return StepResult.change(STEP, sentence, actions, reads=tuple(reads), handlers=handlers,
                              records={"ttm": {"expected_pages": want.pages,
                                               "module": want.module}})
+
+
+def _amd_ttm_note(ctx: Context, reads: list[str]) -> str:
+    """Where AMD's amd-ttm is installed too: what it rebuilds after ``amd-ttm --set``, by its
+    version (``checks/tables/amd-ttm.toml``, :mod:`ojai_setup.domain.amd_ttm`)."""
+    from ojai_setup.domain.amd_ttm import DIST_INFO, note, version_of
+
+    found = [p for pattern in DIST_INFO for p in ctx.root.glob(pattern)]
+    if not found:
+        return ""
+    reads.extend(found)
+    return "; " + note(version_of(found[-1]))
 
 
 def _dracut_dropin(ctx: Context, paths: list[str], handlers: dict[str, RunCommand],
