@@ -142,9 +142,11 @@ def prove(root: Root, action: ProveBuild, progress: Progress) -> Proof:
     folder = _folder(root, action)
     old_bin, new_bin = root.resolve(f"{folder}/{SERVER}"), root.resolve(f"{action.candidate}/{SERVER}")
     record = install_record(str(new_bin))
+    family = record.get("family")  # a nightly's: vulkan, or the ROCm build's GPU family
+    backend = record.get("backend") or (
+        family if family in (None, "vulkan") else f"rocm ({family})")
     proof = Proof(candidate=action.candidate, current=folder, build=binary_version(str(new_bin)),
-                  backend=record.get("backend") or record.get("family"),
-                  accept_slower=action.accept_slower)
+                  backend=backend, accept_slower=action.accept_slower)
     logs = state_dir(root) / "upgrade" / PurePosixPath(action.candidate).name
     task = progress.task(f"prove {action.candidate} against {folder}", total=len(action.routes))
     try:
