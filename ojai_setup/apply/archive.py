@@ -31,10 +31,9 @@ from ojai_setup.domain.nightly import (
     SERVER_NAME,
     InstallRecord,
     NightlyError,
-    files_digest,
-    is_installed,
     match_asset,
 )
+from ojai_setup.facts.llama_install import files_digest, is_installed
 from ojai_setup.model.actions import InstallArchive
 
 #: modes an unpacked file may keep: no setuid/setgid/sticky, not writable by group or others

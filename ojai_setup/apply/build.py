@@ -36,12 +36,11 @@ from ojai_setup.domain.build import (
     InstallRecord,
     build_number_from_ref,
     cmake_configure_args,
-    is_built,
-    is_git_url,
     parse_cmake_options,
 )
+from ojai_setup.facts.llama_install import is_built
 from ojai_setup.formats.llama_help import DialectParseError, parse_version
-from ojai_setup.model.actions import BuildFromSource
+from ojai_setup.model.actions import BuildFromSource, is_git_url
 
 LOG_TAIL_LINES = 40
 

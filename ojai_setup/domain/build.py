@@ -27,10 +27,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from ojai_setup.core.digest import sha256_file
 from ojai_setup.core.errors import ApplyError
-from ojai_setup.core.root import Root
-from ojai_setup.model.actions import BuildFromSource, is_git_url
 
 SERVER = "llama-server"
 
@@ -155,40 +152,3 @@ def cmake_configure_args(backend: Backend, gpu_target: str | None, *,
     args += list(extra)
     return args
 
-
-# -- source ----------------------------------------------------------------------------------
-def read_install_record(root: Root, dest: str) -> InstallRecord | None:
-    """The record of a finished install at machine path ``dest``, or None."""
-    path = root.resolve(dest) / INSTALL_RECORD
-    try:
-        return InstallRecord.model_validate_json(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-
-
-def is_built(root: Root, action: BuildFromSource) -> bool:
-    """Whether ``action.dest`` already holds this exact build.
-
-    Only a tarball (same sha256) or a git source at a tag or commit counts; a directory
-    source may have changed since, so it is always rebuilt.
-    """
-    record = read_install_record(root, action.dest)
-    if record is None or not (root.resolve(action.dest) / SERVER).is_file():
-        return False
-    same = (record.source == action.source and record.ref == action.ref
-            and record.backend == action.backend and record.gpu_target == action.gpu_target
-            and record.extra_cmake_args == action.cmake_args)
-    if not same:
-        return False
-    if record.source_kind == "tarball":
-        return record.source_sha256 == _tarball_digest(root, action)
-    return record.source_kind == "git" and action.ref is not None and (
-        _SHA.match(action.ref) is not None or build_number_from_ref(action.ref) is not None)
-
-
-def _tarball_digest(root: Root, action: BuildFromSource) -> str | None:
-    """The sha256 of a local tarball source, None for directories and git URLs."""
-    if is_git_url(action.source):
-        return None
-    real = root.resolve(action.source)
-    return sha256_file(real) if real.is_file() else None

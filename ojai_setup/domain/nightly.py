@@ -27,17 +27,12 @@ out: download, verify, check every zip entry, unpack next to the destination, re
 into place, switch the link. A failure at any point leaves the previous install and link as
 they were and removes what it had started."""
 
-import hashlib
-import os
 import re
-import stat
-from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict
 
 from ojai_setup.core.errors import ApplyError, RemoteError
 from ojai_setup.core.paths import LLAMACPP_CURRENT, LLAMACPP_DIR
-from ojai_setup.core.root import Root
 from ojai_setup.model.actions import InstallArchive
 
 REPO = "lemonade-sdk/llamacpp-rocm"
@@ -196,51 +191,3 @@ def _check_family(family: str) -> None:
         raise NightlyError(f"unknown GPU family {family!r}; one of {', '.join(FAMILIES)} "
                            f"(or {VULKAN})")
 
-
-# -- install state ----------------------------------------------------------------------------
-def files_digest(folder: Path) -> str:
-    """A cheap fingerprint of an unpacked install: every entry's path, type, size and x bit.
-
-    Only ``lstat`` is read, so it is fast for a runtime of a few GiB; it catches missing,
-    extra, truncated and re-linked files, not a same-size change of content (the archive's
-    sha256 was checked before unpacking).
-    """
-    lines = []
-    for dirpath, dirnames, filenames in os.walk(folder):
-        dirnames.sort()
-        for name in sorted(dirnames + filenames):
-            path = Path(dirpath, name)
-            rel = path.relative_to(folder).as_posix()
-            if rel == RECORD_NAME:
-                continue
-            st = path.lstat()
-            if stat.S_ISLNK(st.st_mode):
-                lines.append(f"l {rel} -> {os.readlink(path)}")
-            elif stat.S_ISDIR(st.st_mode):
-                lines.append(f"d {rel}")
-            else:
-                x = "x" if st.st_mode & stat.S_IXUSR else "-"
-                lines.append(f"f{x} {rel} {st.st_size}")
-    return hashlib.sha256("\n".join(lines).encode("utf-8")).hexdigest()
-
-
-def read_record(root: Root, dest: str) -> InstallRecord | None:
-    """The install record in machine folder ``dest``, or None when absent or unreadable."""
-    try:
-        return InstallRecord.model_validate_json(root.read_bytes(f"{dest}/{RECORD_NAME}"))
-    except (OSError, ValidationError):
-        return None
-
-
-def is_installed(root: Root, dest: str, sha256: str) -> bool:
-    """Whether ``dest`` holds the unpacked archive with ``sha256``, complete and unchanged."""
-    folder = root.resolve(dest)
-    if folder.is_symlink() or not folder.is_dir():
-        return False
-    record = read_record(root, dest)
-    if record is None or record.sha256 != sha256.lower():
-        return False
-    server = folder / SERVER_NAME
-    if not server.is_file() or not os.access(server, os.X_OK):
-        return False
-    return files_digest(folder) == record.files_digest

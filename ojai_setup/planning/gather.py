@@ -26,9 +26,8 @@ from ojai_setup.domain.nightly import (
     ReleaseNotFound,
     family_for_target,
     install_dir_name,
-    is_installed,
-    read_record,
 )
+from ojai_setup.facts.llama_install import is_installed, read_record
 from ojai_setup.facts.collect import collect, environment
 from ojai_setup.facts.disk import free_bytes
 from ojai_setup.facts.probe import ProbeError, probe

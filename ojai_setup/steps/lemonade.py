@@ -27,7 +27,8 @@ def own_llama_server(ctx: Context) -> OwnLlamaServer | None:
     What ``--llamacpp`` installs in this apply, or with ``--llamacpp none`` what an earlier
     apply installed behind ``current`` (its install record says nightly or a source build,
     and a source build's backend)."""
-    from ojai_setup.domain import build, nightly
+    from ojai_setup.domain import nightly
+    from ojai_setup.facts import llama_install
     from ojai_setup.domain.lemonade import OwnLlamaServer
 
     settings = ctx.settings
@@ -41,11 +42,11 @@ def own_llama_server(ctx: Context) -> OwnLlamaServer | None:
                               backend=lemonade_name.get(backend, "cpu"))
     if not ctx.root.exists(LLAMA_SERVER):
         return None
-    record = build.read_install_record(ctx.root, LLAMACPP_CURRENT)
+    record = llama_install.read_install_record(ctx.root, LLAMACPP_CURRENT)
     if record is not None:
         return OwnLlamaServer(executable=LLAMA_SERVER, install="source",
                               backend=lemonade_name.get(record.backend, "cpu"))
-    got = nightly.read_record(ctx.root, LLAMACPP_CURRENT)
+    got = llama_install.read_record(ctx.root, LLAMACPP_CURRENT)
     if got is not None:
         return OwnLlamaServer(executable=LLAMA_SERVER, install="nightly",
                               backend="vulkan" if got.family == nightly.VULKAN else "rocm")

@@ -15,6 +15,7 @@ from ojai_setup.core.paths import LLAMA_SERVER, LLAMACPP_CURRENT, LLAMACPP_DIR
 from ojai_setup.core.root import Root
 from ojai_setup.core.units import size_text
 from ojai_setup.domain import nightly
+from ojai_setup.facts.llama_install import is_installed
 from ojai_setup.model.actions import BuildFromSource, InstallArchive, ProveBuild
 from ojai_setup.model.cmake import cmake_args
 from ojai_setup.planning.context import Context
@@ -138,7 +139,7 @@ class LlamacppStep:
         family = asset.family
         action = nightly.install_action(asset)
         folder = PurePosixPath(action.dest).name
-        if nightly.is_installed(ctx.root, action.dest, asset.sha256) and \
+        if is_installed(ctx.root, action.dest, asset.sha256) and \
                 self._current_target(ctx) in (folder, action.dest):
             return StepResult.satisfied(
                 self.name, f"llama.cpp nightly {asset.tag} for {family} is installed and verified "
@@ -223,18 +224,13 @@ def built_sentence(root: Root, action: BuildFromSource) -> str | None:
     """Why ``action.dest`` already holds the build ``action`` asks for, or None to build it.
 
     A tarball or a git tag/commit is the same build when its digest or ref is
-    (:func:`~ojai_setup.domain.build.is_built`). A directory is rebuilt only when a file in it
+    (:func:`~ojai_setup.facts.llama_install.is_built`). A directory is rebuilt only when a file in it
     changed after the install; a git branch is not followed once built (pin a tag or commit
     with ``--llamacpp-ref`` to move on), since an apply must leave nothing to do behind it.
     """
-    from ojai_setup.domain.build import (
-        INSTALL_RECORD,
-        is_built,
-        read_install_record,
-    )
-    from ojai_setup.domain.build import (
-        SERVER as BINARY,
-    )
+    from ojai_setup.domain.build import INSTALL_RECORD
+    from ojai_setup.domain.build import SERVER as BINARY
+    from ojai_setup.facts.llama_install import is_built, read_install_record
 
     done = f"llama-server built from {action.source} is installed in {action.dest}"
     if is_built(root, action):

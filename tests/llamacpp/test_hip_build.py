@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from ojai_setup.domain.build import INSTALL_RECORD, read_install_record
+from ojai_setup.domain.build import INSTALL_RECORD
+from ojai_setup.facts.llama_install import read_install_record
 from ojai_setup.domain.costs import measured
 from support import sid
 from support.hip import (GPU_TARGET, IN_CHECKOUT, HipBuild, ensure_hip_build, ensure_hip_toolchain,

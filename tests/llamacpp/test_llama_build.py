@@ -32,10 +32,9 @@ from ojai_setup.domain.build import (
     INSTALL_RECORD,
     BuildError,
     cmake_configure_args,
-    is_built,
     parse_cmake_options,
-    read_install_record,
 )
+from ojai_setup.facts.llama_install import is_built, read_install_record
 from ojai_setup.model.actions import BuildFromSource
 
 CMAKE = """\

@@ -36,11 +36,10 @@ from ojai_setup.domain.nightly import (
     family_for_target,
     install_action,
     install_dir_name,
-    is_installed,
-    read_record,
 )
 from ojai_setup.facts import github
 from ojai_setup.facts.github import resolve_release
+from ojai_setup.facts.llama_install import is_installed, read_record
 from ojai_setup.model.actions import InstallArchive
 from ojai_setup.planning.plan import Fingerprint, Plan
 from ojai_setup.planning.result import StepResult

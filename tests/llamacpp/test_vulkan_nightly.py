@@ -30,8 +30,9 @@ from ojai_setup.apply.download import DownloadError
 from ojai_setup.cli import app
 from ojai_setup.core.root import Root
 from ojai_setup.domain import nightly
-from ojai_setup.domain.nightly import asset_name, install_action, is_installed, read_record
+from ojai_setup.domain.nightly import asset_name, install_action
 from ojai_setup.facts.github import resolve_release
+from ojai_setup.facts.llama_install import is_installed, read_record
 
 BASE = "/opt/ojai/llama.cpp"
 SERVER = b"#!/bin/sh\necho 'version: 7000 (abc1234)' >&2\n"

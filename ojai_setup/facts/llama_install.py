@@ -1,0 +1,113 @@
+"""What is installed of llama-server on the machine: the install record of a source build or of
+a release archive, and whether a folder holds exactly that build or archive, unchanged (read
+through the root; :mod:`ojai_setup.domain.build` and :mod:`ojai_setup.domain.nightly` plan
+them)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from ojai_setup.core.digest import sha256_file
+from ojai_setup.core.root import Root
+from ojai_setup.domain.build import (
+    _SHA,
+    INSTALL_RECORD,
+    SERVER,
+    InstallRecord,
+    build_number_from_ref,
+)
+from ojai_setup.domain.nightly import RECORD_NAME, SERVER_NAME
+from ojai_setup.domain.nightly import InstallRecord as ArchiveRecord
+from ojai_setup.model.actions import BuildFromSource, is_git_url
+
+
+# -- a source build ----------------------------------------------------------------------------
+def read_install_record(root: Root, dest: str) -> InstallRecord | None:
+    """The record of a finished install at machine path ``dest``, or None."""
+    path = root.resolve(dest) / INSTALL_RECORD
+    try:
+        return InstallRecord.model_validate_json(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def is_built(root: Root, action: BuildFromSource) -> bool:
+    """Whether ``action.dest`` already holds this exact build.
+
+    Only a tarball (same sha256) or a git source at a tag or commit counts; a directory
+    source may have changed since, so it is always rebuilt.
+    """
+    record = read_install_record(root, action.dest)
+    if record is None or not (root.resolve(action.dest) / SERVER).is_file():
+        return False
+    same = (record.source == action.source and record.ref == action.ref
+            and record.backend == action.backend and record.gpu_target == action.gpu_target
+            and record.extra_cmake_args == action.cmake_args)
+    if not same:
+        return False
+    if record.source_kind == "tarball":
+        return record.source_sha256 == _tarball_digest(root, action)
+    return record.source_kind == "git" and action.ref is not None and (
+        _SHA.match(action.ref) is not None or build_number_from_ref(action.ref) is not None)
+
+
+def _tarball_digest(root: Root, action: BuildFromSource) -> str | None:
+    """The sha256 of a local tarball source, None for directories and git URLs."""
+    if is_git_url(action.source):
+        return None
+    real = root.resolve(action.source)
+    return sha256_file(real) if real.is_file() else None
+
+
+# -- a release archive -------------------------------------------------------------------------
+def files_digest(folder: Path) -> str:
+    """A cheap fingerprint of an unpacked install: every entry's path, type, size and x bit.
+
+    Only ``lstat`` is read, so it is fast for a runtime of a few GiB; it catches missing,
+    extra, truncated and re-linked files, not a same-size change of content (the archive's
+    sha256 was checked before unpacking).
+    """
+    lines = []
+    for dirpath, dirnames, filenames in os.walk(folder):
+        dirnames.sort()
+        for name in sorted(dirnames + filenames):
+            path = Path(dirpath, name)
+            rel = path.relative_to(folder).as_posix()
+            if rel == RECORD_NAME:
+                continue
+            st = path.lstat()
+            if stat.S_ISLNK(st.st_mode):
+                lines.append(f"l {rel} -> {os.readlink(path)}")
+            elif stat.S_ISDIR(st.st_mode):
+                lines.append(f"d {rel}")
+            else:
+                x = "x" if st.st_mode & stat.S_IXUSR else "-"
+                lines.append(f"f{x} {rel} {st.st_size}")
+    return hashlib.sha256("\n".join(lines).encode("utf-8")).hexdigest()
+
+
+def read_record(root: Root, dest: str) -> ArchiveRecord | None:
+    """The install record in machine folder ``dest``, or None when absent or unreadable."""
+    try:
+        return ArchiveRecord.model_validate_json(root.read_bytes(f"{dest}/{RECORD_NAME}"))
+    except (OSError, ValidationError):
+        return None
+
+
+def is_installed(root: Root, dest: str, sha256: str) -> bool:
+    """Whether ``dest`` holds the unpacked archive with ``sha256``, complete and unchanged."""
+    folder = root.resolve(dest)
+    if folder.is_symlink() or not folder.is_dir():
+        return False
+    record = read_record(root, dest)
+    if record is None or record.sha256 != sha256.lower():
+        return False
+    server = folder / SERVER_NAME
+    if not server.is_file() or not os.access(server, os.X_OK):
+        return False
+    return files_digest(folder) == record.files_digest
