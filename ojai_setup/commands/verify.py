@@ -411,7 +411,8 @@ def next_steps(root: Root) -> list[str]:
     """For every route ojai wrote: how to start it and how to check it."""
     lines = []
     for name, record in sorted(routes_of(root).items()):
-        gated = "flm_tag" not in record and "lemonade" not in record and record.get("server") != "sglang"
+        gated = ("flm_tag" not in record and "lemonade" not in record
+                 and record.get("server") != "sglang" and not record.get("router"))
         check = ("then check it before serving it (health, and its output against its own "
                  "build's CPU backend: apply starts no server, so this is the correctness gate): "
                  if gated else "then check it: ")

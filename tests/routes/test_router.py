@@ -14,10 +14,13 @@ from pathlib import Path
 import pytest
 from support.fake_hub import FakeHub, announce_route, fake_hub  # noqa: F401 - fake_hub is a fixture
 from support.gguf_files import attention_model
+from support.machine_state import store_capture
+from support.server import free_port
 from support.stand_ins import give_lemonade, give_llama_server
 from typer.testing import CliRunner
 
 from ojai_setup.cli import app
+from ojai_setup.core.root import CommandResult
 from ojai_setup.domain.catalog import load_catalog
 
 REPO = "ojai-test/tiny-llama-GGUF"
@@ -160,3 +163,62 @@ def test_lemonade_gets_every_route_and_max_loaded_models(box, own):
     # each file written once
     paths = [a["path"] for a in lemonade["actions"] if "path" in a]
     assert len(paths) == len(set(paths))
+
+
+@pytest.fixture
+def applied(box) -> tuple[Path, list[str]]:
+    """Two of the owner's GGUFs on the machine, set up together and applied (nothing to
+    download, nothing started)."""
+    for name, layers in (("one-Q4_K_M.gguf", 4), ("two-Q8_0.gguf", 2)):
+        attention_model(box / "srv/models" / name, block_count=layers)
+    result = ojai("setup", "--root", box, "--llamacpp", "none", "--no-npu", "--model",
+                  "/srv/models/one-Q4_K_M.gguf", "--model", "/srv/models/two-Q8_0.gguf",
+                  "--port", free_port(), "--apply", "--yes")
+    assert result.exit_code == 0, result.output
+    return box, ["one-q4_k_m-ngram", "two-q8_0-ngram"]
+
+
+def test_the_apply_says_how_to_start_the_router_and_check_each_route(applied):
+    root, names = applied
+    state = json.loads((root / "var/lib/ojai/state.json").read_text())
+    routes = {k: v for k, v in state["records"]["routes"].items() if isinstance(v, dict)}
+    assert set(routes) == set(names)
+    for name in names:
+        r = routes[name]
+        assert r["router"] and r["script"] == "/opt/ojai/routes/router.sh"
+        assert r["port"] == routes[names[0]]["port"]  # one port
+        assert r["plain_args"] and "--spec-type" in r["args"]
+    assert (root / "opt/ojai/routes/router.ini").is_file()
+    # nothing answers: verify names each route and the script that starts them
+    result = ojai("verify", "--root", root, "--timeout", "0", "--no-gate")
+    assert result.exit_code == 1
+    for name in names:
+        assert f"FAIL {name} (http://127.0.0.1:{routes[name]['port']})" in result.output
+    assert "/opt/ojai/routes/router.sh" in result.output
+
+
+def test_tune_refuses_a_route_of_the_router_with_the_way_to_tune_it(applied):
+    root, names = applied
+    result = ojai("tune", names[0], "--root", root)
+    assert result.exit_code != 0
+    assert "served by the router beside other routes" in result.output
+    assert "--model one-q4_k_m" in result.output
+
+
+def test_with_systemd_the_router_has_one_unit(box, own):
+    store_capture(box, CommandResult(("systemctl", "daemon-reload"), 0, ""))
+    data, _ = plan(box, "--model", own, "--model", "gemma-4-26b-a4b", "--systemd")
+    routes = step(data, "routes")
+    assert routes["status"] == "change", routes
+    unit = written(data, "/etc/systemd/system/ojai-router.service")
+    assert "ExecStart=/opt/ojai/routes/router.sh" in unit and "User=ojai" in unit
+    paths = sorted(a["path"] for a in routes["actions"])
+    assert paths == ["/etc/systemd/system/ojai-router.service", "/opt/ojai/routes/router.ini",
+                     "/opt/ojai/routes/router.sh"]
+
+
+def test_an_sglang_route_is_served_alone(box):
+    result = ojai("setup", "--root", box, "--llamacpp", "none", "--no-npu",
+                  "--model", "gpt-oss-20b", "--model", "deepseek-v3-nextn")
+    assert result.exit_code == 64, result.output
+    assert "an SGLang route is served alone" in result.output

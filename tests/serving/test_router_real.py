@@ -5,11 +5,12 @@ models preset and the launch script of llama-server's router mode, and the real 
 the second loaded on demand when ``--models-max 1`` keeps one loaded at a time; then
 ``ojai verify`` checks each by name through the request's ``model`` field.
 
-The two model files are the owner's own GGUFs (``--model /path/file.gguf``, used where they
-are): their machine paths are made the same as their paths here (the machine folder holds a
-link at the same path), so the preset ojai writes is served exactly as written. The router is
-started with the launch script's own arguments, its binary and preset found under the machine
-folder, plus ``--threads`` for this shared processor.
+The Gemma file is the owner's own GGUF (``--model /path/file.gguf``, used where it is), its
+machine path made the same as its path here (the machine folder holds a link at that path); the
+tiny one comes from the Hub stand-in on 127.0.0.1 (``hf:ORG/REPO:FILE.gguf``) or is used where
+it is. The router is started with the launch script's own arguments, the machine's /opt/ojai
+and models folders found under the machine folder (:func:`runnable_here`), plus ``--threads``
+for this shared processor.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from support.fake_hub import fake_hub  # noqa: F401 - a fixture
 from support.gemma import gemma_model  # noqa: F401 - a fixture
 from support.llama import llama_server_bin  # noqa: F401 - a fixture
 from support.server import THREADS, free_port, serve
@@ -31,6 +33,8 @@ from typer.testing import CliRunner
 from ojai_setup.cli import app
 
 pytestmark = pytest.mark.slow
+
+REPO = "ojai-test/tiny-llama-GGUF"
 
 
 def ojai(*args: object):
@@ -67,6 +71,15 @@ def apply(root: Path, *models: Path, extra: tuple = ()) -> dict:
             if isinstance(v, dict) and "port" in v}
 
 
+def runnable_here(root: Path) -> None:
+    """The router's launch script and preset with the machine's /opt/ojai and models paths
+    moved under the machine folder, so that the router (and ``ojai bench``) run on this host."""
+    script = root / "opt/ojai/routes/router.sh"
+    script.write_text(script.read_text().replace("/opt/ojai/", f"{root}/opt/ojai/"))
+    preset = root / "opt/ojai/routes/router.ini"
+    preset.write_text(preset.read_text().replace("= /var/lib/ojai/models/",
+                                                 f"= {root}/var/lib/ojai/models/"))
+
 def router_command(root: Path) -> list[str]:
     """The launch script's exec line, its binary and preset under the machine folder."""
     script = (root / "opt/ojai/routes/router.sh").read_text().replace("\\\n", " ")
@@ -102,16 +115,22 @@ def wait_status(port: int, name: str, wanted: str, timeout: float = 120) -> dict
         time.sleep(0.5)
 
 
-def test_two_models_answer_by_name_the_second_loaded_on_demand(box, tmp_path):
+def test_two_models_answer_by_name_the_second_loaded_on_demand(box, tmp_path, fake_hub):
+    """The tiny model comes from the Hub stand-in (``hf:ORG/REPO:FILE.gguf``, downloaded by
+    the apply and checked), the Gemma file is used where it is."""
     root, gemma, tiny = box
-    routes = apply(root, gemma, tiny, extra=("--models-max", "1"))
+    fake_hub.add_path(REPO, tiny.name, tiny)
+    routes = apply(root, gemma, f"hf:{REPO}:{tiny.name}", extra=("--models-max", "1"))
     names = list(routes)
     assert len(names) == 2 and all(r["router"] for r in routes.values())
     first, second = names
     preset = (root / "opt/ojai/routes/router.ini").read_text()
     assert f"[{first}]" in preset and f"[{second}]" in preset
-    assert f"model = {gemma}" in preset and f"model = {tiny}" in preset
+    assert f"model = {gemma}" in preset
+    assert f"model = /var/lib/ojai/models/{REPO}/{tiny.name}" in preset
+    assert (root / f"var/lib/ojai/models/{REPO}/{tiny.name}").read_bytes() == tiny.read_bytes()
     port = routes[first]["port"]
+    runnable_here(root)
     assert routes[second]["port"] == port  # one address for both
     with serve(router_command(root), port, tmp_path / "router.log") as server:
         # loaded at start: the first; the second waits for its first request
@@ -147,13 +166,6 @@ def test_routes_that_fit_together_all_load_at_start(box, tmp_path):
     with serve(router_command(root), port, tmp_path / "router.log"):
         for name in routes:
             assert wait_status(port, name, "loaded")[name] == "loaded"
-
-
-def runnable_here(root: Path) -> None:
-    """The router's launch script with the machine's /opt/ojai paths moved under the machine
-    folder, so that ``ojai bench`` can start the router and its plain arm on this host."""
-    script = root / "opt/ojai/routes/router.sh"
-    script.write_text(script.read_text().replace("/opt/ojai/", f"{root}/opt/ojai/"))
 
 
 def test_bench_compares_a_router_route_with_the_same_model_undrafted(box, tmp_path):

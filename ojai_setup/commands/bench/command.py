@@ -93,6 +93,13 @@ def find_routes(root: Root, route: str | None, *, command: str = "bench") -> Arm
                              f"{', '.join(sorted(routes))})")
     mine = {k: v for k, v in routes.items() if v.get("model") == model}
     if any(v.get("router") for v in mine.values()):
+        if command == "tune":
+            [name] = mine
+            raise BenchError(f"{name} is served by the router beside other routes, and ojai tune "
+                             "starts a route alone with other draft settings; tune it set up "
+                             f"alone (`{ojai_command(root.path, 'setup', '--model', model)}`), "
+                             "then set up the routes together again: they take the tuned "
+                             "settings")
         return router_arms(root, model, mine)
     if any(v.get("server") == "sglang" for v in mine.values()):
         raise BenchError(f"{model} is an SGLang route: ojai writes no plain route beside it (one "
