@@ -8,8 +8,11 @@ route serving the real Gemma 3 270M on it. Then newer nightlies are published an
 - b7001, a WRONG build: its ``llama-server`` is a wrapper that runs the real server on a
   corrupted copy of the weights (one layer's ``ffn_down`` blocks reversed, as the gate's own
   tests make it): refused by the gate, ``current`` unchanged, the new folder kept;
-- b7002, a right build (the real server): it passes the gate and the paired speed check, and
-  ``current`` switches; ``ojai rollback`` puts it back on b7000.
+- b7002, a right build (the real server): it passes the gate, the paired speed check runs and
+  says its figures, and ``current`` switches; ``ojai rollback`` puts it back on b7000. Speed is
+  not asserted in tests (it is the same binary, but on a shared host the run's own noise was
+  7 % in one run and 45 % in another): this apply takes --accept-slower, and the speed verdict
+  is tested on given figures (test_the_decision_of_an_upgrade).
 """
 
 from __future__ import annotations
@@ -175,7 +178,9 @@ def test_a_wrong_build_is_refused_and_a_right_one_adopted_then_rolled_back(
     plan = step_of(ojai("setup", "--root", str(root), "--json", *OPTIONS, "--llamacpp-tag", "b7001"))
     assert plan["actions"][1]["routes"] == {"gemma": "/opt/ojai/routes/gemma.sh"}, plan
 
-    refused = ojai("setup", "--root", str(root), "--apply", "--yes", *OPTIONS, "--llamacpp-tag", "b7001")
+    # refused by the gate, even with a loss of speed accepted
+    refused = ojai("setup", "--root", str(root), "--apply", "--yes", *OPTIONS, "--llamacpp-tag", "b7001",
+                   "--accept-slower")
     assert refused.exit_code == 1, refused.output
     assert current(root) == "b7000-vulkan"
     assert (root / BASE / "b7001-vulkan" / "llama-server.real").is_file()  # kept for inspection
@@ -188,10 +193,12 @@ def test_a_wrong_build_is_refused_and_a_right_one_adopted_then_rolled_back(
     # a right build: adopted, the figures said
     publish(fake_github, tmp_path, "b7002",
             nightly_entries_from_build(llama_server_bin.parent, llama_server_bin))
-    adopted = ojai("setup", "--root", str(root), "--apply", "--yes", *OPTIONS, "--llamacpp-tag", "b7002")
+    adopted = ojai("setup", "--root", str(root), "--apply", "--yes", *OPTIONS, "--llamacpp-tag", "b7002",
+                   "--accept-slower")
     assert current(root) == "b7002-vulkan", adopted.output
     flat = " ".join(adopted.output.split())
-    assert "passed the gate and the speed check" in flat and "noise" in flat, flat
+    assert "passed the gate and the speed check" in flat, flat
+    assert "gate top-1 agreement 100.0 %" in flat and "paired requests" in flat and "noise" in flat
     again = ojai("setup", "--root", str(root), "--json", *OPTIONS, "--llamacpp-tag", "b7002")
     assert step_of(again)["status"] == "satisfied"
 
