@@ -129,14 +129,14 @@ def run_doctor(term: Terminal, root_dir: Path, *, profile_name: str | None = Non
 def _configured_on_boot_path(facts: Facts, pages: Callable[[int | None], str]) -> str:
     """The limit the boot path's own file configures, named by that boot path (GRUB's
     /etc/default/grub, Limine's settings, /etc/kernel/cmdline, ...), not by GRUB's alone."""
-    from ojai_setup.domain.boot_path import PATHS
+    from ojai_setup.boot.table import PATHS
 
     t = facts.ttm
     loader = facts.boot.loader if facts.boot else None
-    kind = loader.kind if loader else "grub"
-    if kind in ("grub", "grub-bls") or t.grub_pages is not None:
+    path = PATHS.get(loader.kind if loader else "grub", PATHS["unknown"])
+    if path.grub or t.grub_pages is not None:
         return f"GRUB {pages(t.grub_pages)}"
-    title = PATHS.get(kind, PATHS["unknown"]).title
+    title = path.title
     where = f" in {t.config_file}" if t.config_file and t.config_pages is not None else ""
     return f"{title} {pages(t.config_pages)}{where}"
 

@@ -6,7 +6,7 @@ loads the profiles and turns outcomes into findings. Importing this module regis
 so the engine's functions that need them are used from here.
 """
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ojai_setup.core.paths import GIB, PAGE
 from ojai_setup.domain.check_engine import (  # the engine's API, with every kind registered
@@ -33,6 +33,9 @@ from ojai_setup.domain.check_engine import (  # the engine's API, with every kin
 from ojai_setup.domain.profiles import checks_dir
 from ojai_setup.formats.machine import ROCM_PRESENT, bios_version_tuple, version_tuple
 from ojai_setup.model.facts import Facts, Gpu, ModelPair, RocmAgent
+
+if TYPE_CHECKING:
+    from ojai_setup.boot.base import BootPath
 
 __all__ = ["KINDS", "CheckSpec", "Finding", "Outcome", "Profile", "ProfileError", "Severity",
            "chosen_profile", "detect_profile", "fix_for_root", "igpu", "instinct_gpus",
@@ -237,22 +240,25 @@ def _loader_kind(facts: Facts) -> str:
     return loader.kind if loader else "grub"
 
 
-def _regenerate_hint(facts: Facts) -> str:
-    from ojai_setup.domain.boot_path import regenerate_hint
+def _boot_path(facts: Facts) -> "BootPath":
+    from ojai_setup.boot.table import PATHS
 
-    family = " ".join([facts.distro.id, *facts.distro.like]) if facts.distro else ""
-    return regenerate_hint(_loader_kind(facts), family)
+    return PATHS.get(_loader_kind(facts), PATHS["unknown"])
+
+
+def _family(facts: Facts) -> str:
+    """os-release's ID and ID_LIKE, for the boot path's command."""
+    return " ".join([facts.distro.id, *facts.distro.like]) if facts.distro else ""
+
+
+def _regenerate_hint(facts: Facts) -> str:
+    return _boot_path(facts).hint(_family(facts))
 
 
 def _runs_here(facts: Facts) -> str:
     """What makes an edit reach the next boot on this machine's boot path, as it runs here: the
     one GRUB tool of its distribution, else the boot path's own."""
-    from ojai_setup.domain.boot_path import PATHS
-
-    kind = _loader_kind(facts)
-    if kind in ("grub", "grub-bls"):
-        return _regenerate_hint(facts).strip("`")
-    return PATHS.get(kind, PATHS["unknown"]).runs
+    return _boot_path(facts).runs_here(_family(facts))
 
 
 @kind("ttm_active")
@@ -264,7 +270,6 @@ def _ttm_active(facts: Facts, profile: Profile, params: dict[str, Any]) -> Outco
     of the kernel that will boot), active (/proc/cmdline and the live module). The first that
     differs names the one action that fixes it, with that boot path's own command: edit,
     regenerate, or reboot."""
-    from ojai_setup.domain.boot_path import PATHS
     from ojai_setup.formats.kernel_params import cmdline_param
 
     ttm = _need(facts, "ttm")
@@ -273,22 +278,12 @@ def _ttm_active(facts: Facts, profile: Profile, params: dict[str, Any]) -> Outco
         return Outcome(ok=None, evidence="no AMD GPU: the TTM limit does not matter here "
                        "(force a profile with --profile to check it anyway)")
     configured, active = ttm.configured_pages, ttm.active_pages
-    kind = _loader_kind(facts)
-    path = PATHS.get(kind, PATHS["unknown"])
+    path = _boot_path(facts)
     if configured is None and active is None and facts.cmdline is None:
         return Outcome(ok=None, evidence="unknown: neither /proc/cmdline, a boot loader or "
                        "modprobe.d setting nor /sys/module/ttm could be read")
     if configured is None:
-        if kind == "nixos":
-            fix = ("Add the limit `ojai setup` names to boot.kernelParams in "
-                   "/etc/nixos/configuration.nix, run `sudo nixos-rebuild boot`, then reboot.")
-        elif kind == "unknown":
-            fix = ("ojai cannot tell which boot loader decides the next boot: run `ojai setup "
-                   "--ttm-via modprobe` (options ttm pages_limit= in /etc/modprobe.d), or add "
-                   "the limit to your boot loader's command line yourself; then reboot.")
-        else:
-            fix = (f"Run `ojai setup` to review the change ({path.title}: {path.edits}; then "
-                   f"{_runs_here(facts)}), `ojai setup --apply`, then reboot.")
+        fix = path.unconfigured_fix(_family(facts))
         return Outcome(ok=False, evidence=f"GPU memory limit not configured; active "
                        f"{_fmt_pages(active)} (kernel default, about half of RAM); boot path: "
                        f"{path.title}", fix=fix)
@@ -305,7 +300,7 @@ def _ttm_active(facts: Facts, profile: Profile, params: dict[str, Any]) -> Outco
                        "that.")
     gen = boot.generated if boot else None
     notes: list[str] = []
-    if cmdline is not None and kind != "systemd-boot-entries":
+    if cmdline is not None and path.has_generated:
         key, pages, _ = cmdline
         if gen is None:
             notes.append("generated: " + ((boot.generated_error if boot else None)
@@ -316,8 +311,7 @@ def _ttm_active(facts: Facts, profile: Profile, params: dict[str, Any]) -> Outco
                 have = f"{key}={got}" if got is not None else f"no {key}"
                 return Outcome(ok=False, evidence=ev + f"; generated: {gen.config} (default entry "
                                f"'{gen.title}') boots with {have}: "
-                               + ("grub.cfg was not regenerated" if kind in ("grub", "grub-bls")
-                                  else f"it was not regenerated ({path.title})"),
+                               + path.not_regenerated(),
                                fix=f"Regenerate it: {_regenerate_hint(facts)} (or `ojai setup "
                                "--apply`), then reboot.")
             notes.append(f"generated: {gen.config} agrees")
@@ -401,21 +395,7 @@ def _cmdline_absent(facts: Facts, profile: Profile, params: dict[str, Any]) -> O
            and (params.get("value") is None or t == f"{params['token']}={params['value']}")]
     if params.get("only_with_npu") and not profile.npu:
         return Outcome(ok=None, evidence="the NPU path is not part of this profile")
-    fix = None
-    kind = _loader_kind(facts)
-    if bad and kind in ("grub", "grub-bls"):
-        fix = (f"Remove {params['token']} from GRUB_CMDLINE_LINUX_DEFAULT / GRUB_CMDLINE_LINUX in "
-               f"/etc/default/grub (or the drop-in in /etc/default/grub.d that sets it), run "
-               f"`{_runs_here(facts)}`, and reboot.")
-    elif bad:
-        from ojai_setup.domain.boot_path import PATHS
-
-        path = PATHS.get(kind, PATHS["unknown"])
-        fix = (f"Remove {params['token']} from the kernel command line where this boot path "
-               f"({path.title}) keeps it ({path.edits}), then {path.runs}, and reboot."
-               if kind not in ("nixos", "unknown") else
-               f"Remove {params['token']} from the kernel command line of the boot loader you "
-               "boot (NixOS: boot.kernelParams, then `sudo nixos-rebuild boot`), and reboot.")
+    fix = _boot_path(facts).remove_fix(params["token"], _family(facts)) if bad else None
     evidence = (" ".join(bad) + " on the kernel command line" if bad
                 else f"{params['token']} not on the kernel command line")
     if params.get("only_with_npu") and params.get("without_npu"):

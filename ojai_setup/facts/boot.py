@@ -1,10 +1,14 @@
-"""The *generated* and the next boot's state of the TTM limit: grub.cfg (or BLS entries) and
-the initramfs of the kernel that will boot.
+"""What the machine shows about its boot: the boot path's markers, and the *configured* and
+*generated* states of the kernel command line as that path keeps them, with the initramfs of
+the kernel that will boot.
 
-- the default entry of ``/boot/grub/grub.cfg`` or ``/boot/grub2/grub.cfg`` (with ``grubenv``),
-  or of ``/boot/loader/entries/*.conf`` when the distribution uses BLS entries: its kernel
-  line, kernel release and initramfs;
-- that initramfs, listed with ``lsinitramfs`` (Debian/Ubuntu), ``lsinitrd`` (dracut) or
+- the markers every boot path is detected by (:func:`read_markers`), decided by
+  :func:`ojai_setup.boot.detect.decide` into ``boot.loader``;
+- the configured command line and the generated default entry, read by the boot path's own
+  module (:meth:`~ojai_setup.boot.base.BootPath.configured`,
+  :meth:`~ojai_setup.boot.base.BootPath.generated`: grub.cfg or the BLS entries, the loader
+  entry kernel-install wrote, the UKI's ``.cmdline``, limine.conf, kernelstub's ESP entry);
+- the initramfs, listed with ``lsinitramfs`` (Debian/Ubuntu), ``lsinitrd`` (dracut) or
   ``lsinitcpio`` (mkinitcpio)
   through the root (replayed from captures under a test root): whether it carries the TTM
   module and the modprobe.d files that set ``pages_limit``, with their value where
@@ -15,42 +19,24 @@ from __future__ import annotations
 
 from pathlib import PurePosixPath
 
+from ojai_setup.boot.base import ESPS, Markers
+from ojai_setup.boot.detect import SYSCONFIG_BOOTLOADER, decide
+from ojai_setup.boot.grub import GRUB_CFGS
+from ojai_setup.boot.kernel_install import INSTALL_CONF, KERNEL_CMDLINE
+from ojai_setup.boot.kernelstub import KERNELSTUB_CONFIG
+from ojai_setup.boot.limine import LIMINE_CONFS, LIMINE_DEFAULT
+from ojai_setup.boot.table import PATHS, path_of
 from ojai_setup.core.paths import GRUB_DEFAULT
 from ojai_setup.core.root import Root
-from ojai_setup.domain.boot_path import (
-    INSTALL_CONF,
-    KERNEL_CMDLINE,
-    KERNELSTUB_CONFIG,
-    LIMINE_DEFAULT,
-    SYSCONFIG_BOOTLOADER,
-    Markers,
-    decide,
-)
 from ojai_setup.formats.boot_files import (
     default_loader_entry,
     lsinitrd_files,
     parse_assignments,
     parse_loader_conf,
 )
-from ojai_setup.formats.grub_cfg import (
-    GrubCfgError,
-    default_bls_entry,
-    default_entry,
-    kernel_release,
-    parse_bls_entry,
-    parse_grub_cfg,
-    parse_grubenv,
-)
+from ojai_setup.formats.grub_cfg import GrubCfgError
 from ojai_setup.formats.modprobe import module_option_settings
-from ojai_setup.model.facts import Boot, BootEntry, BootLoader, Initramfs, ModprobeSetting
-
-GRUB_CFGS = ("/boot/grub/grub.cfg", "/boot/grub2/grub.cfg")
-BLS_DIR = "/boot/loader/entries"
-#: where an ESP (or XBOOTLDR partition) is mounted (bootctl's search order)
-ESPS = ("/efi", "/boot", "/boot/efi")
-#: where Limine looks for its configuration on a partition (CONFIG.md), under each mount
-LIMINE_CONFS = ("/limine.conf", "/limine/limine.conf", "/EFI/limine/limine.conf",
-                "/EFI/BOOT/limine.conf")
+from ojai_setup.model.facts import Boot, BootLoader, Initramfs, ModprobeSetting
 
 
 def _read(root: Root, path: str) -> str | None:
@@ -58,40 +44,6 @@ def _read(root: Root, path: str) -> str | None:
         return root.read_text(path)
     except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
         return None
-
-
-def _boot_path(root: Root, path: str | None) -> str | None:
-    """A path as GRUB names it (relative to the partition holding it) on the machine."""
-    if not path:
-        return None
-    for candidate in (path, "/boot" + path if not path.startswith("/boot/") else path):
-        if root.exists(candidate):
-            return candidate
-    return path
-
-
-def read_generated(root: Root, bls: bool) -> BootEntry | None:
-    cfg_path = next((p for p in GRUB_CFGS if root.exists(p)), None)
-    env_text = _read(root, str(PurePosixPath(cfg_path or GRUB_CFGS[0]).parent / "grubenv"))
-    env = parse_grubenv(env_text) if env_text else {}
-    bls_files = root.glob(f"{BLS_DIR}/*.conf")
-    if bls and bls_files:
-        entries = [parse_bls_entry(PurePosixPath(p).stem, _read(root, p) or "", env) for p in bls_files]
-        e = default_bls_entry(entries, env)
-        if e is None:
-            return None
-        return BootEntry(config=f"{BLS_DIR}/{e.name}.conf", title=e.title, kernel=e.linux,
-                         release=e.version or kernel_release(e.linux),
-                         initrd=_boot_path(root, e.initrd[-1] if e.initrd else None),
-                         tokens=e.options)
-    if cfg_path is None:
-        return None
-    cfg = parse_grub_cfg(_read(root, cfg_path) or "")
-    e = default_entry(cfg, env)
-    if e is None:
-        raise GrubCfgError(f"{cfg_path} has no menu entry")
-    return BootEntry(config=cfg_path, title=e.title, kernel=e.kernel, release=kernel_release(e.kernel),
-                     initrd=_boot_path(root, e.initrd[-1] if e.initrd else None), tokens=e.args)
 
 
 def read_initramfs(root: Root, image: str, modprobe: list[ModprobeSetting]) -> Initramfs:
@@ -147,12 +99,12 @@ def read_initramfs(root: Root, image: str, modprobe: list[ModprobeSetting]) -> I
 
 def read_boot(root: Root, bls: bool, modprobe: list[ModprobeSetting],
               loader: BootLoader | None = None) -> Boot:
+    """The generated state the boot path keeps (GRUB's without a boot path), and the
+    initramfs it loads."""
     boot = Boot(loader=loader)
     try:
-        if loader is not None and loader.kind not in ("grub", "grub-bls", "unknown"):
-            boot.generated = read_loader_generated(root, loader)
-        else:
-            boot.generated = read_generated(root, bls)
+        boot.generated = (PATHS["grub"] if loader is None else path_of(loader.kind)).generated(
+            root, loader, bls)  # type: ignore[arg-type]
     except (GrubCfgError, OSError, ValueError) as exc:
         boot.generated_error = str(exc)
     image = boot.generated.initrd if boot.generated else None
@@ -182,7 +134,7 @@ def _loader_info(root: Root) -> str | None:
 
 
 def read_markers(root: Root, cmdline: list[str] | None) -> Markers:
-    """What the machine shows about its boot path (see :mod:`ojai_setup.domain.boot_path`)."""
+    """What the machine shows about its boot path (see :mod:`ojai_setup.boot.detect`)."""
     from ojai_setup.formats.grub import GrubEditError, bls_enabled
 
     grub_text = _read(root, GRUB_DEFAULT)
@@ -235,92 +187,4 @@ def read_loader(root: Root, cmdline: list[str] | None) -> BootLoader:
 def read_configured(root: Root, loader: BootLoader) -> tuple[list[str], str] | None:
     """The *configured* kernel command line on a boot path other than GRUB's, with the file
     that holds it; None where ojai does not read one (GRUB has its own fact, NixOS, unknown)."""
-    from ojai_setup.formats.boot_files import entry_options
-    from ojai_setup.formats.kernel_cmdline import tokens_of
-    from ojai_setup.formats.kernelstub import kernel_options
-    from ojai_setup.formats.limine import DROPIN_DIR, ENTRY_TOOL_CONF, default_cmdline
-
-    kind = loader.kind
-    if kind in ("systemd-boot-kernel-install", "uki"):
-        for path in (KERNEL_CMDLINE, "/usr/lib/kernel/cmdline"):  # kernel-install's order
-            text = _read(root, path)
-            if text is not None:
-                return tokens_of(text), path
-        return None
-    if kind == "systemd-boot-entries" and loader.config:
-        text = _read(root, loader.config)
-        return (entry_options(text), loader.config) if text is not None else None
-    if kind == "kernelstub":
-        text = _read(root, KERNELSTUB_CONFIG)
-        return (kernel_options(text), KERNELSTUB_CONFIG) if text is not None else None
-    if kind == "limine":
-        chain = ([ENTRY_TOOL_CONF] if root.exists(ENTRY_TOOL_CONF) else [])
-        chain += root.glob(f"{DROPIN_DIR}/*.conf")
-        chain += [LIMINE_DEFAULT] if root.exists(LIMINE_DEFAULT) else []
-        tokens, _ = default_cmdline([(p, _read(root, p) or "") for p in chain])
-        from ojai_setup.core.paths import TTM_MODULES
-        from ojai_setup.formats.kernel_params import param_key, same_key
-
-        where = next((t.path for t in reversed(tokens)
-                      if any(same_key(param_key(t.text), f"{m}.pages_limit")
-                             for m in TTM_MODULES)), LIMINE_DEFAULT)
-        return [t.text for t in tokens], where
-    return None
-
-
-def _entry(root: Root, path: str, esp: str) -> BootEntry:
-    """A loader entry on the ESP mounted at ``esp`` (its paths are relative to the ESP)."""
-    e = parse_bls_entry(PurePosixPath(path).stem, _read(root, path) or "")
-    initrd = e.initrd[-1].replace("\\", "/") if e.initrd else None
-    return BootEntry(config=path, title=e.title, kernel=e.linux,
-                     release=e.version or kernel_release(e.linux),
-                     initrd=f"{esp.rstrip('/')}/{initrd.lstrip('/')}" if initrd else None,
-                     tokens=e.options)
-
-
-def read_loader_generated(root: Root, loader: BootLoader) -> BootEntry | None:
-    """The *generated* state on a boot path other than GRUB's: the default loader entry
-    kernel-install wrote, the newest UKI's embedded command line, limine.conf's default entry,
-    kernelstub's ESP entry."""
-    from ojai_setup.formats.boot_files import parse_limine_conf
-    from ojai_setup.formats.kernel_cmdline import tokens_of
-    from ojai_setup.formats.uki import read_sections
-
-    kind, esp = loader.kind, loader.esp
-    if kind == "systemd-boot-kernel-install" and esp:
-        entries = root.glob(f"{esp}/loader/entries/*.conf")
-        conf = _read(root, f"{esp}/loader/loader.conf") or ""
-        picked = default_loader_entry(parse_loader_conf(conf).get("default"),
-                                      [PurePosixPath(p).name for p in entries])
-        path = next((p for p in entries if PurePosixPath(p).name == picked), None)
-        return _entry(root, path, esp) if path else None
-    if kind == "uki" and esp:
-        images = root.glob(f"{esp}/EFI/Linux/*.efi")
-        conf = _read(root, f"{esp}/loader/loader.conf") or ""
-        picked = default_loader_entry(parse_loader_conf(conf).get("default"),
-                                      [PurePosixPath(p).name for p in images])
-        path = next((p for p in images if PurePosixPath(p).name == picked), None)
-        if path is None:
-            return None
-        sections = read_sections(root.read_bytes(path), path)
-        return BootEntry(config=path, title=PurePosixPath(path).stem,
-                         release=(sections.uname or "").strip() or None,
-                         tokens=tokens_of(sections.cmdline or ""))
-    if kind == "kernelstub":
-        for mount in ESPS:
-            path = f"{mount}/loader/entries/Pop_OS-current.conf"
-            if root.exists(path):
-                return _entry(root, path, mount)
-        return None
-    if kind == "limine":
-        for mount in ("/boot", *ESPS):
-            for conf in LIMINE_CONFS:
-                path = f"{mount}{conf}"
-                if root.exists(path):
-                    entries, index = parse_limine_conf(_read(root, path) or "")
-                    if index is None:
-                        return None
-                    e = entries[index]
-                    return BootEntry(config=path, title=e.title, tokens=e.cmdline)
-        return None
-    return None
+    return path_of(loader.kind).configured(root, loader)

@@ -285,7 +285,9 @@ def read_ttm(root: Root, cmdline: list[str] | None, grub: GrubConfig | None = No
                         ttm.grub_pages, ttm.grub_key = _int(value), key
         except GrubEditError as exc:
             ttm.grub_error = str(exc)
-    if loader is not None and loader.kind not in ("grub", "grub-bls"):
+    from ojai_setup.boot.table import path_of
+
+    if loader is not None and not path_of(loader.kind).grub:
         # a GRUB file on a machine GRUB does not boot configures nothing
         ttm.grub_pages = ttm.grub_key = ttm.grub_file = None
         from ojai_setup.facts.boot import read_configured

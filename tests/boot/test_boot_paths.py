@@ -20,7 +20,8 @@ from typer.testing import CliRunner
 
 from ojai_setup.cli import app
 from ojai_setup.core.root import Root
-from ojai_setup.domain.boot_path import Markers, decide
+from ojai_setup.boot.base import Markers
+from ojai_setup.boot.detect import decide
 from ojai_setup.formats.boot_files import (
     lsinitrd_files,
     default_loader_entry,
@@ -475,11 +476,14 @@ def test_loader_info_efi_variable_decides_between_loaders_that_left_files(machin
 def test_every_boot_path_has_a_planner_and_words_for_people():
     from typing import get_args
 
-    from ojai_setup.domain.boot_path import PATHS
+    from ojai_setup.boot.base import BootPath
+    from ojai_setup.boot.table import PATHS
     from ojai_setup.model.facts import LoaderKind
-    from ojai_setup.steps.ttm import ROUTES
 
-    assert set(ROUTES) == set(PATHS) == set(get_args(LoaderKind))
+    assert set(PATHS) == set(get_args(LoaderKind))
+    for kind, path in PATHS.items():  # its own planner, and words for people
+        assert path.kind == kind and path.title and path.edits and path.runs, kind
+        assert type(path).plan is not BootPath.plan, kind
 
 
 def test_rollback_of_a_created_kernel_cmdline_writes_it_back_without_the_limit(machine):

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from ojai_setup.cli import app
-from ojai_setup.domain.grub_dropins import plan_cmdline_edit
+from ojai_setup.boot.grub_dropins import plan_cmdline_edit
 from ojai_setup.facts.grub_env import configured_cmdline, source_grub_files
 from ojai_setup.formats.grub import GrubEditError
 from tests.support.text import flat
@@ -242,7 +242,7 @@ def test_the_posted_appending_drop_in_is_edited_where_it_sets_the_limit(machine,
 
 def test_the_append_if_set_form_reads_as_the_previous_value_and_a_blank():
     text = f'GRUB_CMDLINE_LINUX="{APPEND_IF_SET}ttm.pages_limit=5 quiet"\n'
-    from ojai_setup.domain.grub_dropins import effective, simulate
+    from ojai_setup.boot.grub_dropins import effective, simulate
     from ojai_setup.formats.grub import parse_grub_default, remove_kernel_param, set_kernel_param
 
     cv = parse_grub_default(text, POSTED).cmdline("GRUB_CMDLINE_LINUX")

@@ -53,6 +53,7 @@ def test_the_contracts_name_every_step_and_every_top_level_module():
     ("ojai_setup/steps/npu.py", "from ojai_setup.steps import ttm", "A step never imports another step"),
     ("ojai_setup/formats/grub.py", "from ojai_setup.apply import executor", "Layers"),
     ("ojai_setup/steps/ttm.py", "from ojai_setup.apply import journal", "Layers"),
+    ("ojai_setup/boot/grub.py", "from ojai_setup.domain import checks", "Layers"),
     ("ojai_setup/apply/accounts.py", "from ojai_setup.apply import executor", "No import circles"),
     ("ojai_setup/facts/lemonade.py", "from ojai_setup.facts import collect", "No import circles"),
 ])

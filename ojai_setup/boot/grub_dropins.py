@@ -1,5 +1,6 @@
 """Where an edit of GRUB's kernel command line must land to take effect: ``/etc/default/grub``
-or one of its drop-ins (the other boot paths have one file each, edited by key).
+or one of its drop-ins (the GRUB boot path's planner, :mod:`ojai_setup.boot.grub`; the other
+boot paths have one file each, edited by key).
 
 ``grub-mkconfig`` sources ``/etc/default/grub`` and then ``/etc/default/grub.d/*.cfg`` in
 order; each assignment of ``GRUB_CMDLINE_LINUX`` / ``GRUB_CMDLINE_LINUX_DEFAULT`` replaces the
@@ -39,7 +40,7 @@ from ojai_setup.formats.grub import (
     remove_kernel_param,
     set_kernel_param,
 )
-from ojai_setup.formats.kernel_params import param_key, same_key
+from ojai_setup.formats.kernel_params import has_key, param_key, same_key
 
 
 class Token(NamedTuple):
@@ -99,9 +100,6 @@ def effective(state: dict[str, list[Token]]) -> list[Token]:
     return [*state[LINUX_VAR], *state[DEFAULT_VAR]]
 
 
-def _matches(token: str, keys: Sequence[str]) -> bool:
-    return any(same_key(param_key(token), k) for k in keys)
-
 
 OWN_DROPIN_TEXT = """\
 # Written by ojai: the GPU memory limit (TTM pages) on the kernel command line.
@@ -125,7 +123,7 @@ def plan_cmdline_edit(files: Sequence[tuple[str, str]], key: str, value: str,
     state = simulate(files)
     tokens = effective(state)
     hits = [t for t in tokens if same_key(param_key(t.text), key)]
-    stale = [t for t in tokens if _matches(t.text, drop_keys) and not t.opaque]
+    stale = [t for t in tokens if has_key(t.text, drop_keys) and not t.opaque]
     ops: dict[tuple[str, str], list[tuple[str, str]]] = {}  # (path, var) -> [(op, key)]
     plan_removed: list[tuple[str, str]] = []
     plan_rewritten: list[tuple[str, str, str]] = []
@@ -205,13 +203,8 @@ def plan_cmdline_edit(files: Sequence[tuple[str, str]], key: str, value: str,
     after_files = [(p, new_texts.get(p, texts.get(p, ""))) for p in order]
     after = effective(simulate(after_files))
     got = [t.text for t in after if same_key(param_key(t.text), key)]
-    if got != [param] or any(_matches(t.text, drop_keys) and not t.opaque for t in after):
+    if got != [param] or any(has_key(t.text, drop_keys) and not t.opaque for t in after):
         raise GrubEditError(f"ojai could not plan an edit that leaves exactly one {param} on the "
                             f"kernel command line (it would leave {got or 'none'}); edit "
                             f"{target} yourself and run ojai again.")
     return edit
-
-
-def expected_others(tokens: Sequence[str], key: str, drop_keys: Sequence[str]) -> list[str]:
-    """The parameters that must stay as they are: all but ``key`` and ``drop_keys``."""
-    return [t for t in tokens if not _matches(t, (key, *drop_keys))]
