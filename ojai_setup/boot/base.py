@@ -26,13 +26,15 @@ context (:class:`Machine`: its facts, root and ``which``) and return :class:`Pla
 from __future__ import annotations
 
 from pathlib import PurePosixPath
-from typing import NamedTuple, Protocol
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from ojai_setup.core.paths import TTM_MODULES
 from ojai_setup.core.root import Root
 from ojai_setup.formats.kernel_params import expected_others, param_key, same_key
-from ojai_setup.model.actions import CmdlineCheck, RunCommand
 from ojai_setup.model.facts import BootEntry, BootLoader, Facts
+
+if TYPE_CHECKING:  # the actions are built only when a step plans (doctor never imports them)
+    from ojai_setup.model.actions import CmdlineCheck, RunCommand
 
 #: what the kernel reads the limit at, said with every change that needs a reboot
 REBOOT = "the kernel reads the TTM limit only at boot"
@@ -240,6 +242,8 @@ def loader_entry(root: Root, path: str, esp: str) -> BootEntry:
 def check(want: Want, tokens: list[str]) -> CmdlineCheck:
     """What the executor checks in the written file: exactly ``want``, every other parameter
     as it was."""
+    from ojai_setup.model.actions import CmdlineCheck
+
     return CmdlineCheck(param=want.param, others=tuple(expected_others(tokens, want.key,
                                                                        want.drop)))
 

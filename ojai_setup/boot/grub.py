@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 from pathlib import PurePosixPath
+from typing import TYPE_CHECKING
 
 from ojai_setup.boot.base import (
     REBOOT,
@@ -48,8 +49,10 @@ from ojai_setup.formats.grub_cfg import (
     parse_grubenv,
 )
 from ojai_setup.formats.kernel_params import cmdline_param, expected_others, param_key, same_key
-from ojai_setup.model.actions import RunCommand, WriteFile
 from ojai_setup.model.facts import BootEntry, BootLoader
+
+if TYPE_CHECKING:  # built only when a step plans (doctor never imports the actions)
+    from ojai_setup.model.actions import RunCommand
 
 GRUB_CFGS = ("/boot/grub/grub.cfg", "/boot/grub2/grub.cfg")
 BLS_DIR = "/boot/loader/entries"
@@ -144,6 +147,8 @@ class Grub(BootPath):
     def plan(self, machine: Machine, want: Want, loader: BootLoader, reads: list[str]) -> Plan:
         """/etc/default/grub and its drop-ins, as grub-mkconfig computes them
         (:mod:`ojai_setup.boot.grub_dropins`)."""
+        from ojai_setup.model.actions import RunCommand, WriteFile
+
         facts, key, pages = machine.facts, want.key, want.pages
         grub = facts.grub
         before = read(machine.root, GRUB_DEFAULT)
@@ -201,6 +206,8 @@ class Grub(BootPath):
 
     def regenerate(self, machine: Machine, want: Want, loader: BootLoader,
                    gen: BootEntry) -> list[RunCommand] | None:
+        from ojai_setup.model.actions import RunCommand
+
         facts = machine.facts
         if not (facts.grub is not None
                 and cmdline_param(facts.grub.tokens, want.key) == str(want.pages)):

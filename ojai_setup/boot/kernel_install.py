@@ -18,6 +18,7 @@
 from __future__ import annotations
 
 from pathlib import PurePosixPath
+from typing import TYPE_CHECKING
 
 from ojai_setup.boot.base import (
     REBOOT,
@@ -43,8 +44,10 @@ from ojai_setup.formats.kernel_cmdline import (
     without_per_boot,
 )
 from ojai_setup.formats.kernel_params import cmdline_param
-from ojai_setup.model.actions import RunCommand, WriteFile
 from ojai_setup.model.facts import BootEntry, BootLoader
+
+if TYPE_CHECKING:  # built only when a step plans (doctor never imports the actions)
+    from ojai_setup.model.actions import RunCommand
 
 KERNEL_CMDLINE = "/etc/kernel/cmdline"
 INSTALL_CONF = "/etc/kernel/install.conf"
@@ -76,6 +79,8 @@ def handlers(machine: Machine, why: str) -> dict[str, RunCommand] | str:
     (EndeavourOS ``reinstall-kernels``, openSUSE ``sdbootutil update-all-entries``), else
     ``kernel-install add KVER /usr/lib/modules/KVER/vmlinuz`` for every installed kernel.
     A string says why there is none."""
+    from ojai_setup.model.actions import RunCommand
+
     if machine.which("reinstall-kernels"):
         return {"reinstall-kernels": RunCommand(argv=("reinstall-kernels",), needs_root=True,
                                                 reason=why)}
@@ -163,6 +168,8 @@ class KernelInstall(BootPath):
 
     def plan(self, machine: Machine, want: Want, loader: BootLoader, reads: list[str]) -> Plan:
         """``/etc/kernel/cmdline`` by key, then kernel-install for every kernel."""
+        from ojai_setup.model.actions import WriteFile
+
         reads.append(KERNEL_CMDLINE)
         text = read(machine.root, KERNEL_CMDLINE)
         shipped = read(machine.root, USR_KERNEL_CMDLINE) if text is None else None
@@ -231,6 +238,8 @@ class KernelInstall(BootPath):
         (``/usr/lib/modules/R/vmlinuz``) gets it from kernel-install's own plugins (dracut's
         50-dracut.install, mkinitcpio's). The distribution's wrapper (``reinstall-kernels``,
         ``sdbootutil``) does all of it. ``release``: only that kernel."""
+        from ojai_setup.model.actions import RunCommand
+
         image = "unified kernel images" if self.kind == "uki" else "loader entries"
         why = f"put the initramfs (it carries /etc/modprobe.d) into the {image}"
         if machine.which("reinstall-kernels") or machine.which("sdbootutil"):

@@ -10,6 +10,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ojai_setup.boot.base import (
     ESPS,
     REBOOT,
@@ -30,8 +32,10 @@ from ojai_setup.core.root import Root
 from ojai_setup.formats.kernel_cmdline import CmdlineFormatError
 from ojai_setup.formats.kernel_params import cmdline_param
 from ojai_setup.formats.kernelstub import edit_kernel_options, kernel_options
-from ojai_setup.model.actions import RunCommand, WriteFile
 from ojai_setup.model.facts import BootEntry, BootLoader
+
+if TYPE_CHECKING:  # built only when a step plans (doctor never imports the actions)
+    from ojai_setup.model.actions import RunCommand
 
 KERNELSTUB_CONFIG = "/etc/kernelstub/configuration"
 
@@ -67,6 +71,8 @@ class Kernelstub(BootPath):
 
     def regenerate(self, machine: Machine, want: Want, loader: BootLoader,
                    gen: BootEntry) -> list[RunCommand] | None:
+        from ojai_setup.model.actions import RunCommand
+
         if not machine.which("kernelstub"):
             return None
         return [RunCommand(argv=("kernelstub", "--verbose", "--preserve-live-mode"),
@@ -76,6 +82,8 @@ class Kernelstub(BootPath):
     def plan(self, machine: Machine, want: Want, loader: BootLoader, reads: list[str]) -> Plan:
         """kernelstub's ``user.kernel_options`` (what ``kernelstub -a``/``-d`` change), then a
         kernelstub run writes the ESP entry from it."""
+        from ojai_setup.model.actions import RunCommand, WriteFile
+
         reads.append(KERNELSTUB_CONFIG)
         text = read(machine.root, KERNELSTUB_CONFIG) or ""
         try:

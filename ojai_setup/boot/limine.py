@@ -11,6 +11,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ojai_setup.boot.base import (
     ESPS,
     REBOOT,
@@ -37,8 +39,10 @@ from ojai_setup.formats.limine import (
     assignments,
     default_cmdline,
 )
-from ojai_setup.model.actions import RunCommand, WriteFile
 from ojai_setup.model.facts import BootEntry, BootLoader
+
+if TYPE_CHECKING:  # built only when a step plans (doctor never imports the actions)
+    from ojai_setup.model.actions import RunCommand
 
 LIMINE_DEFAULT = DEFAULT_FILE
 #: where Limine looks for its configuration on a partition (CONFIG.md), under each mount
@@ -97,6 +101,8 @@ class Limine(BootPath):
 
     def regenerate(self, machine: Machine, want: Want, loader: BootLoader,
                    gen: BootEntry) -> list[RunCommand] | None:
+        from ojai_setup.model.actions import RunCommand
+
         if not machine.which("limine-update"):
             return None
         return [RunCommand(argv=("limine-update",), needs_root=True, needs_reboot=REBOOT,
@@ -105,6 +111,8 @@ class Limine(BootPath):
     def plan(self, machine: Machine, want: Want, loader: BootLoader, reads: list[str]) -> Plan:
         """``KERNEL_CMDLINE[default]`` by key where it is written, else ojai's drop-in, then
         ``limine-update``."""
+        from ojai_setup.model.actions import RunCommand, WriteFile
+
         chain = _chain(machine.root)
         reads += chain
         texts = {p: read(machine.root, p) or "" for p in chain}

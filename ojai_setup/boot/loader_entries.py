@@ -29,9 +29,7 @@ from ojai_setup.core.root import Root
 from ojai_setup.formats.boot_files import edit_entry_options, entry_options
 from ojai_setup.formats.kernel_cmdline import CmdlineFormatError
 from ojai_setup.formats.kernel_params import cmdline_param
-from ojai_setup.model.actions import WriteFile
 from ojai_setup.model.facts import BootLoader
-
 
 class LoaderEntries(BootPath):
     kind = "systemd-boot-entries"
@@ -56,6 +54,8 @@ class LoaderEntries(BootPath):
 
     def plan(self, machine: Machine, want: Want, loader: BootLoader, reads: list[str]) -> Plan:
         """The ``options`` of the default entry, only that one."""
+        from ojai_setup.model.actions import WriteFile
+
         path = loader.config
         text = read(machine.root, path) if path else None
         if path is None or text is None:
