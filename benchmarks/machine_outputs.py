@@ -10,15 +10,17 @@ stdout, stderr and exit code of:
 
 Every run gets the same options (``--llamacpp none --no-npu``: nothing reaches the internet),
 the same environment (no colour, no terminal, a fixed ``HOME`` and 100 columns) and the same
-folder for the copy, so two runs differ only in what the code does. Masked, because they differ
-from one run to the next: the journal's id (``20261205T200348Z-21daf5``: a time and a random
-part), dates and times (``2026-12-05 20:03``, ISO timestamps) and the progress bars' elapsed
-times on stderr (``0:00:01``), and the pid in ojai's lock file. The copy's files are listed
-with their digests, ojai's own state files (journals, state.json) whole. Nothing else is
-masked.
+places: the commit's tree is unpacked (``git archive``) into one fixed folder and run from
+there, its machine folders included, so that two commits differ only in what their code does
+(a path's length changes where text wraps, and a checkout's file modes are journalled). Masked,
+because they differ from one run to the next: the journal's id (``20261205T200348Z-21daf5``: a
+time and a random part), dates and times (``2026-12-05 20:03``, ISO timestamps), the progress
+bars' elapsed times on stderr (``0:00:01``) and the pid in ojai's lock file. The copy's files
+are listed with their digests, ojai's own state files (journals, state.json) whole. Nothing
+else is masked.
 
-    python benchmarks/machine_outputs.py OUT_DIR           # save
-    python benchmarks/machine_outputs.py OUT_DIR --compare BEFORE_DIR   # save, then diff
+    python benchmarks/machine_outputs.py OUT_DIR [--commit REV]             # save (REV: HEAD)
+    python benchmarks/machine_outputs.py OUT_DIR --compare BEFORE_DIR       # save, then diff
 """
 
 from __future__ import annotations
@@ -34,13 +36,14 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-MACHINES = REPO / "tests" / "machines"
 EXAMPLES = ("ojai-fresh", "ojai-applied", "ojai-rebooted", "strix-halo-dkms")
 OPTIONS = ["--llamacpp", "none", "--no-npu"]
 #: fixed places, so that no path needs masking
 WORK = Path("/tmp/ojai-machine-outputs")
 HOME = WORK / "home"
 COPY = WORK / "machine"
+TREE = WORK / "tree"
+MACHINES = TREE / "tests" / "machines"
 
 MASKS = [
     (re.compile(r"\d{8}T\d{6}Z-[0-9a-f]{6}"), "<journal-id>"),
@@ -59,6 +62,7 @@ def mask(text: str) -> str:
 def ojai(args: list[str]) -> str:
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("OJAI_", "COLUMNS", "LINES", "TERM", "FORCE_COLOR"))}
+    env["PYTHONPATH"] = str(TREE)
     env.update(NO_COLOR="1", TERM="dumb", COLUMNS="100", HOME=str(HOME), LC_ALL="C.UTF-8",
                XDG_STATE_HOME=str(HOME / ".local/state"), XDG_CONFIG_HOME=str(HOME / ".config"))
     run = subprocess.run([sys.executable, "-c", "from ojai_setup.entry import main; main()", *args], env=env,
@@ -89,10 +93,15 @@ def tree(root: Path) -> str:
     return "\n".join(sorted(blocks)) + "\n"
 
 
-def save(out: Path) -> None:
+def save(out: Path, commit: str) -> None:
     out.mkdir(parents=True, exist_ok=True)
     shutil.rmtree(WORK, ignore_errors=True)
     HOME.mkdir(parents=True)
+    TREE.mkdir()
+    os.umask(0o022)
+    archive = subprocess.run(["git", "-C", str(REPO), "archive", commit], check=True,
+                             capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(TREE)], input=archive, check=True)
     names = sorted(p.name for p in MACHINES.iterdir() if p.is_dir())
     for name in names:
         src = str(MACHINES / name)
@@ -106,7 +115,7 @@ def save(out: Path) -> None:
         parts.append(ojai(["rollback", "--root", str(COPY), "--yes"]))
         parts.append("--- the copy after rollback\n" + tree(COPY))
         shutil.rmtree(COPY)
-        (out / f"{name}.txt").write_text(mask("\n".join(parts).replace(src, f"<machines>/{name}")))
+        (out / f"{name}.txt").write_text(mask("\n".join(parts)))
     for name in EXAMPLES:
         parts = [ojai(["doctor", "--example", name]), ojai(["doctor", "--example", name, "--json"]),
                  ojai(["setup", "--example", name, *OPTIONS])]
@@ -131,9 +140,10 @@ def compare(after: Path, before: Path) -> int:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("out", type=Path)
+    parser.add_argument("--commit", default="HEAD", help="the commit to run (default HEAD)")
     parser.add_argument("--compare", type=Path, metavar="BEFORE")
     args = parser.parse_args()
-    save(args.out.resolve())
+    save(args.out.resolve(), args.commit)
     return compare(args.out.resolve(), args.compare.resolve()) if args.compare else 0
 
 
