@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, NamedTuple, Protocol
 from ojai_setup.core.paths import TTM_MODULES
 from ojai_setup.core.root import Root
 from ojai_setup.formats.kernel_params import expected_others, param_key, same_key
-from ojai_setup.model.facts import BootEntry, BootLoader, Facts
+from ojai_setup.model.facts import BootEntry, BootLoader, Facts, LoaderKind
 
 if TYPE_CHECKING:  # the actions are built only when a step plans (doctor never imports them)
     from ojai_setup.model.actions import CmdlineCheck, RunCommand
@@ -75,7 +75,7 @@ class Markers(NamedTuple):
 class Claim(NamedTuple):
     """A boot path's claim on a machine: its kind, the markers that say so, its deciding file."""
 
-    kind: str
+    kind: LoaderKind
     why: str
     config: str | None
 
@@ -148,7 +148,7 @@ class BootPath:
     """One boot path. The defaults are a path that claims nothing, reads nothing and edits
     nothing; each module overrides what its path does."""
 
-    kind = "unknown"
+    kind: LoaderKind = "unknown"
     title = ""
     #: what ojai edits there, and the command that makes the edit reach the boot (README, doctor)
     edits = ""
@@ -181,7 +181,7 @@ class BootPath:
         reads none here."""
         return None
 
-    def generated(self, root: Root, loader: BootLoader, bls: bool) -> BootEntry | None:
+    def generated(self, root: Root, loader: BootLoader | None, bls: bool) -> BootEntry | None:
         """The *generated* state: the default entry the boot reads."""
         return None
 

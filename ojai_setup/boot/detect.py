@@ -39,12 +39,13 @@ from ojai_setup.boot.kernel_install import KERNEL_CMDLINE
 from ojai_setup.boot.nixos import NIXOS, NIXOS_CONFIG
 from ojai_setup.boot.table import PATHS
 from ojai_setup.core.paths import GRUB_DEFAULT
-from ojai_setup.model.facts import BootLoader
+from ojai_setup.model.facts import BootLoader, LoaderKind
 
 SYSCONFIG_BOOTLOADER = "/etc/sysconfig/bootloader"
 #: openSUSE's LOADER_TYPE -> the boot path
-SUSE_LOADERS = {"grub2": "grub", "grub2-efi": "grub", "grub2-bls": "grub-bls",
-                "systemd-boot": "systemd-boot-kernel-install"}
+SUSE_LOADERS: dict[str, LoaderKind] = {
+    "grub2": "grub", "grub2-efi": "grub", "grub2-bls": "grub-bls",
+    "systemd-boot": "systemd-boot-kernel-install"}
 
 
 def claims(m: Markers) -> list[Claim]:

@@ -49,7 +49,7 @@ from ojai_setup.formats.grub_cfg import (
     parse_grubenv,
 )
 from ojai_setup.formats.kernel_params import cmdline_param, expected_others, param_key, same_key
-from ojai_setup.model.facts import BootEntry, BootLoader
+from ojai_setup.model.facts import BootEntry, BootLoader, LoaderKind
 
 if TYPE_CHECKING:  # built only when a step plans (doctor never imports the actions)
     from ojai_setup.model.actions import RunCommand
@@ -58,13 +58,14 @@ GRUB_CFGS = ("/boot/grub/grub.cfg", "/boot/grub2/grub.cfg")
 BLS_DIR = "/boot/loader/entries"
 
 
-def evidence(m: Markers) -> tuple[str, list[str]]:
+def evidence(m: Markers) -> tuple[LoaderKind, list[str]]:
     """GRUB's kind on this machine (``grub-bls`` with BLS entries) and the files that show it."""
     grub_why = [f"{GRUB_DEFAULT} exists" + (" (GRUB_ENABLE_BLSCFG=true: BLS entries)"
                                             if m.grub_bls else "")] if m.grub_default else []
     if m.grub_cfg:
         grub_why.append(f"{m.grub_cfg} exists")
-    return ("grub-bls" if m.grub_bls else "grub"), grub_why
+    kind: LoaderKind = "grub-bls" if m.grub_bls else "grub"
+    return kind, grub_why
 
 
 def _boot_path(root: Root, path: str | None) -> str | None:
@@ -95,11 +96,13 @@ def read_generated(root: Root, bls: bool) -> BootEntry | None:
     if cfg_path is None:
         return None
     cfg = parse_grub_cfg(read(root, cfg_path) or "")
-    e = default_entry(cfg, env)
-    if e is None:
+    menu = default_entry(cfg, env)
+    if menu is None:
         raise GrubCfgError(f"{cfg_path} has no menu entry")
-    return BootEntry(config=cfg_path, title=e.title, kernel=e.kernel, release=kernel_release(e.kernel),
-                     initrd=_boot_path(root, e.initrd[-1] if e.initrd else None), tokens=e.args)
+    return BootEntry(config=cfg_path, title=menu.title, kernel=menu.kernel,
+                     release=kernel_release(menu.kernel),
+                     initrd=_boot_path(root, menu.initrd[-1] if menu.initrd else None),
+                     tokens=menu.args)
 
 
 def _removed_keys(tokens: list[str], want: Want) -> list[str]:
@@ -116,7 +119,7 @@ def _family(facts) -> tuple[str, list[str]]:
 class Grub(BootPath):
     grub = True
 
-    def __init__(self, kind: str, title: str, edits: str, runs: str) -> None:
+    def __init__(self, kind: LoaderKind, title: str, edits: str, runs: str) -> None:
         self.kind, self.title, self.edits, self.runs = kind, title, edits, runs
 
     def hint(self, family: str) -> str:
@@ -133,7 +136,7 @@ class Grub(BootPath):
     def runs_here(self, family: str) -> str:
         return self.hint(family).strip("`")
 
-    def generated(self, root: Root, loader: BootLoader, bls: bool) -> BootEntry | None:
+    def generated(self, root: Root, loader: BootLoader | None, bls: bool) -> BootEntry | None:
         return read_generated(root, bls)
 
     def not_regenerated(self) -> str:

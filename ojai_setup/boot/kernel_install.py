@@ -44,7 +44,7 @@ from ojai_setup.formats.kernel_cmdline import (
     without_per_boot,
 )
 from ojai_setup.formats.kernel_params import cmdline_param
-from ojai_setup.model.facts import BootEntry, BootLoader
+from ojai_setup.model.facts import BootEntry, BootLoader, LoaderKind
 
 if TYPE_CHECKING:  # built only when a step plans (doctor never imports the actions)
     from ojai_setup.model.actions import RunCommand
@@ -112,7 +112,7 @@ class KernelInstall(BootPath):
     systemd_boot = True
     outweighs = ("systemd-boot-entries",)  # kernel-install writes the entries
 
-    def __init__(self, kind: str, title: str, edits: str, runs: str) -> None:
+    def __init__(self, kind: LoaderKind, title: str, edits: str, runs: str) -> None:
         self.kind, self.title, self.edits, self.runs = kind, title, edits, runs
 
     def claim(self, m: Markers) -> Claim | None:
@@ -149,8 +149,8 @@ class KernelInstall(BootPath):
                 return tokens_of(text), path
         return None
 
-    def generated(self, root: Root, loader: BootLoader, bls: bool) -> BootEntry | None:
-        esp = loader.esp
+    def generated(self, root: Root, loader: BootLoader | None, bls: bool) -> BootEntry | None:
+        esp = loader.esp if loader else None
         if not esp:
             return None
         if self.kind != "uki":

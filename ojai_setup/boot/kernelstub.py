@@ -32,7 +32,7 @@ from ojai_setup.core.root import Root
 from ojai_setup.formats.kernel_cmdline import CmdlineFormatError
 from ojai_setup.formats.kernel_params import cmdline_param
 from ojai_setup.formats.kernelstub import edit_kernel_options, kernel_options
-from ojai_setup.model.facts import BootEntry, BootLoader
+from ojai_setup.model.facts import BootEntry, BootLoader, LoaderKind
 
 if TYPE_CHECKING:  # built only when a step plans (doctor never imports the actions)
     from ojai_setup.model.actions import RunCommand
@@ -41,7 +41,7 @@ KERNELSTUB_CONFIG = "/etc/kernelstub/configuration"
 
 
 class Kernelstub(BootPath):
-    kind = "kernelstub"
+    kind: LoaderKind = "kernelstub"
     title = "kernelstub"
     edits = f"user.kernel_options in {KERNELSTUB_CONFIG} (what kernelstub -a / -d change)"
     runs = "kernelstub --verbose --preserve-live-mode"
@@ -62,7 +62,7 @@ class Kernelstub(BootPath):
         text = read(root, KERNELSTUB_CONFIG)
         return (kernel_options(text), KERNELSTUB_CONFIG) if text is not None else None
 
-    def generated(self, root: Root, loader: BootLoader, bls: bool) -> BootEntry | None:
+    def generated(self, root: Root, loader: BootLoader | None, bls: bool) -> BootEntry | None:
         for mount in ESPS:
             path = f"{mount}/loader/entries/Pop_OS-current.conf"
             if root.exists(path):

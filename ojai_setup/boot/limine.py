@@ -39,7 +39,7 @@ from ojai_setup.formats.limine import (
     assignments,
     default_cmdline,
 )
-from ojai_setup.model.facts import BootEntry, BootLoader
+from ojai_setup.model.facts import BootEntry, BootLoader, LoaderKind
 
 if TYPE_CHECKING:  # built only when a step plans (doctor never imports the actions)
     from ojai_setup.model.actions import RunCommand
@@ -64,7 +64,7 @@ def _chain(root: Root) -> list[str]:
 
 
 class Limine(BootPath):
-    kind = "limine"
+    kind: LoaderKind = "limine"
     title = "Limine (limine-entry-tool)"
     edits = "KERNEL_CMDLINE[default] where it is set, else /etc/limine-entry-tool.d/99-ojai.conf"
     runs = "limine-update"
@@ -85,7 +85,7 @@ class Limine(BootPath):
                              for m in TTM_MODULES)), LIMINE_DEFAULT)
         return [t.text for t in tokens], where
 
-    def generated(self, root: Root, loader: BootLoader, bls: bool) -> BootEntry | None:
+    def generated(self, root: Root, loader: BootLoader | None, bls: bool) -> BootEntry | None:
         from ojai_setup.formats.boot_files import parse_limine_conf
 
         for mount in ("/boot", *ESPS):

@@ -29,10 +29,10 @@ from ojai_setup.core.root import Root
 from ojai_setup.formats.boot_files import edit_entry_options, entry_options
 from ojai_setup.formats.kernel_cmdline import CmdlineFormatError
 from ojai_setup.formats.kernel_params import cmdline_param
-from ojai_setup.model.facts import BootLoader
+from ojai_setup.model.facts import BootLoader, LoaderKind
 
 class LoaderEntries(BootPath):
-    kind = "systemd-boot-entries"
+    kind: LoaderKind = "systemd-boot-entries"
     title = "systemd-boot with hand-written entries"
     edits = "the options line of the default entry (loader.conf), by key"
     runs = "nothing (systemd-boot reads the entry at boot)"

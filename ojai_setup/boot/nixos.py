@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from ojai_setup.boot.base import Blocked, BootPath, Machine, Plan, Satisfied, Want, read
 from ojai_setup.formats.kernel_params import param_key, same_key
-from ojai_setup.model.facts import BootLoader
+from ojai_setup.model.facts import BootLoader, LoaderKind
 
 #: where a NixOS configuration usually sets its kernel parameters (flakes keep theirs elsewhere)
 NIXOS_CONFIG_DIR = "/etc/nixos"
@@ -32,7 +32,7 @@ def _configured(machine: Machine, want: Want, reads: list[str]) -> str | None:
 
 
 class Nixos(BootPath):
-    kind = "nixos"
+    kind: LoaderKind = "nixos"
     title = "NixOS"
     edits = f"nothing: boot.kernelParams in {NIXOS_CONFIG} (said, not edited)"
     runs = "nixos-rebuild boot"

@@ -10,16 +10,16 @@ from __future__ import annotations
 from ojai_setup.boot.base import Blocked, BootPath, Machine, Plan, Want
 from ojai_setup.boot.grub import read_generated
 from ojai_setup.core.root import Root
-from ojai_setup.model.facts import BootEntry, BootLoader
+from ojai_setup.model.facts import BootEntry, BootLoader, LoaderKind
 
 
 class Unknown(BootPath):
-    kind = "unknown"
+    kind: LoaderKind = "unknown"
     title = "an unknown boot path"
     edits = "nothing (blocked; --ttm-via modprobe works)"
     runs = "nothing"
 
-    def generated(self, root: Root, loader: BootLoader, bls: bool) -> BootEntry | None:
+    def generated(self, root: Root, loader: BootLoader | None, bls: bool) -> BootEntry | None:
         return read_generated(root, bls)
 
     def unconfigured_fix(self, family: str) -> str:

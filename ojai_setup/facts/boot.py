@@ -103,8 +103,8 @@ def read_boot(root: Root, bls: bool, modprobe: list[ModprobeSetting],
     initramfs it loads."""
     boot = Boot(loader=loader)
     try:
-        boot.generated = (PATHS["grub"] if loader is None else path_of(loader.kind)).generated(
-            root, loader, bls)  # type: ignore[arg-type]
+        path = PATHS["grub"] if loader is None else path_of(loader.kind)
+        boot.generated = path.generated(root, loader, bls)
     except (GrubCfgError, OSError, ValueError) as exc:
         boot.generated_error = str(exc)
     image = boot.generated.initrd if boot.generated else None
