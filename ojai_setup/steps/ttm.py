@@ -5,9 +5,10 @@ The iGPU allocates from system memory through TTM, which the kernel caps at abou
 This step first asks the boot path fact (``boot.loader``, :mod:`ojai_setup.boot.detect`)
 what decides the next boot's kernel command line, and edits that, by key, with the follow-ups
 that make the edit reach the boot: the boot path's own module plans it
-(:meth:`ojai_setup.boot.base.BootPath.plan`, one module per path in :mod:`ojai_setup.boot.table`). A boot path that is unknown, or whose markers disagree, blocks the step with
-what was seen: a file that decides nothing is never edited, and "satisfied" is said only about
-the file that decides.
+(:meth:`ojai_setup.boot.base.BootPath.plan`, one module per path in
+:mod:`ojai_setup.boot.table`). A boot path that is unknown, or whose markers disagree, blocks
+the step with what was seen: a file that decides nothing is never edited, and "satisfied" is
+said only about the file that decides.
 
 ``--ttm-via modprobe`` takes the route AMD's ``amd-ttm --set`` takes (amd-debug-tools):
 ``options ttm pages_limit=N`` in ``/etc/modprobe.d``, and the initramfs rebuilt when it carries
