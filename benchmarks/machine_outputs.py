@@ -8,16 +8,17 @@ stdout, stderr and exit code of:
 - on a copy of the folder (never the folder itself): ``ojai setup --apply --yes``, then
   ``ojai rollback --yes``, and the copy's changed files afterwards (a listing with digests).
 
-Every run gets the same options (``--llamacpp none --no-npu``: nothing reaches the internet),
-the same environment (no colour, no terminal, a fixed ``HOME`` and 100 columns) and the same
-places: the commit's tree is unpacked (``git archive``) into one fixed folder and run from
-there, its machine folders included, so that two commits differ only in what their code does
-(a path's length changes where text wraps, and a checkout's file modes are journalled). Masked,
-because they differ from one run to the next: the journal's id (``20261205T200348Z-21daf5``: a
-time and a random part), dates and times (``2026-12-05 20:03``, ISO timestamps), the progress
-bars' elapsed times on stderr (``0:00:01``) and the pid in ojai's lock file. The copy's files
-are listed with their digests, ojai's own state files (journals, state.json) whole. Nothing
-else is masked.
+Every run gets the same options (``--llamacpp none --no-npu``: nothing reaches the internet)
+and the same environment (no colour, no terminal, 100 columns, ``HOME`` in the run's folder).
+The commit's tree is unpacked (``git archive``) into a new folder of the run,
+``/tmp/ojai-outputs-XXXXXXXX``, always as long (a path's length changes where text wraps, and
+a checkout's file modes are journalled), and run from there with its own machine folders, so
+that two commits differ only in what their code does. Masked: that folder's name
+(``/tmp/<work>``), and what differs from one run to the next: the journal's id
+(``20261205T200348Z-21daf5``: a time and a random part), dates and times (``2026-12-05 20:03``,
+ISO timestamps), the progress bars' elapsed times on stderr (``0:00:01``) and the pid in ojai's
+lock file. The copy's files are listed with their digests, ojai's own state files (journals,
+state.json) whole. Nothing else is masked.
 
     python benchmarks/machine_outputs.py OUT_DIR [--commit REV]             # save (REV: HEAD)
     python benchmarks/machine_outputs.py OUT_DIR --compare BEFORE_DIR       # save, then diff
@@ -33,13 +34,14 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = ("ojai-fresh", "ojai-applied", "ojai-rebooted", "strix-halo-dkms")
 OPTIONS = ["--llamacpp", "none", "--no-npu"]
-#: fixed places, so that no path needs masking
-WORK = Path("/tmp/ojai-machine-outputs")
+#: one folder a run, its name always as long (a path's length changes where text wraps), masked
+WORK = Path(tempfile.mkdtemp(prefix="ojai-outputs-", dir="/tmp"))
 HOME = WORK / "home"
 COPY = WORK / "machine"
 TREE = WORK / "tree"
@@ -54,6 +56,7 @@ MASKS = [
 
 
 def mask(text: str) -> str:
+    text = text.replace(str(WORK), "/tmp/<work>")
     for pattern, token in MASKS:
         text = pattern.sub(token, text)
     return text
@@ -95,7 +98,6 @@ def tree(root: Path) -> str:
 
 def save(out: Path, commit: str) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    shutil.rmtree(WORK, ignore_errors=True)
     HOME.mkdir(parents=True)
     TREE.mkdir()
     os.umask(0o022)
