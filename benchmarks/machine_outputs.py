@@ -10,11 +10,11 @@ stdout, stderr and exit code of:
 
 Every run gets the same options (``--llamacpp none --no-npu``: nothing reaches the internet)
 and the same environment (no colour, no terminal, 100 columns, ``HOME`` in the run's folder).
-The commit's tree is unpacked (``git archive``) into a new folder of the run,
-``/tmp/ojai-outputs-XXXXXXXX``, always as long (a path's length changes where text wraps, and
-a checkout's file modes are journalled), and run from there with its own machine folders, so
-that two commits differ only in what their code does. Masked: that folder's name
-(``/tmp/<work>``), and what differs from one run to the next: the journal's id
+The commit's tree is unpacked (``git archive``) into one fixed folder,
+``/tmp/ojai-machine-outputs`` (a path's length changes where text wraps, the root's path goes
+into the plan's fingerprint, and a checkout's file modes are journalled), and run from there
+with its own machine folders, so that two commits differ only in what their code does; a lock
+makes runs take turns. Masked, because they differ from one run to the next: the journal's id
 (``20261205T200348Z-21daf5``: a time and a random part), dates and times (``2026-12-05 20:03``,
 ISO timestamps), the progress bars' elapsed times on stderr (``0:00:01``) and the pid in ojai's
 lock file. The copy's files are listed with their digests, ojai's own state files (journals,
@@ -32,16 +32,18 @@ import hashlib
 import os
 import re
 import shutil
+import fcntl
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = ("ojai-fresh", "ojai-applied", "ojai-rebooted", "strix-halo-dkms")
 OPTIONS = ["--llamacpp", "none", "--no-npu"]
-#: one folder a run, its name always as long (a path's length changes where text wraps), masked
-WORK = Path(tempfile.mkdtemp(prefix="ojai-outputs-", dir="/tmp"))
+#: the one folder every run works in: a path's length changes where text wraps, and the root's
+#: path goes into the plan's fingerprint; a lock makes a second run wait for the first
+WORK = Path("/tmp/ojai-machine-outputs")
+LOCK = Path("/tmp/ojai-machine-outputs.lock")
 HOME = WORK / "home"
 COPY = WORK / "machine"
 TREE = WORK / "tree"
@@ -56,7 +58,6 @@ MASKS = [
 
 
 def mask(text: str) -> str:
-    text = text.replace(str(WORK), "/tmp/<work>")
     for pattern, token in MASKS:
         text = pattern.sub(token, text)
     return text
@@ -98,6 +99,7 @@ def tree(root: Path) -> str:
 
 def save(out: Path, commit: str) -> None:
     out.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(WORK, ignore_errors=True)
     HOME.mkdir(parents=True)
     TREE.mkdir()
     os.umask(0o022)
@@ -145,7 +147,9 @@ def main() -> int:
     parser.add_argument("--commit", default="HEAD", help="the commit to run (default HEAD)")
     parser.add_argument("--compare", type=Path, metavar="BEFORE")
     args = parser.parse_args()
-    save(args.out.resolve(), args.commit)
+    with LOCK.open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        save(args.out.resolve(), args.commit)
     return compare(args.out.resolve(), args.compare.resolve()) if args.compare else 0
 
 
