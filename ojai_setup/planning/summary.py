@@ -22,12 +22,11 @@ from ojai_setup.model.actions import (
     WriteFile,
     WriteSecret,
 )
+from ojai_setup.model.follow_ups import follow_up
 
 if TYPE_CHECKING:
     from ojai_setup.planning.plan import Plan
 
-#: handlers whose command regenerates what the boot reads: their files are the risky edits
-BOOT_HANDLERS = frozenset({"update-grub", "initramfs"})
 
 
 class WrittenFile(NamedTuple):
@@ -52,7 +51,9 @@ def written_files(plan: Plan) -> list[WrittenFile]:
         a = planned.action
         if not isinstance(a, WriteFile):
             continue
-        boot = bool(a.needs_reboot) or bool(BOOT_HANDLERS & set(a.notify))
+        # the boot reads it, or a follow-up that regenerates what the boot reads is notified
+        boot = bool(a.needs_reboot) or any(
+            (kind := follow_up(n)) is not None and kind.boot for n in a.notify)
         files.append(WrittenFile(a.path, "create" if a.before is None else "edit", planned.step,
                                  len(a.after.encode("utf-8")), len(a.after.splitlines()), boot,
                                  a.before, a.after))

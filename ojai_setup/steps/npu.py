@@ -6,6 +6,7 @@ from __future__ import annotations
 from ojai_setup.core.address import is_loopback
 from ojai_setup.core.paths import FLM_PORT, GIB, ROUTES_DIR, UNITS_DIR
 from ojai_setup.model.actions import RunCommand
+from ojai_setup.model.follow_ups import daemon_reload
 from ojai_setup.planning.context import Context
 from ojai_setup.planning.result import StepResult
 
@@ -133,8 +134,7 @@ class NpuStep:
                        f"systemd unit for FastFlowLM route {tag}", notify=("systemd",))
             if a:
                 actions.append(a)
-                handlers["systemd"] = RunCommand(argv=("systemctl", "daemon-reload"),
-                                                 needs_root=True, reason="load the new units")
+                handlers["systemd"] = daemon_reload("load the new units")
         done: dict = {}
         registered: str | None = None
         layout = lemonade_layout_for(ctx)

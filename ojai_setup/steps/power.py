@@ -17,6 +17,7 @@ Each is a file edit, so the plan shows its diff and ``ojai rollback`` restores i
 from __future__ import annotations
 
 from ojai_setup.model.actions import RunCommand, Symlink
+from ojai_setup.model.follow_ups import daemon_reload
 from ojai_setup.planning.context import Context
 from ojai_setup.planning.result import StepResult
 
@@ -113,8 +114,7 @@ class PowerStep:
             if not (link.is_symlink() and str(link.readlink()) == UNIT):
                 actions.append(Symlink(path=UNIT_LINK, target=UNIT, needs_root=True,
                                        reason="enable ojai-power.service at boot"))
-            handlers["systemd"] = RunCommand(argv=("systemctl", "daemon-reload"), needs_root=True,
-                                             reason="load the new unit")
+            handlers["systemd"] = daemon_reload("load the new unit")
             how = f"the unit {UNIT} (from the next boot; `sudo systemctl start ojai-power` now)"
         if not actions:
             return StepResult.satisfied(self.name, f"power: performance is set through {how}; "

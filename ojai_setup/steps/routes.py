@@ -26,6 +26,7 @@ from ojai_setup.core.paths import API_KEY_VARIABLE, ROUTES_DIR, SECRETS_DIR, TUN
 from ojai_setup.core.paths import GIB
 from ojai_setup.domain.routes import route_names, script_path
 from ojai_setup.model.actions import RunCommand, WriteSecret
+from ojai_setup.model.follow_ups import daemon_reload
 from ojai_setup.planning.context import Context
 from ojai_setup.planning.result import StepResult
 
@@ -129,8 +130,7 @@ def _api_key(ctx: Context, actions: list, handlers: dict) -> str | None | StepRe
                                    source=settings.api_key_file, sha256=digest,
                                    needs_root=True, notify=("systemd",),
                                    reason="the API key the routes ask for"))
-        handlers["systemd"] = RunCommand(argv=("systemctl", "daemon-reload"),
-                                         needs_root=True, reason="load the new units")
+        handlers["systemd"] = daemon_reload("load the new units")
     return API_KEY_ENV
 
 
@@ -264,8 +264,7 @@ class RoutesStep:
                            f"systemd unit for route {r.name}", notify=("systemd",))
                 if a:
                     actions.append(a)
-                    handlers["systemd"] = RunCommand(argv=("systemctl", "daemon-reload"),
-                                                     needs_root=True, reason="load the new units")
+                    handlers["systemd"] = daemon_reload("load the new units")
         if model.embedding:
             what = f"{plain_name} (embeddings, {PLAIN_SLOTS} slots, port {plain_port})"
             if not actions:
@@ -445,8 +444,7 @@ def plan_router(ctx: Context) -> StepResult:
                             "systemd unit for the router", notify=("systemd",))
         if a:
             actions.append(a)
-            handlers["systemd"] = RunCommand(argv=("systemctl", "daemon-reload"),
-                                             needs_root=True, reason="load the new units")
+            handlers["systemd"] = daemon_reload("load the new units")
     records = {n: {"script": path, "host": settings.host, "port": settings.port,
                    "router": True, "preset": PRESET_PATH, "api_key_env": key, "conflicts": [],
                    **{k: v for k, v in extra.items() if k != "models_dir"}}

@@ -16,6 +16,7 @@ from ojai_setup.core.address import is_loopback
 from ojai_setup.core.paths import API_KEY_VARIABLE, ROUTES_DIR, SECRETS_DIR, UNITS_DIR
 from ojai_setup.domain.routes import script_path
 from ojai_setup.model.actions import RunCommand, WriteSecret
+from ojai_setup.model.follow_ups import daemon_reload
 from ojai_setup.planning.context import Context
 from ojai_setup.planning.result import StepResult
 
@@ -83,8 +84,7 @@ class SglangStep:
                                            source=settings.api_key_file, sha256=digest,
                                            needs_root=True, notify=("systemd",),
                                            reason="the API key the route asks for"))
-                handlers["systemd"] = RunCommand(argv=("systemctl", "daemon-reload"),
-                                                 needs_root=True, reason="load the new units")
+                handlers["systemd"] = daemon_reload("load the new units")
         version = install.dialect.version
         # SGLang's AMD instructions start every Instinct server with SGLANG_USE_AITER=1: AMD's
         # aiter kernels for MoE, GEMM and MLA (docs.sglang.io, AMD GPUs and the DeepSeek pages)
@@ -106,8 +106,7 @@ class SglangStep:
                                 f"systemd unit for the SGLang route {route.name}", notify=("systemd",))
             if a:
                 actions.append(a)
-                handlers["systemd"] = RunCommand(argv=("systemctl", "daemon-reload"),
-                                                 needs_root=True, reason="load the new units")
+                handlers["systemd"] = daemon_reload("load the new units")
         spec = (f"{route.algorithm} with the checkpoint's MTP layer: steps {route.num_steps}, "
                 f"top-k {route.eagle_topk}, {route.num_draft_tokens} draft tokens")
         record = {"script": path, "host": settings.host, "port": settings.port,
