@@ -50,6 +50,7 @@ from ojai_setup.commands.bench.servers import (
 )
 from ojai_setup.commands.bench.stats import Robust, Summary, predicted_speedup, robust
 from ojai_setup.core.root import Root
+from ojai_setup.domain.sweep import Cell, Choice, Limit, Noise
 
 TUNE_DIR = "tune"
 
@@ -93,6 +94,14 @@ class TuneConfig:
     #: its own CPU backend's on the route's file is not adopted (``ojai_setup.commands.gate``)
     gate: bool = True
     gate_stride: int = 4
+    #: the depths (tokens of context before the task) of the backend x drafting sweep; None:
+    #: the route's context (less room for the task and the generation); (): no depth sweep
+    depths: tuple[int, ...] | None = None
+    #: tokens generated per run of the depth sweep, and runs per cell (tasks cycled)
+    depth_tokens: int = 64
+    depth_runs: int = 3
+    #: memory bandwidth in bytes/s for the plain decoding limit; None: measured
+    bandwidth: float | None = None
 
     def fingerprint(self, route: str, binary: str) -> str:
         b = self.bench
@@ -185,6 +194,16 @@ class TuneResult(BaseModel):
     written: str | None = None
     stopped: str | None = None
     interrupted: bool = False
+    #: the backend x drafting x depth sweep (:mod:`ojai_setup.commands.sweep`)
+    depths: list[int] = []
+    cells: list[Cell] = []
+    noise: Noise | None = None
+    limit: Limit | None = None
+    #: the choice at the deepest depth asked, with its sentence
+    depth_choice: Choice | None = None
+    sweep_error: str | None = None
+    plot: str | None = None
+    no_plot: str | None = None
 
     def dump(self) -> dict:
         d = self.model_dump(mode="json")
@@ -445,24 +464,45 @@ def chain_kinds(own: str, available: tuple[str, ...], listed: bool, config: Tune
     return [f"{heads[0]},{ngram_best}"]
 
 
+def bench_sweep_config(root: Root, route: str | None, config: TuneConfig) -> tuple[str, TuneConfig]:
+    """``ojai bench --depth/--binary``: tune's backend x drafting x depth sweep with the
+    route's own drafting setting only (its kind at its length), nothing written."""
+    arms = find_routes(root, route, command="bench")
+    own = arms.mtp.record.get("spec_type") or \
+        (arms.mtp.script.value("--spec-type") if arms.mtp.script else None) or ""
+    script = arms.mtp.script
+    g = arms.mtp.record.get("draft_n_max") or (int(script.value("--spec-draft-n-max") or 0) if script else 0) or 3
+    size = next((int(v) for flag in ("--spec-ngram-simple-size-m", "--spec-ngram-map-k-size-m",
+                                     "--spec-ngram-map-k4v-size-m", "--spec-ngram-mod-n-max")
+                 if script and (v := script.value(flag))), 8)
+    return arms.model or route or "", replace(config, kinds=(own,) if own else (), lengths=(g,),
+                                              ngram_lengths=(size,), early_stop=False, write=False)
+
+
 def run_tune(root: Root, route: str, config: TuneConfig, *, observer: TuneObserver | None = None,
-             ready_timeout: float = 600.0) -> TuneResult:
+             ready_timeout: float = 600.0, command: str = "tune") -> TuneResult:
     obs = observer or TuneObserver()
-    arms = find_routes(root, route, command="tune")
+    arms = find_routes(root, route, command="tune" if command == "tune" else "bench")
     check_route_pair(root, arms.mtp.record)
     model = arms.model or route
     result = TuneResult(route=model, started=datetime.now(timezone.utc).isoformat(timespec="seconds"))
     progress_path = _progress_path(root, model)
+    if command != "tune":  # bench's sweep keeps its own progress, apart from tune's
+        progress_path = progress_path.parent.parent / "bench" / f"{model}-sweep.json"
     previous = _load_progress(progress_path)
     budget = Budget(config.max_seconds, 10**12)
-    binaries = config.binaries or (arms.mtp.script.argv[0] if arms.mtp.script else None,)
-    if binaries == (None,):
+    if arms.mtp.script is None:
         raise BenchError(f"route {arms.mtp.name} has no launch script to start it from")
+    binaries = config.binaries or installed_backends(root, arms.mtp.script.argv[0])
+    result.depths = list(depths_of(arms.mtp.script, config))
     try:
         with ServerPool(log_dir=progress_path.parent / "logs", ready_timeout=ready_timeout) as pool:
             for binary in binaries:
                 _tune_backend(pool, root, arms, binary, config, budget, obs, previous, result,
                               progress_path)
+                _save_progress(progress_path, result)
+            if result.depths:
+                _sweep_depths(pool, arms, config, result, budget)
                 _save_progress(progress_path, result)
     except CapReached as exc:
         result.stopped = str(exc)
@@ -471,8 +511,156 @@ def run_tune(root: Root, route: str, config: TuneConfig, *, observer: TuneObserv
         result.stopped = "interrupted (Ctrl-C); run the same command again to resume"
     result.finished = datetime.now(timezone.utc).isoformat(timespec="seconds")
     _choose_and_write(root, arms, config, result, progress_path)
+    if result.cells:
+        from ojai_setup.commands.bench.plot import PlotsMissing, render_sweep_plot
+
+        plot = progress_path.with_name(f"{progress_path.stem}-sweep.png")
+        try:
+            result.plot = str(render_sweep_plot(result, plot))
+        except PlotsMissing as exc:
+            result.no_plot = str(exc)
+        except Exception as exc:  # a plot is a convenience; never lose the measurements to it
+            result.no_plot = f"{plot.name} could not be drawn: {exc}"
     _save_progress(progress_path, result)
     return result
+
+
+#: prompt room a depth leaves in the route's context besides the generated tokens
+TASK_ROOM = 256
+
+
+def route_context(script: LaunchScript) -> int | None:
+    value = script.value("--ctx-size", "-c")
+    try:
+        return int(value) if value else None
+    except ValueError:
+        return None
+
+
+def depths_of(script: LaunchScript, config: TuneConfig) -> tuple[int, ...]:
+    """The depths to sweep: the asked ones (each checked against the route's context), or the
+    route's context less room for the task and the generation."""
+    ctx = route_context(script)
+    room = TASK_ROOM + config.depth_tokens
+    if config.depths is None:
+        if ctx is None:
+            return (0,)
+        return (max(0, ctx - room),)
+    for d in config.depths:
+        if d < 0:
+            raise BenchError(f"--depth {d}: a depth is a number of tokens, 0 or more")
+        if ctx is not None and d + room > ctx:
+            raise BenchError(f"--depth {d} needs a context of at least {d + room} tokens (the "
+                             f"depth, {TASK_ROOM} for the task, {config.depth_tokens} generated); "
+                             f"the route's is {ctx}: ask for at most {max(0, ctx - room)}")
+    return tuple(sorted(set(config.depths)))
+
+
+def installed_backends(root: Root, own: str) -> tuple[str, ...]:
+    """The route's own binary, then each other backend ojai installed under
+    /opt/ojai/llama.cpp (one per backend, by its install record; the newest folder name)."""
+    from ojai_setup.commands.sweep import backend_label
+    from ojai_setup.core.paths import LLAMACPP_DIR
+
+    base = root.resolve(LLAMACPP_DIR)
+    found: dict[str, str] = {}
+    try:
+        folders = sorted(p for p in base.iterdir() if p.is_dir() and not p.is_symlink())
+    except OSError:
+        folders = []
+    for folder in folders:
+        binary = folder / "llama-server"
+        if (folder / "ojai-install.json").is_file() and binary.is_file():
+            path = str(binary) if not root.is_host else f"{LLAMACPP_DIR}/{folder.name}/llama-server"
+            found[backend_label(str(binary))] = path
+    mine = backend_label(own)
+    own_real = Path(own).resolve() if Path(own).exists() else None
+    others = [b for k, b in found.items() if k != mine
+              and (own_real is None or Path(b).resolve() != own_real)]
+    return (own, *others)
+
+
+def _sweep_depths(pool: ServerPool, arms, config: TuneConfig, result: TuneResult, budget: Budget) -> None:
+    """Plain and drafted servers of every backend that passed the gate, measured at every depth;
+    two identical plain servers of the route's own build give the noise; then the choice."""
+    from ojai_setup.commands.sweep import backend_label, build_requests, measure, start, stop
+    from ojai_setup.domain.sweep import choose, noise_of
+
+    own = arms.mtp.script.argv[0]
+    backends = [b for b in result.backends if not b.gate_failed]
+    if not backends:
+        result.sweep_error = "no backend passed the correctness gate: nothing to measure at depth"
+        return
+    tasks = [config.bench.prompts[i % len(config.bench.prompts)].text
+             for i in range(max(1, config.depth_runs))]
+    result.cells, requests, twin_cells = [], None, None
+    _limit(arms, config, result)
+    for b in sorted(backends, key=lambda b: b.binary != own):
+        label = backend_label(b.binary)
+        base = _script_for(arms.mtp, b.binary)
+        options = [("plain", cell_script(base, kinds.NONE, {}))]
+        best = b.best()
+        if best is not None and b.long_collapse is None:
+            kind = best.kind or b.own_kind
+            options.append((f"{kind} {best.g}",
+                            cell_script(base, kind, best.knobs, config.synthetic_acceptance)))
+        for drafting, script in options:
+            budget.check()
+            twin_wanted = drafting == "plain" and b.binary == own and result.noise is None
+            pids = []
+            try:
+                ep, pid = start(pool, script, f"depth-{label}-{drafting.split()[0]}")
+                pids.append(pid)
+                twin = None
+                if twin_wanted:
+                    twin, tpid = start(pool, script, f"depth-{label}-plain-twin")
+                    pids.append(tpid)
+                if requests is None:
+                    requests = build_requests(ep.url, tuple(result.depths), tasks)
+                cells = {d: Cell(binary=b.binary, backend=label, drafting=drafting, depth=d)
+                         for d in result.depths}
+                twin_cells = ({d: Cell(binary=b.binary, backend=label, drafting="plain twin", depth=d)
+                               for d in result.depths} if twin is not None else None)
+                measure(ep, twin, requests, cells, twin_cells, tokens=config.depth_tokens, budget=budget)
+            except BenchError as exc:
+                result.cells.append(Cell(binary=b.binary, backend=label, drafting=drafting,
+                                         depth=result.depths[0], error=str(exc)))
+                continue
+            finally:
+                for pid in pids:
+                    stop(pool, pid)
+            result.cells += list(cells.values())
+            if twin_cells is not None:
+                a = [x for c in cells.values() for x in c.gen_runs]
+                t = [x for c in twin_cells.values() for x in c.gen_runs]
+                result.noise = noise_of(a, t)
+    depth = max(result.depths)
+    allowed = {b.binary: True for b in backends}
+    drafting_ok = {b.binary: b.long_collapse is None for b in backends}
+    result.depth_choice = choose(result.cells, depth, own=own, allowed=allowed,
+                                 drafting_ok=drafting_ok, noise=result.noise)
+
+
+def _limit(arms, config: TuneConfig, result: TuneResult) -> None:
+    """The plain decoding limit: the route's model's bytes a token over the bandwidth."""
+    from ojai_setup.commands.bench.servers import MODEL_FLAGS
+    from ojai_setup.facts.gguf import weights_read_per_token
+    from ojai_setup.formats.gguf import GGUFError
+
+    model = arms.mtp.script.value(*MODEL_FLAGS)
+    if not model:
+        return
+    try:
+        per_token = weights_read_per_token(model)
+    except GGUFError:
+        return
+    if config.bandwidth:
+        bandwidth, source = config.bandwidth, "given with --bandwidth"
+    else:
+        from ojai_setup.facts.bandwidth import measure_bandwidth
+
+        bandwidth, source = measure_bandwidth()
+    result.limit = Limit(bytes_per_token=per_token, bandwidth=bandwidth, source=source)
 
 
 def _cell_seeds(bench: BenchConfig, minimum: int) -> tuple[int, ...]:
@@ -486,9 +674,23 @@ def _cell_seeds(bench: BenchConfig, minimum: int) -> tuple[int, ...]:
     return tuple(seeds)
 
 
-def _tune_backend(pool: ServerPool, root: Root, arms, binary: str, config: TuneConfig, budget: Budget,  # noqa: C901
+def _tune_backend(pool: ServerPool, root: Root, arms, binary: str, config: TuneConfig, budget: Budget,
                   obs: TuneObserver, previous: dict[str, BackendResult], result: TuneResult,
                   progress_path: Path) -> BackendResult:
+    """One backend's gate and drafting sweep; the servers it started are stopped after it (the
+    next backend's, and the depth sweep's, get the memory)."""
+    before = {s.process.pid for s in pool.started}
+    try:
+        return _tune_one_backend(pool, root, arms, binary, config, budget, obs, previous, result,
+                                 progress_path)
+    finally:
+        for s in [s for s in pool.started if s.process.pid not in before]:
+            pool.stop(s.process)
+
+
+def _tune_one_backend(pool: ServerPool, root: Root, arms, binary: str, config: TuneConfig, budget: Budget,  # noqa: C901
+                      obs: TuneObserver, previous: dict[str, BackendResult], result: TuneResult,
+                      progress_path: Path) -> BackendResult:
     from ojai_setup.commands.bench.servers import binary_version
 
     fp = config.fingerprint(arms.model or "", binary)
@@ -655,6 +857,10 @@ def _choose_and_write(root: Root, arms, config: TuneConfig, result: TuneResult, 
     from ojai_setup.apply.tuning import save_route_tuning
     from ojai_setup.formats.tuning import BackendTuning, RouteTuning
 
+    if result.depth_choice is not None:
+        if result.depth_choice.binary is not None and not result.interrupted:
+            _write_depth_choice(root, config, result, progress_path)
+        return
     bar = 1.0 + config.threshold
     finished = [b for b in result.backends if b.best() is not None and b.safe]
     if not finished or result.interrupted:
@@ -699,6 +905,53 @@ def _choose_and_write(root: Root, arms, config: TuneConfig, result: TuneResult, 
                   f"{cell.label(b.own_kind)}, {figure}")
         result.choice = f"no drafting (the plain route): {reason}"
         tuning = RouteTuning(drafting=False, reason=reason, date=date, speedup=result.chosen_speedup,
+                             binary=b.binary, results=results, backends=backends)
+    if not config.write:
+        return
+    try:
+        path = save_route_tuning(root, result.route, tuning)
+    except PermissionError as exc:
+        result.stopped = ((result.stopped + "; ") if result.stopped else "") + (
+            f"cannot write {exc.filename}: permission denied; run the same command with sudo "
+            "to write the choice (the measurements are kept and reused)")
+        return
+    result.written = str(path)
+
+
+def _write_depth_choice(root: Root, config: TuneConfig, result: TuneResult, progress_path: Path) -> None:
+    """The depth sweep's choice (:func:`ojai_setup.domain.sweep.choose`) written through the
+    plan: the winning binary, and its drafted setting or no drafting."""
+    from ojai_setup.apply.tuning import save_route_tuning
+    from ojai_setup.formats.tuning import BackendTuning, RouteTuning
+
+    choice = result.depth_choice
+    b = next(x for x in result.backends if x.binary == choice.binary)
+    at = {c.drafting: c for c in result.cells if c.binary == b.binary and c.depth == choice.depth}
+    plain = at.get("plain")
+    drafted = next((c for c in at.values() if not c.plain), None)
+    speedup = (drafted.gen_tps / plain.gen_tps if drafted and plain and drafted.gen_tps
+               and plain.gen_tps else None)
+    date = result.finished or result.started
+    results = root.machine_path(progress_path) if root.path != Path("/") else str(progress_path)
+    backends = {x.binary: BackendTuning(safe=x.gate_failed is None and x.long_collapse is None,
+                                        reason=x.gate_failed or x.long_collapse or "",
+                                        draft_n_max=x.best_g if kinds.has_head(x.best_kind or x.own_kind) else None,
+                                        speedup=x.confirmed_robust.median if x.confirmed_robust else None)
+                for x in result.backends}
+    result.chosen_binary, result.chosen_speedup = b.binary, speedup
+    if choice.drafted:
+        cell = b.best()
+        kind = cell.kind or b.own_kind
+        result.chosen_kind, result.chosen_g, result.chosen_knobs = kind, cell.g, dict(cell.knobs)
+        result.choice = choice.reason
+        tuning = RouteTuning(spec_type=kind, draft_n_max=cell.knobs.get("--spec-draft-n-max"),
+                             knobs={k: v for k, v in cell.knobs.items() if k != "--spec-draft-n-max"},
+                             date=date, speedup=speedup, binary=b.binary, results=results,
+                             backends=backends)
+    else:
+        result.chosen_kind = "none"
+        result.choice = f"no drafting (the plain route): {choice.reason}"
+        tuning = RouteTuning(drafting=False, reason=choice.reason, date=date, speedup=speedup,
                              binary=b.binary, results=results, backends=backends)
     if not config.write:
         return
@@ -772,6 +1025,9 @@ class TuneReport:
                            + (f" ({r.ci_level:.0%} interval {(r.ci_low - 1) * 100:+.1f}% to "
                               f"{(r.ci_high - 1) * 100:+.1f}%)" if r.ci_low is not None else "")
                            + (f"; outliers {', '.join(f'{x:.2f}x' for x in r.outliers)}" if r.outliers else ""))
+        if result.cells or result.sweep_error:
+            for line in sweep_lines(result):
+                term.print(line)
         if result.choice:
             term.print(f"choice: {result.choice}")
             if result.written:
@@ -779,3 +1035,58 @@ class TuneReport:
                            "and Lemonade's options, `ojai setup --apply` makes it")
         else:
             term.print("no choice made: no backend finished its sweep, long-generation check and confirmation")
+
+
+def sweep_table(result: TuneResult):
+    """The backend x drafting x depth table: one row a cell, read in one pass at 80 columns.
+    ``gen`` against the plain decoding limit (``limit``), drafted against the same backend's
+    plain at the same depth (``vs plain``); ``*`` marks the choice."""
+    from rich import box
+    from rich.table import Table
+
+    table = Table(box=box.SIMPLE_HEAD, title="backend x drafting x depth (tokens/s)",
+                  title_justify="left", pad_edge=False)
+    for col, justify in (("", "left"), ("backend", "left"), ("drafting", "left"),
+                         ("depth", "right"), ("prompt", "right"), ("gen", "right"),
+                         ("limit", "right"), ("vs plain", "right")):
+        table.add_column(col, justify=justify, overflow="fold")
+    limit = result.limit.tokens_per_second if result.limit else None
+    choice = result.depth_choice
+    order = {b.binary: i for i, b in enumerate(result.backends)}
+    cells = sorted(result.cells, key=lambda c: (c.depth, order.get(c.binary, 99), not c.plain))
+    for c in cells:
+        plain = next((x for x in result.cells if x.binary == c.binary and x.depth == c.depth
+                      and x.plain), None)
+        chosen = (choice is not None and choice.binary == c.binary and choice.depth == c.depth
+                  and choice.drafted == (not c.plain))
+        vs = (f"{(c.gen_tps / plain.gen_tps - 1) * 100:+.0f} %" if not c.plain and plain
+              and plain.gen_tps and c.gen_tps else "")
+        table.add_row("*" if chosen else "", c.backend, c.drafting if not c.error else
+                      f"{c.drafting}: failed", str(c.depth),
+                      f"{c.prompt_tps:.0f}" if c.prompt_tps else "-",
+                      f"{c.gen_tps:.1f}" if c.gen_tps else "-",
+                      f"{c.gen_tps / limit * 100:.0f} %" if c.gen_tps and limit else "-", vs)
+    return table
+
+
+def sweep_lines(result: TuneResult) -> list:
+    out: list = []
+    if result.cells:
+        out.append(sweep_table(result))
+    for c in result.cells:
+        if c.error:
+            out.append(f"{c.backend} {c.drafting}: {c.error}")
+    if result.noise:
+        out.append(f"noise: {result.noise.sentence()}; a comparison counts above it")
+    else:
+        out.append("noise: not measured (no second plain server answered)")
+    if result.limit:
+        out.append(f"limit: {result.limit.sentence()}; drafting can pass it (several tokens "
+                   "a pass), plain decoding cannot")
+    if result.sweep_error:
+        out.append(f"depth sweep: {result.sweep_error}")
+    if result.plot:
+        out.append(f"plot: {result.plot}")
+    elif result.no_plot:
+        out.append(f"no plot: {result.no_plot}")
+    return out

@@ -133,3 +133,17 @@ def parse_header(data: bytes, file_size: int, name: str) -> ModelInfo:
         info = info_from_reader(reader, name, file_size)
         del reader  # the memory map, before its file goes
     return info
+
+
+def weights_read_per_token(path: str | os.PathLike[str]) -> int:
+    """The bytes of weights one plain decoding step reads from the GGUF file at ``path``
+    (:func:`ojai_setup.formats.gguf.weights_read_per_token`)."""
+    import gguf
+
+    from ojai_setup.formats.gguf import weights_read_per_token as from_reader
+
+    try:
+        reader = gguf.GGUFReader(os.fspath(path), "r")
+    except (ValueError, KeyError, IndexError, OSError) as exc:
+        raise GGUFError(f"{path}: not a readable GGUF file: {exc}") from None
+    return from_reader(reader)

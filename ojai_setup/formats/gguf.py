@@ -258,3 +258,21 @@ def _check_draft_model(main: ModelInfo, draft: ModelInfo | None) -> PairVerdict:
 MtpKind = Literal["sidecar", "in_file"]
 #: what a pairing proof checks: MTP heads, a separate draft model, or nothing (n-gram drafting)
 PairKind = Literal["sidecar", "in_file", "draft_model", "ngram"]
+
+
+def weights_read_per_token(reader: Any) -> int:
+    """The bytes of weights one plain decoding step reads, from a GGUF reader's tensor list:
+    every tensor but the token embedding (one row of it is read; it counts when the output head
+    is tied to it, with no ``output.weight``), and of a mixture of experts' ``*_exps`` tensors
+    the share ``expert_used_count / expert_count``. The KV cache's reads at depth come on top."""
+    arch = _scalar(reader, "general.architecture")
+    used = _scalar(reader, f"{arch}.expert_used_count") if arch else None
+    count = _scalar(reader, f"{arch}.expert_count") if arch else None
+    share = (used / count) if used and count else 1.0
+    names = {t.name for t in reader.tensors}
+    total = 0.0
+    for t in reader.tensors:
+        if t.name.startswith("token_embd.") and "output.weight" in names:
+            continue
+        total += int(t.n_bytes) * (share if "_exps." in t.name else 1.0)
+    return int(total)

@@ -108,7 +108,12 @@ def parse_tuning(text: str, source: str) -> Tuning:
 
 
 def _q(value: str) -> str:
-    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    """A TOML basic string: backslash, quote and every control character escaped (a reason may
+    carry a server log's lines)."""
+    out = value.replace("\\", "\\\\").replace('"', '\\"')
+    out = out.replace("\n", "\\n").replace("\t", "\\t").replace("\r", "\\r")
+    out = "".join(c if ord(c) >= 0x20 and ord(c) != 0x7F else f"\\u{ord(c):04x}" for c in out)
+    return '"' + out + '"'
 
 
 def render_tuning(tuning: Tuning) -> str:

@@ -388,6 +388,7 @@ def gather(root: Root, settings: Settings, *, facts: Facts | None = None,  # noq
         else:
             if tuned is not None:
                 route, draft_source = tuned_route(route, tuned)
+                llama = tuned_binary(root, llama, tuned)
             else:
                 draft_source = "catalog default"
 
@@ -626,6 +627,24 @@ def api_key_digest(path: str) -> tuple[str | None, str | None]:
         return text_digest(secret_env(API_KEY_VARIABLE, read_secret(path))), None
     except LaunchError as exc:
         return None, str(exc)
+
+
+def tuned_binary(root: Root, llama: LlamaBinary, tuned) -> LlamaBinary:
+    """The llama-server ``ojai tune`` chose for the route (its backend's own build, e.g. the
+    Vulkan build installed beside the ROCm one), probed, when it is on the machine; else the
+    one the plan would run, with a warning that says why the choice is not followed."""
+    if not tuned.binary or tuned.binary == llama.path:
+        return llama
+    if not tuned.binary.startswith("/") or not root.exists(tuned.binary):
+        return llama._replace(warning=(llama.warning + "; " if llama.warning else "") + (
+            f"ojai tune chose {tuned.binary} for this route ({tuned.source()}), which is not on "
+            f"this machine: the routes run {llama.path}; run `ojai tune` again"))
+    found = probe(root, tuned.binary)
+    if isinstance(found, ProbeError):
+        return LlamaBinary(path=tuned.binary, installed=True,
+                           error=f"cannot read what {tuned.binary} supports: {found.describe()}")
+    return LlamaBinary(path=tuned.binary, installed=True, dialect=found,
+                       note=f" (the build ojai tune chose for this route, {tuned.source()})")
 
 
 def tuned_route(route, tuned):

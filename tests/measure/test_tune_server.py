@@ -25,7 +25,7 @@ PROMPTS = (Prompt("a", "the tiny model"), Prompt("b", "speculative decoding with
 def _config(**kw) -> TuneConfig:
     bench = BenchConfig(prompts=PROMPTS, seeds=(1,), n_predict=64, template=False)
     defaults = dict(lengths=tuple(range(1, 7)), bench=bench, confirm_seeds=(7, 8), confirm_tokens=96,
-                    long_tokens=0, synthetic_acceptance=0.8, min_pairs=2)
+                    long_tokens=0, synthetic_acceptance=0.8, min_pairs=2, depths=())
     return TuneConfig(**{**defaults, **kw})
 
 
@@ -91,31 +91,29 @@ def test_ctrl_c_then_resume_measures_each_length_once(tmp_path, llama_server_bin
     assert not (m.root / "etc/ojai/tuned.toml").exists()  # --no-write
 
 
-def test_a_backend_that_collapses_is_marked_unsafe_and_never_chosen(tmp_path, llama_server_bin):
+def test_a_backend_that_collapses_is_refused_for_drafting(tmp_path, llama_server_bin):
     m = write_bench_machine(tmp_path / "machine", llama_server_bin)
     fake = write_collapsing_backend(tmp_path / "vulkan")
     result = CliRunner().invoke(app, [
         "tune", MODEL, "--root", str(m.root), "--lengths", "1,2", "--binary", str(llama_server_bin),
         "--binary", str(fake), "--seeds", "1", "--tokens", "48", "--confirm-seeds", "1",
         "--confirm-tokens", "48", "--long-tokens", "600", "--collapse-ratio", "0.3", "--raw", "--synthetic-acceptance", "0.8",
-        "--no-gate", "--json"])  # the stand-in computes no distributions: the gate is the next test's
+        "--no-gate", "--depth", "0", "--depth-tokens", "16", "--depth-runs", "2", "--json"])  # the stand-in computes no distributions: the gate is the next test's
     assert result.stdout.startswith('{\n  "schema": "ojai.tune/1",'), result.stdout
     data = json.loads(result.stdout)
     real, vulkan = data["backends"]
     assert vulkan["binary"] == str(fake)
     assert vulkan["safe"] is False and vulkan["long_collapse"] and vulkan["confirmed"] is None
-    tuned_file = m.root / "etc/ojai/tuned.toml"
-    if real["safe"]:
-        assert result.exit_code == 0, result.output
-        # the real build is chosen, or no drafting when it gained too little: never the fake
-        assert data["chosen_binary"] == str(llama_server_bin) or data["chosen_kind"] == "none"
-        tuned = tomllib.loads(tuned_file.read_text())["routes"][MODEL]
-        assert tuned["backends"][str(fake)]["safe"] is False
-        assert tuned["backends"][str(llama_server_bin)]["safe"] is True
-    else:
-        # on a machine loaded enough that the real MTP arm also fell far behind the plain arm
-        # in its long generation, neither backend may be chosen
-        assert result.exit_code == 1 and data["chosen_binary"] is None and not tuned_file.exists()
+    # refused for drafting, not as a backend: its plain server may still win the depth sweep
+    assert result.exit_code == 0, result.output
+    assert data["depth_choice"] is not None and data["chosen_binary"] in (str(llama_server_bin), str(fake))
+    if data["chosen_binary"] == str(fake) or not real["safe"]:
+        assert data["chosen_kind"] == "none"
+    assert {c["backend"] for c in data["cells"]} == {"cpu", "vulkan"}
+    assert not any(c["binary"] == str(fake) and c["drafting"] != "plain" for c in data["cells"])
+    tuned = tomllib.loads((m.root / "etc/ojai/tuned.toml").read_text())["routes"][MODEL]
+    assert tuned["backends"][str(fake)]["safe"] is False
+    assert tuned["backends"][str(llama_server_bin)]["safe"] is real["safe"]
 
 
 def _wrong_on_gpu(folder, real, wrong_model):
@@ -149,3 +147,23 @@ def test_a_backend_that_fails_the_gate_is_not_adopted(tmp_path, llama_server_bin
     tuned = tomllib.loads((m.root / "etc/ojai/tuned.toml").read_text())["routes"][MODEL]
     assert tuned["backends"][str(wrong)]["safe"] is False
     assert "does not compute what the CPU computes" in tuned["backends"][str(wrong)]["reason"]
+
+
+def test_bench_sweeps_backend_and_drafting_at_depth_and_writes_nothing(tmp_path, llama_server_bin):
+    m = write_bench_machine(tmp_path / "machine", llama_server_bin)
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("the tiny model\n\nspeculative decoding with a small draft\n")
+    result = CliRunner().invoke(app, [
+        "bench", "--root", str(m.root), "--prompts", str(prompts), "--tokens", "32", "--raw",
+        "--long-tokens", "0", "--depth", "0", "--depth", "256", "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["schema"] == "ojai.tune/1" and data["depths"] == [0, 256]
+    (backend,) = data["backends"]
+    assert [(lr["kind"], lr["g"]) for lr in backend["lengths"]] == [("", 3)]  # the route's own
+    cells = {(c["drafting"], c["depth"]) for c in data["cells"]}
+    assert cells == {("plain", 0), ("plain", 256), ("draft-mtp 3", 0), ("draft-mtp 3", 256)}
+    assert data["noise"]["pairs"] == 6 and data["depth_choice"]["depth"] == 256  # 3 runs x 2 depths
+    assert not (m.root / "etc/ojai/tuned.toml").exists()  # bench writes no choice
+    assert (m.root / "var/lib/ojai/bench/tiny-sweep.json").is_file()
+    assert not (m.root / "var/lib/ojai/tune/tiny.json").exists()  # tune's progress left alone

@@ -176,3 +176,15 @@ def test_setup_lays_tunes_kind_and_knobs_over_the_catalog_or_says_why_not(machin
     routes, scripts = _gemma_plan(root, tmp_path)
     assert "no drafting beat plain" in routes["sentence"] and "serve the plain route" in routes["sentence"]
     assert scripts == before
+
+
+def test_a_reason_with_a_servers_log_lines_is_written_as_valid_toml():
+    """A gate that could not start a server carries the log's last lines in its reason."""
+    from ojai_setup.formats.tuning import BackendTuning, RouteTuning, Tuning, parse_tuning, render_tuning
+
+    reason = 'the correctness gate could not be run: gate-x: exited\nerror: "bad"\tC:\\x \x1b[0m'
+    tuning = Tuning(routes={"gemma": RouteTuning(drafting=False, reason=reason, date="2026-12-05",
+                                                 backends={"/opt/v/llama-server": BackendTuning(safe=False, reason=reason)})})
+    text = render_tuning(tuning)
+    assert parse_tuning(text, "tuned.toml") == tuning
+    assert all(line.count('"') % 2 == 0 for line in text.splitlines() if line.startswith("reason"))

@@ -78,3 +78,23 @@ def write_bench_machine(root: Path, binary: Path, *, draft_n_max: int = 3,
     records[MODEL]["draft"] = records[f"{MODEL}-mtp"]["draft"]
     record_state(Root(root), "routes", records)
     return BenchMachine(root=root, mtp_port=mtp_port, plain_port=plain_port, main=pair.main, draft=draft_file)
+
+
+def write_gemma_machine(root: Path, binary: Path, model: Path, *, ctx: int = 1024,
+                        threads: int = THREADS) -> None:
+    """A test machine with the two routes of the real Gemma 3 270M (no MTP head: its drafted
+    route drafts with ``ngram-simple``), one slot each, rendered in ``binary``'s dialect."""
+    dialect = _dialect(binary)
+    records = {}
+    for route in (Route(name="gemma-ngram", model=str(model), spec_type="ngram-simple",
+                        ctx_size=ctx, parallel=1, port=free_port()),
+                  Route(name="gemma", model=str(model), ctx_size=ctx, parallel=1, port=free_port())):
+        args = render_args(route, dialect) + ["--threads", str(threads), "--no-warmup"]
+        path = root / f"opt/ojai/routes/{route.name}.sh"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(render_llama_script(str(binary), args, {}, route.name))
+        path.chmod(0o755)
+        records[route.name] = {"script": f"/opt/ojai/routes/{route.name}.sh", "host": route.host,
+                               "port": route.port, "spec_type": route.spec_type, "slots": 1,
+                               "model": "gemma", "main": str(model)}
+    record_state(Root(root), "routes", records)

@@ -59,6 +59,8 @@ def bench(
     score: Annotated[Optional[str], typer.Option("--score", help="Shell command scoring one output (text on stdin and in $OJAI_BENCH_OUTPUT); its last output line is a number or passed/total.")] = None,
     max_minutes: Annotated[float, typer.Option("--max-minutes", min=0.1, help="Stop starting new work after this long.")] = 60.0,
     max_tokens: Annotated[int, typer.Option("--max-tokens", min=1, help="Cap on all tokens generated.")] = 500_000,
+    depth: Annotated[Optional[list[int]], typer.Option("--depth", metavar="TOKENS", help="Sweep backend x drafting at this context depth instead (repeat: --depth 0 --depth 8192), as ojai tune does with the route's own drafting setting; nothing is written.")] = None,
+    binary: Annotated[Optional[list[str]], typer.Option("--binary", help="A llama-server build in the backend x drafting sweep (repeat); default: the route's own and each other backend ojai installed.")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ) -> None:
     """Benchmark the drafted route against the plain route of the same model and binary."""
@@ -78,6 +80,22 @@ def bench(
     except PromptFileError as exc:
         term.error(str(exc))
         raise typer.Exit(ExitStatus.USAGE) from None
+    if depth or binary:
+        from ojai_setup.commands.tune import TuneConfig, TuneReport, bench_sweep_config, run_tune
+
+        sweep = TuneConfig(binaries=tuple(binary or ()), depths=tuple(depth) if depth else None,
+                           long_tokens=long_tokens, max_seconds=max_minutes * 60,
+                           bench=BenchConfig(prompts=prompt_set, seeds=(1,), n_predict=min(tokens, 128),
+                                             template=not raw, collapse_ratio=collapse_ratio,
+                                             temperature=temperature, top_p=top_p, top_k=top_k))
+        try:
+            name, sweep = bench_sweep_config(Root(root), route, sweep)
+            result = run_tune(Root(root), name, sweep, command="bench")
+        except BenchError as exc:
+            term.error(str(exc))
+            raise typer.Exit(ExitStatus.FAILED) from None
+        term.show(TuneReport(result))
+        raise typer.Exit(ExitStatus.INTERRUPTED if result.interrupted else ExitStatus.OK)
     ks = _ints(concurrency, "--concurrency") if concurrency.strip() else ()
     parts = tuple(p for p in PARTS if not (p == "pairs" and no_pairs) and not (p == "long" and not long_tokens)
                   and not (p == "concurrency" and not ks))
@@ -171,10 +189,14 @@ def tune(
     no_write: Annotated[bool, typer.Option("--no-write", help="Measure and report, but leave /etc/ojai/tuned.toml alone.")] = False,
     synthetic_acceptance: Annotated[Optional[float], typer.Option("--synthetic-acceptance", min=0.0, max=1.0, help="Benchmarking only: force per-token acceptance A with llama-server's --spec-synth-rates.")] = None,
     no_gate: Annotated[bool, typer.Option("--no-gate", help="Measure a binary without first comparing its output with its own CPU backend's (the correctness gate).")] = False,
+    depth: Annotated[Optional[list[int]], typer.Option("--depth", metavar="TOKENS", help="A context depth to measure every backend plain and drafted at (repeat: --depth 0 --depth 8192 --depth 32768); the choice is made at the deepest; default: the route's context.")] = None,
+    depth_tokens: Annotated[int, typer.Option("--depth-tokens", min=8, help="Tokens generated per run at each depth.")] = 64,
+    depth_runs: Annotated[int, typer.Option("--depth-runs", min=1, help="Runs per backend, drafting and depth.")] = 3,
+    bandwidth: Annotated[Optional[float], typer.Option("--bandwidth", metavar="GB/s", min=0.1, help="The memory bandwidth for the plain decoding limit (from the machine's specification); default: measured.")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ) -> None:
-    """Choose the route's kind of drafting and its length from measurement (or no drafting, when
-    none beats plain) and write it for `ojai setup`.
+    """Choose the route's backend, its kind of drafting and its length from measurement (or no
+    drafting, when none beats plain) at the owner's context depth, and write it for `ojai setup`.
 
     Exit code 0 when a choice was made (no drafting included), 1 when none could be, 130 on
     Ctrl-C (rerun to resume)."""
@@ -211,7 +233,9 @@ def tune(
                         confirm_seeds=tuple(range(101, 101 + confirm_seeds)), confirm_tokens=confirm_tokens,
                         long_tokens=long_tokens, early_stop=not no_early_stop, max_seconds=max_minutes * 60,
                         synthetic_acceptance=synthetic_acceptance, write=not no_write,
-                        gate=not no_gate)
+                        gate=not no_gate, depths=tuple(depth) if depth else None,
+                        depth_tokens=depth_tokens, depth_runs=depth_runs,
+                        bandwidth=bandwidth * 1e9 if bandwidth else None)
     config.bench = replace(config.bench, prompts=prompt_set, seeds=tuple(range(1, seeds + 1)),
                            n_predict=tokens, template=not raw, collapse_ratio=collapse_ratio,
                            temperature=temperature, top_p=top_p, top_k=top_k)

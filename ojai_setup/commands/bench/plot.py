@@ -95,3 +95,41 @@ def render_plot(result: BenchResult, path: Path) -> Path:
     fig.savefig(path)
     plt.close(fig)
     return path
+
+
+def render_sweep_plot(result, path: Path) -> Path:
+    """``ojai tune``'s backend x drafting x depth sweep: generation speed over depth, a line
+    per backend and drafting, and the plain decoding limit; :class:`PlotsMissing` without
+    matplotlib."""
+    try:
+        import matplotlib
+    except ImportError:
+        raise PlotsMissing(plots_missing_note().replace("plot.png", path.name)) from None
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 4.5), dpi=100)
+    lines: dict[tuple[str, str], list] = defaultdict(list)
+    for c in result.cells:
+        if c.gen_tps:
+            lines[(c.backend, c.drafting)].append((c.depth, c.gen_tps))
+    for (backend, drafting), points in sorted(lines.items()):
+        points.sort()
+        ax.plot([d for d, _ in points], [v for _, v in points], marker="o",
+                linestyle="-" if drafting == "plain" else "--", label=f"{backend} {drafting}")
+    if result.limit:
+        ax.axhline(result.limit.tokens_per_second, color="black", linestyle=":",
+                   label=f"plain decoding limit ({result.limit.bandwidth / 1e9:.0f} GB/s)")
+    if result.depth_choice and result.depth_choice.gen_tps:
+        ax.scatter([result.depth_choice.depth], [result.depth_choice.gen_tps], s=160,
+                   facecolors="none", edgecolors="tab:red", label="chosen")
+    ax.set_xlabel("depth (tokens of context before the task)")
+    ax.set_ylabel("generation tokens/s (median)")
+    ax.set_ylim(bottom=0)
+    ax.set_title(f"ojai tune {result.route}: backend x drafting x depth", fontsize=10)
+    ax.legend(fontsize=7, loc="best")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
