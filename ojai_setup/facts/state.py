@@ -59,7 +59,8 @@ def _load_state(directory: Path) -> State:
         raise JournalError(f"{path}: cannot be read by this user (permission denied); run "
                            "ojai as the user who owns it, or with sudo") from None
     except (OSError, UnicodeDecodeError) as exc:
-        raise JournalError(f"{path}: cannot be read ({exc.strerror or 'not UTF-8 text'}); "
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else "not UTF-8 text"
+        raise JournalError(f"{path}: cannot be read ({why}); "
                            f"{aside}") from None
     try:
         return State.model_validate(json.loads(text))

@@ -141,6 +141,16 @@ def test_a_damaged_state_file_is_named(tmp_path):
         read_state(root)
 
 
+def test_a_state_file_that_is_not_text_is_named(tmp_path):
+    root = _machine(tmp_path)
+    path = root.resolve("/var/lib/ojai/state.json")
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b'{"records": "\xff\xfe"}')
+    with pytest.raises(JournalError, match=r"state.json: cannot be read \(not UTF-8 text\); move "
+                       r"it aside \(`mv .*state.json .*state.json.damaged`\)"):
+        read_state(root)
+
+
 def test_rollback_restores_files_links_and_records_and_removes_created_files(tmp_path):
     root = _machine(tmp_path)
     record_state(root, "ttm", {"expected_pages": 1})
