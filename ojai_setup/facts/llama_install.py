@@ -9,26 +9,24 @@ import hashlib
 import os
 import stat
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
-from ojai_setup.core.digest import sha256_file
 from ojai_setup.core.root import Root
-from ojai_setup.domain.build import (
-    _SHA,
-    INSTALL_RECORD,
-    SERVER,
-    InstallRecord,
-    build_number_from_ref,
-)
 from ojai_setup.domain.nightly import RECORD_NAME, SERVER_NAME
 from ojai_setup.domain.nightly import InstallRecord as ArchiveRecord
 from ojai_setup.model.actions import BuildFromSource, is_git_url
+
+if TYPE_CHECKING:  # a source build's module is imported only when one is asked about
+    from ojai_setup.domain.build import InstallRecord
 
 
 # -- a source build ----------------------------------------------------------------------------
 def read_install_record(root: Root, dest: str) -> InstallRecord | None:
     """The record of a finished install at machine path ``dest``, or None."""
+    from ojai_setup.domain.build import INSTALL_RECORD, InstallRecord
+
     path = root.resolve(dest) / INSTALL_RECORD
     try:
         return InstallRecord.model_validate_json(path.read_text(encoding="utf-8"))
@@ -42,6 +40,8 @@ def is_built(root: Root, action: BuildFromSource) -> bool:
     Only a tarball (same sha256) or a git source at a tag or commit counts; a directory
     source may have changed since, so it is always rebuilt.
     """
+    from ojai_setup.domain.build import _SHA, SERVER, build_number_from_ref
+
     record = read_install_record(root, action.dest)
     if record is None or not (root.resolve(action.dest) / SERVER).is_file():
         return False
@@ -58,6 +58,8 @@ def is_built(root: Root, action: BuildFromSource) -> bool:
 
 def _tarball_digest(root: Root, action: BuildFromSource) -> str | None:
     """The sha256 of a local tarball source, None for directories and git URLs."""
+    from ojai_setup.core.digest import sha256_file
+
     if is_git_url(action.source):
         return None
     real = root.resolve(action.source)
