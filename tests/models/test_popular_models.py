@@ -26,6 +26,7 @@ from ojai_setup.domain.own_model import HubFile, parse_model_ref, pick_files
 from ojai_setup.facts.gguf import read_model_info
 
 PLAIN = ("gpt-oss-20b", "gpt-oss-120b", "qwen3-coder-30b-a3b")
+PINNED = {"gpt-oss-20b": "c2753664", "qwen3-coder-30b-a3b": "fadc3e5f"}
 
 
 def ojai(*args: object):
@@ -37,7 +38,10 @@ def test_the_popular_models_are_plain_routes_offered_ngram_mod():
     for name in PLAIN:
         r = catalog.get(name)
         assert r.plain and not r.embedding and r.spec_types == ("ngram-mod",)
-        assert r.sizes_estimated and all(f.sha256 is None for f in r.main)  # not invented
+        if name in PINNED:  # exact size and sha256, as public projects pin them
+            assert not r.sizes_estimated and [f.sha256[:8] for f in r.main] == [PINNED[name]]
+        else:  # no public source pins gpt-oss-120b's split files: estimates, no digest invented
+            assert r.sizes_estimated and all(f.sha256 is None for f in r.main)
         assert r.lemonade_checkpoint == f"{r.repo}:Q4_K_M"
         # the checkpoint names the catalog's files by llama.cpp's own rule
         listing = [HubFile(f.file, f.size, None) for f in r.main] + [
