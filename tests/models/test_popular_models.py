@@ -40,8 +40,9 @@ def test_the_popular_models_are_plain_routes_offered_ngram_mod():
         assert r.plain and not r.embedding and r.spec_types == ("ngram-mod",)
         if name in PINNED:  # exact size and sha256, as public projects pin them
             assert not r.sizes_estimated and [f.sha256[:8] for f in r.main] == [PINNED[name]]
-        else:  # no public source pins gpt-oss-120b's split files: estimates, no digest invented
-            assert r.sizes_estimated and all(f.sha256 is None for f in r.main)
+        else:  # gpt-oss-120b's split files: exact sizes, but no public sha256 to pin
+            assert not r.sizes_estimated and all(f.sha256 is None for f in r.main)
+            assert [f.size for f in r.main] == [49_630_904_192, 13_137_819_360]
         assert r.lemonade_checkpoint == f"{r.repo}:Q4_K_M"
         # the checkpoint names the catalog's files by llama.cpp's own rule
         listing = [HubFile(f.file, f.size, None) for f in r.main] + [
