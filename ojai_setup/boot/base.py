@@ -25,6 +25,7 @@ context (:class:`Machine`: its facts, root and ``which``) and return :class:`Pla
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
@@ -34,7 +35,7 @@ from ojai_setup.formats.kernel_params import expected_others, param_key, same_ke
 from ojai_setup.model.facts import BootEntry, BootLoader, Facts, LoaderKind
 
 if TYPE_CHECKING:  # the actions are built only when a step plans (doctor never imports them)
-    from ojai_setup.model.actions import CmdlineCheck, RunCommand
+    from ojai_setup.model.actions import Action, CmdlineCheck, RunCommand
 
 #: what the kernel reads the limit at, said with every change that needs a reboot
 REBOOT = "the kernel reads the TTM limit only at boot"
@@ -108,7 +109,7 @@ class Want(NamedTuple):
 class Planned(NamedTuple):
     """A command line route's plan: no actions means the deciding file already holds it."""
 
-    actions: list
+    actions: Sequence[Action]
     handlers: dict[str, RunCommand]
     where: str  # the file that decides
     detail: str = ""  # for the change sentence: " in FILE (why)"

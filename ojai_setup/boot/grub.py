@@ -49,7 +49,7 @@ from ojai_setup.formats.grub_cfg import (
     parse_grubenv,
 )
 from ojai_setup.formats.kernel_params import cmdline_param, expected_others, param_key, same_key
-from ojai_setup.model.facts import BootEntry, BootLoader, LoaderKind
+from ojai_setup.model.facts import BootEntry, BootLoader, Facts, LoaderKind
 
 if TYPE_CHECKING:  # built only when a step plans (doctor never imports the actions)
     from ojai_setup.model.actions import RunCommand
@@ -111,7 +111,7 @@ def _removed_keys(tokens: list[str], want: Want) -> list[str]:
                               if any(same_key(param_key(t), k) for k in want.drop)))
 
 
-def _family(facts) -> tuple[str, list[str]]:
+def _family(facts: Facts) -> tuple[str, list[str]]:
     distro = facts.distro
     return (distro.id if distro else "", distro.like if distro else [])
 

@@ -102,7 +102,7 @@ def test_ruff_catches_each_chosen_kind_of_finding(tmp_path, source, code):
 
 def test_mypy_finds_nothing():
     """The type check .ci/run runs before the tests ([tool.mypy] in pyproject.toml: strict on
-    core, model, formats and domain), here too, so that the fast loop catches it before it lands."""
+    core, model, formats, boot and domain), here too, so that the fast loop catches it before it lands."""
     result = subprocess.run([str(Path(sys.executable).parent / "mypy")], cwd=REPO,
                             capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
