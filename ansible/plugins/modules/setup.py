@@ -132,7 +132,9 @@ options:
     elements: str
   accept_slower:
     description:
-      - An upgrade of llama.cpp proves the new build first (correctness gate, paired speed check against the current build); with this, a build that passes the gate is adopted even when it is slower.
+      - An upgrade of llama.cpp proves the new build first (correctness gate, paired speed
+        check against the current build); with this, a build that passes the gate is adopted
+        even when it is slower.
     type: bool
     default: false
   lemonade:
