@@ -850,11 +850,25 @@ def _gate_backend(pool: ServerPool, root: Root, arms, binary: str, plain_ep: End
         backend.gate["passed"] = True
 
 
+def _save(root: Root, result: TuneResult, tuning) -> None:
+    """Write the route's tuning through the plan's file (``result.written``), or say in
+    ``result.stopped`` that it could not be written and how to write it."""
+    from ojai_setup.apply.tuning import save_route_tuning
+
+    try:
+        path = save_route_tuning(root, result.route, tuning)
+    except PermissionError as exc:
+        result.stopped = ((result.stopped + "; ") if result.stopped else "") + (
+            f"cannot write {exc.filename}: permission denied; run the same command with sudo "
+            "to write the choice (the measurements are kept and reused)")
+        return
+    result.written = str(path)
+
+
 def _choose_and_write(root: Root, arms, config: TuneConfig, result: TuneResult, progress_path: Path) -> None:
     """The choice: the safe backend's best setting when its confirmed median's interval lies
     above ``1 + threshold``; else, once the sweep finished, no drafting (a loss, or a gain
     within noise, is never written as a drafted setting)."""
-    from ojai_setup.apply.tuning import save_route_tuning
     from ojai_setup.formats.tuning import BackendTuning, RouteTuning
 
     if result.depth_choice is not None:
@@ -906,22 +920,13 @@ def _choose_and_write(root: Root, arms, config: TuneConfig, result: TuneResult, 
         result.choice = f"no drafting (the plain route): {reason}"
         tuning = RouteTuning(drafting=False, reason=reason, date=date, speedup=result.chosen_speedup,
                              binary=b.binary, results=results, backends=backends)
-    if not config.write:
-        return
-    try:
-        path = save_route_tuning(root, result.route, tuning)
-    except PermissionError as exc:
-        result.stopped = ((result.stopped + "; ") if result.stopped else "") + (
-            f"cannot write {exc.filename}: permission denied; run the same command with sudo "
-            "to write the choice (the measurements are kept and reused)")
-        return
-    result.written = str(path)
+    if config.write:
+        _save(root, result, tuning)
 
 
 def _write_depth_choice(root: Root, config: TuneConfig, result: TuneResult, progress_path: Path) -> None:
     """The depth sweep's choice (:func:`ojai_setup.domain.sweep.choose`) written through the
     plan: the winning binary, and its drafted setting or no drafting."""
-    from ojai_setup.apply.tuning import save_route_tuning
     from ojai_setup.formats.tuning import BackendTuning, RouteTuning
 
     choice = result.depth_choice
@@ -953,16 +958,8 @@ def _write_depth_choice(root: Root, config: TuneConfig, result: TuneResult, prog
         result.choice = f"no drafting (the plain route): {choice.reason}"
         tuning = RouteTuning(drafting=False, reason=choice.reason, date=date, speedup=speedup,
                              binary=b.binary, results=results, backends=backends)
-    if not config.write:
-        return
-    try:
-        path = save_route_tuning(root, result.route, tuning)
-    except PermissionError as exc:
-        result.stopped = ((result.stopped + "; ") if result.stopped else "") + (
-            f"cannot write {exc.filename}: permission denied; run the same command with sudo "
-            "to write the choice (the measurements are kept and reused)")
-        return
-    result.written = str(path)
+    if config.write:
+        _save(root, result, tuning)
 
 
 class TuneReport:
