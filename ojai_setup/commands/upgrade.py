@@ -42,7 +42,6 @@ from ojai_setup.commands.bench.servers import (
 from ojai_setup.commands.bench.stats import bootstrap_ci
 from ojai_setup.commands.gate import Backend, install_record, run_gate, scripts
 from ojai_setup.core.errors import ApplyError
-from ojai_setup.core.paths import LLAMA_SERVER
 from ojai_setup.core.progress import Progress
 from ojai_setup.core.root import Root
 from ojai_setup.domain.upgrade import SPEED_PROMPTS, SPEED_TOKENS, Proof, RouteProof, speed_figures
@@ -70,10 +69,10 @@ def _folder(root: Root, action: ProveBuild) -> str:
     return os.path.normpath(str(before))
 
 
-def _runs_current(root: Root, argv0: str, folder: str) -> bool:
-    """Whether a route's binary is the current build (through the link or its folder, as a
-    machine path or, in a machine folder, as the host path of one)."""
-    names = {LLAMA_SERVER, f"{folder}/{SERVER}"}
+def _runs_current(root: Root, argv0: str, link: str, folder: str) -> bool:
+    """Whether a route's binary is the build ``link`` names (through the link or its folder,
+    as a machine path or, in a machine folder, as the host path of one)."""
+    names = {f"{link}/{SERVER}", f"{folder}/{SERVER}"}
     names |= {str(root.resolve(n)) for n in names}
     return os.path.normpath(argv0) in {os.path.normpath(n) for n in names}
 
@@ -160,8 +159,9 @@ def prove(root: Root, action: ProveBuild, progress: Progress) -> Proof:
                     route.gate_error = f"its launch script cannot be read: {exc}"
                     task.advance(1)
                     continue
-                if not _runs_current(root, script.argv[0], folder):
-                    route.skipped = f"it runs {script.argv[0]}, not the build current names"
+                if not _runs_current(root, script.argv[0], action.link, folder):
+                    route.skipped = (f"it runs {script.argv[0]}, not the build "
+                                     f"{PurePosixPath(action.link).name} names")
                     task.advance(1)
                     continue
                 current, new = on_build(root, script, old_bin), on_build(root, script, new_bin)

@@ -13,8 +13,9 @@ from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
+from ojai_setup.core.paths import LLAMACPP_CURRENT, LLAMACPP_DIR
 from ojai_setup.core.root import Root
-from ojai_setup.domain.nightly import RECORD_NAME, SERVER_NAME
+from ojai_setup.domain.nightly import RECORD_NAME, SERVER_NAME, VULKAN
 from ojai_setup.domain.nightly import InstallRecord as ArchiveRecord
 from ojai_setup.model.actions import BuildFromSource, is_git_url
 
@@ -113,3 +114,29 @@ def is_installed(root: Root, dest: str, sha256: str) -> bool:
     if not server.is_file() or not os.access(server, os.X_OK):
         return False
     return files_digest(folder) == record.files_digest
+
+
+# -- which link a build goes behind ------------------------------------------------------------
+def link_backend(root: Root, link: str) -> str | None:
+    """The ggml backend of the build behind machine path ``link`` (``hip``, ``vulkan`` or
+    ``cpu``): a source build's record says it; a release archive is upstream's Vulkan build or
+    one of Lemonade's ROCm builds. None when no build with a readable record is behind it."""
+    built = read_install_record(root, link)
+    if built is not None:
+        return built.backend
+    archive = read_record(root, link)
+    if archive is not None:
+        return "vulkan" if archive.family == VULKAN else "hip"
+    return None
+
+
+def install_link(root: Root, backend: str | None) -> str:
+    """The link a build of ``backend`` is installed behind, and that the routes of its plan
+    run: ``current`` while no build is current or the current build has the same backend (a
+    new build of it is an upgrade); else a link named after the backend beside it
+    (``/opt/ojai/llama.cpp/vulkan``), so that a second backend installs beside the first and
+    the routes written for the first keep running it."""
+    if backend is None:
+        return LLAMACPP_CURRENT
+    current = link_backend(root, LLAMACPP_CURRENT)
+    return LLAMACPP_CURRENT if current in (None, backend) else f"{LLAMACPP_DIR}/{backend}"

@@ -116,6 +116,15 @@ class Settings(BaseModel):
                              "asked for")
         return self
 
+    def install_backend(self, rocm: bool) -> str | None:
+        """The ggml backend of the llama-server this plan installs (``rocm``: ROCm is on the
+        machine), or None when it installs none (``--llamacpp distro`` or ``none``)."""
+        if self.llamacpp == "nightly":
+            return "vulkan" if self.llamacpp_backend == "vulkan" else "hip"
+        if self.llamacpp == "source":
+            return self.llamacpp_backend or ("hip" if rocm else "cpu")
+        return None
+
     @property
     def models(self) -> tuple[str, ...]:
         """Every route asked for, in the order given."""

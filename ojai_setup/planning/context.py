@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Mapping, NamedTuple
 
-from ojai_setup.core.paths import SERVICE_USER
+from ojai_setup.core.paths import LLAMACPP_CURRENT, SERVICE_USER
 from ojai_setup.core.root import Root
 from ojai_setup.domain.check_engine import Profile
 from ojai_setup.domain.lemonade_release import LemonadeDeb
@@ -153,6 +153,10 @@ class Context(NamedTuple):
     models_free_error: str | None
     #: :data:`KNOWN_PROGRAMS` found on the machine, with their paths
     programs: Mapping[str, str | None]
+    #: the link the llama-server this plan installs goes behind, and its routes run
+    #: (:func:`ojai_setup.facts.llama_install.install_link`): ``current``, or a second
+    #: backend's own link beside it
+    llama_link: str = LLAMACPP_CURRENT
     #: the unprivileged system user the services run as (never the invoking user)
     service_user: str = SERVICE_USER
     #: the digest of the API-key environment file ``--api-key-file`` makes (the key itself is

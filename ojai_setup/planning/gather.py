@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, NamedTuple
 
 from ojai_setup.core.errors import OjaiError, RemoteError, UsageError
-from ojai_setup.core.paths import API_KEY_VARIABLE, LLAMA_SERVER, LLAMACPP_CURRENT, LLAMACPP_DIR
+from ojai_setup.core.paths import API_KEY_VARIABLE, LLAMACPP_CURRENT, LLAMACPP_DIR
 from ojai_setup.core.root import Root
 from ojai_setup.domain.checks import Profile, chosen_profile
 from ojai_setup.domain.lemonade_release import LemonadeDeb, offline_advice
@@ -126,15 +126,17 @@ def gpu_target(facts: Facts, profile: Profile) -> str | None:
     return profile.gpu_target
 
 
-def installed_release(root: Root, tag: str | None, family: str) -> NightlyAsset | None:
+def installed_release(root: Root, tag: str | None, family: str,
+                      link_path: str = LLAMACPP_CURRENT) -> NightlyAsset | None:
     """The nightly ``tag`` for ``family`` as the install ojai verified records it, when it is in
-    place and ``current`` points at it (then no lookup is needed); else None."""
+    place and its link (``current``, or a second backend's own) points at it (then no lookup is
+    needed); else None."""
     if tag is None:
         return None
     name = install_dir_name(tag, family)
     dest = f"{LLAMACPP_DIR}/{name}"
     record = read_record(root, dest)
-    link = root.resolve(LLAMACPP_CURRENT)
+    link = root.resolve(link_path)
     if record is None or record.tag != tag or record.family != family or \
             not link.is_symlink() or str(link.readlink()) not in (name, dest) or \
             not is_installed(root, dest, record.sha256):
@@ -251,10 +253,11 @@ def _resolve_name(root: Root, settings: Settings, model: str) -> str:
 
 
 def llama_binary(root: Root, settings: Settings, programs: dict[str, str | None],
-                 facts: Facts | None = None, target: str | None = None) -> LlamaBinary:
-    """The llama-server the routes run, probed when it is installed; a distribution's is
-    said to be one, with what it runs on here."""
-    found = _llama_binary(root, settings, programs, facts)
+                 facts: Facts | None = None, target: str | None = None,
+                 link: str = LLAMACPP_CURRENT) -> LlamaBinary:
+    """The llama-server the routes run (behind ``link`` where ojai installs it), probed when
+    it is installed; a distribution's is said to be one, with what it runs on here."""
+    found = _llama_binary(root, settings, programs, facts, f"{link}/llama-server")
     distro = facts.distro_llama if facts is not None else None
     if distro is not None and found.path == distro.path and settings.llamacpp != "distro":
         # (with --llamacpp distro the llama.cpp step says it, once)
@@ -268,7 +271,7 @@ def llama_binary(root: Root, settings: Settings, programs: dict[str, str | None]
 
 
 def _llama_binary(root: Root, settings: Settings, programs: dict[str, str | None],
-                  facts: Facts | None) -> LlamaBinary:
+                  facts: Facts | None, server: str) -> LlamaBinary:
     if settings.llamacpp == "distro":
         path = facts.distro_llama.path if facts is not None and facts.distro_llama else None
         if path is None:
@@ -278,10 +281,10 @@ def _llama_binary(root: Root, settings: Settings, programs: dict[str, str | None
             return LlamaBinary(path=path, installed=True,
                                error=f"cannot read what {path} supports: {found.describe()}")
         return LlamaBinary(path=path, installed=True, dialect=found)
-    if root.exists(LLAMA_SERVER):
-        path, installed = LLAMA_SERVER, True
+    if root.exists(server):
+        path, installed = server, True
     elif settings.llamacpp != "none":
-        path, installed = LLAMA_SERVER, False
+        path, installed = server, False
     else:
         path = programs.get("llama-server")
         distro = facts.distro_llama if facts is not None else None
@@ -367,7 +370,10 @@ def gather(root: Root, settings: Settings, *, facts: Facts | None = None,  # noq
             catalog = user_catalog(root, settings, home)
         except CatalogError as exc:
             catalog_error = str(exc)
-    llama = llama_binary(root, settings, programs, facts, target)
+    from ojai_setup.facts.llama_install import install_link
+
+    link = install_link(root, settings.install_backend(bool(facts.rocm_version)))
+    llama = llama_binary(root, settings, programs, facts, target, link)
     own_footprint = None
     if settings.model and sglang is None:
         try:
@@ -396,7 +402,7 @@ def gather(root: Root, settings: Settings, *, facts: Facts | None = None,  # noq
     if settings.llamacpp == "nightly" and sglang is None:  # the SGLang route runs no llama.cpp
         if settings.llamacpp_backend == "vulkan":  # one build for every GPU: no target needed
             try:
-                release = installed_release(root, settings.llamacpp_tag, VULKAN) or \
+                release = installed_release(root, settings.llamacpp_tag, VULKAN, link) or \
                     (remote or Remote.github()).release(settings.llamacpp_tag, VULKAN)
             except ReleaseNotFound:
                 release_error = withdrawn_advice(settings.llamacpp_tag or "", VULKAN)
@@ -410,7 +416,7 @@ def gather(root: Root, settings: Settings, *, facts: Facts | None = None,  # noq
         else:
             try:
                 family = family_for_target(target)
-                release = installed_release(root, settings.llamacpp_tag, family) or \
+                release = installed_release(root, settings.llamacpp_tag, family, link) or \
                     (remote or Remote.github()).release(settings.llamacpp_tag, family)
             except ReleaseNotFound:
                 release_error = withdrawn_advice(settings.llamacpp_tag or "")
@@ -464,7 +470,7 @@ def gather(root: Root, settings: Settings, *, facts: Facts | None = None,  # noq
         kept_limit=kept_limit(facts, settings, profile), gpu_target=target, user=user,
         home=home, catalog=catalog, catalog_error=catalog_error, route=route,
         route_error=route_error, release=release, release_error=release_error,
-        llama=llama, lemonade=lemonade,
+        llama=llama, llama_link=link, lemonade=lemonade,
         lemonade_deb=lemonade_deb, lemonade_deb_error=lemonade_deb_error,
         state=state, state_error=state_error, models_free_bytes=free,
         models_free_error=free_error, programs=programs, api_key_sha256=api_key_sha256,

@@ -10,9 +10,10 @@ executable, on the channel that keeps the build's own libraries first), or plans
 
 from __future__ import annotations
 
+from pathlib import PurePosixPath
 from typing import TYPE_CHECKING
 
-from ojai_setup.core.paths import GIB, LLAMA_SERVER, LLAMACPP_CURRENT
+from ojai_setup.core.paths import GIB, LLAMA_SERVER, LLAMACPP_DIR
 from ojai_setup.model.actions import InstallPackage, RunCommand
 from ojai_setup.planning.context import Context
 from ojai_setup.planning.result import StepResult
@@ -24,31 +25,51 @@ if TYPE_CHECKING:
 def own_llama_server(ctx: Context) -> OwnLlamaServer | None:
     """ojai's own ``llama-server`` that Lemonade should run (None: let Lemonade get its own).
 
-    What ``--llamacpp`` installs in this apply, or with ``--llamacpp none`` what an earlier
-    apply installed behind ``current`` (its install record says nightly or a source build,
-    and a source build's backend)."""
-    from ojai_setup.domain import nightly
-    from ojai_setup.facts import llama_install
+    The build ``ojai tune`` chose for the route, when it is another of ojai's installs; else
+    what ``--llamacpp`` installs in this apply (behind ``current`` or its backend's own link);
+    else, with ``--llamacpp none``, what an earlier apply installed behind ``current``. An
+    installed build's record says whether it is a nightly or a source build, and its backend."""
     from ojai_setup.domain.lemonade import OwnLlamaServer
 
     settings = ctx.settings
-    lemonade_name = {"hip": "rocm", "vulkan": "vulkan"}
+    server = f"{ctx.llama_link}/llama-server"  # where this plan's build goes
+    chosen = ctx.llama.path
+    if chosen and chosen != server and chosen.startswith(f"{LLAMACPP_DIR}/") and \
+            ctx.llama.installed:  # ojai tune's choice for the route
+        tuned = _installed_server(ctx, chosen)
+        if tuned is not None:
+            return tuned
     if settings.llamacpp == "nightly":
-        return OwnLlamaServer(executable=LLAMA_SERVER, install="nightly",
+        return OwnLlamaServer(executable=server, install="nightly",
                               backend="vulkan" if settings.llamacpp_backend == "vulkan" else "rocm")
     if settings.llamacpp == "source":
-        backend = settings.llamacpp_backend or ("hip" if ctx.facts.rocm_version else "cpu")
-        return OwnLlamaServer(executable=LLAMA_SERVER, install="source",
-                              backend=lemonade_name.get(backend, "cpu"))
-    if not ctx.root.exists(LLAMA_SERVER):
+        backend = settings.install_backend(bool(ctx.facts.rocm_version)) or "cpu"
+        return OwnLlamaServer(executable=server, install="source",
+                              backend=_LEMONADE_BACKEND.get(backend, "cpu"))
+    return _installed_server(ctx, LLAMA_SERVER)
+
+
+#: ggml's backend names -> Lemonade's ``llamacpp_backend``
+_LEMONADE_BACKEND = {"hip": "rocm", "vulkan": "vulkan"}
+
+
+def _installed_server(ctx: Context, binary: str) -> OwnLlamaServer | None:
+    """The installed llama-server ``binary`` of ojai's as Lemonade runs it, from its folder's
+    install record; None when it is not there or has no record."""
+    from ojai_setup.domain import nightly
+    from ojai_setup.domain.lemonade import OwnLlamaServer
+    from ojai_setup.facts import llama_install
+
+    if not ctx.root.exists(binary):
         return None
-    record = llama_install.read_install_record(ctx.root, LLAMACPP_CURRENT)
+    folder = str(PurePosixPath(binary).parent)
+    record = llama_install.read_install_record(ctx.root, folder)
     if record is not None:
-        return OwnLlamaServer(executable=LLAMA_SERVER, install="source",
-                              backend=lemonade_name.get(record.backend, "cpu"))
-    got = llama_install.read_record(ctx.root, LLAMACPP_CURRENT)
+        return OwnLlamaServer(executable=binary, install="source",
+                              backend=_LEMONADE_BACKEND.get(record.backend, "cpu"))
+    got = llama_install.read_record(ctx.root, folder)
     if got is not None:
-        return OwnLlamaServer(executable=LLAMA_SERVER, install="nightly",
+        return OwnLlamaServer(executable=binary, install="nightly",
                               backend="vulkan" if got.family == nightly.VULKAN else "rocm")
     return None
 

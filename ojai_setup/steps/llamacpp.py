@@ -1,7 +1,9 @@
 """Put a working ``llama-server`` for this GPU in place: Lemonade's nightly build or a source build.
 
-Both land in a versioned folder under ``/opt/ojai/llama.cpp`` with a ``current`` link switched
-atomically, so a failed install leaves the previous one working.
+Both land in a versioned folder under ``/opt/ojai/llama.cpp`` with a link switched atomically, so
+a failed install leaves the previous one working: ``current``, or, for a second backend beside the
+current build's (Vulkan beside ROCm), a link named after that backend
+(:func:`~ojai_setup.facts.llama_install.install_link`), so each route names its own binary.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import os
 import re
 from pathlib import Path, PurePosixPath
 
-from ojai_setup.core.paths import LLAMA_SERVER, LLAMACPP_CURRENT, LLAMACPP_DIR
+from ojai_setup.core.paths import LLAMACPP_DIR
 from ojai_setup.core.root import Root
 from ojai_setup.core.units import size_text
 from ojai_setup.domain import nightly
@@ -22,8 +24,6 @@ from ojai_setup.planning.context import Context
 from ojai_setup.planning.result import SpaceNeed, StepResult
 
 INSTALL_BASE = LLAMACPP_DIR
-CURRENT = LLAMACPP_CURRENT
-SERVER = LLAMA_SERVER
 
 
 #: the room a nightly needs, in zip sizes, when its zip's directory cannot be read at planning:
@@ -55,7 +55,7 @@ def _label(text: str) -> str:
 
 def source_action(ctx: Context) -> BuildFromSource:
     settings = ctx.settings
-    backend = settings.llamacpp_backend or ("hip" if ctx.facts.rocm_version else "cpu")
+    backend = settings.install_backend(bool(ctx.facts.rocm_version)) or "cpu"
     if backend == "cpu" and settings.gpu_target:
         raise ValueError(f"--gpu-target {settings.gpu_target} is for a HIP build, not "
                          "--backend cpu")
@@ -78,7 +78,7 @@ def source_action(ctx: Context) -> BuildFromSource:
         dest += "-d" + hashlib.sha256("\n".join(extra).encode()).hexdigest()[:8]
     return BuildFromSource(
         source=src, ref=settings.llamacpp_ref, backend=backend, gpu_target=target,
-        cmake_args=extra, dest=dest, link=CURRENT, needs_root=True,
+        cmake_args=extra, dest=dest, link=ctx.llama_link, needs_root=True,
         reason=f"build llama-server ({backend}{', ' + target if target else ''}) from {src}"
         + (f" with {' '.join(extra)}" if extra else ""))
 
@@ -129,7 +129,8 @@ class LlamacppStep:
                                               "--llamacpp nightly or source",))
 
     def _current_target(self, ctx: Context) -> str | None:
-        link = ctx.root.resolve(CURRENT)
+        """What the plan's link (``current``, or a second backend's own) names now."""
+        link = ctx.root.resolve(ctx.llama_link)
         return str(link.readlink()) if link.is_symlink() else None
 
     def _nightly(self, ctx: Context) -> StepResult:
@@ -137,13 +138,13 @@ class LlamacppStep:
         if asset is None:
             return StepResult.blocked(self.name, ctx.release_error or "no nightly release known")
         family = asset.family
-        action = nightly.install_action(asset)
+        action = nightly.install_action(asset).model_copy(update={"link": ctx.llama_link})
         folder = PurePosixPath(action.dest).name
         if is_installed(ctx.root, action.dest, asset.sha256) and \
                 self._current_target(ctx) in (folder, action.dest):
             return StepResult.satisfied(
                 self.name, f"llama.cpp nightly {asset.tag} for {family} is installed and verified "
-                f"in {action.dest}", reads=(action.dest, CURRENT))
+                f"in {action.dest}", reads=(action.dest, ctx.llama_link))
         actions, proof = self._proven(ctx, action)
         return StepResult.change(self.name, f"install llama.cpp nightly {asset.tag} for {family} "
                                  f"({asset.size / 2**20:.0f} MiB, sha256 checked before unpacking)"
@@ -162,14 +163,14 @@ class LlamacppStep:
         current = self._current_target(ctx)
         folder = PurePosixPath(action.dest).name
         if current is None or current in (folder, action.dest) or \
-                not ctx.root.resolve(SERVER).is_file():
+                not ctx.root.resolve(f"{ctx.llama_link}/llama-server").is_file():
             return [action], ""
         routes = routes_to_compare(ctx.state.records.get("routes") or {})
         if not routes:
             return [action], (f"; no route runs on the current build ({current}), so current "
                               "switches without a comparison")
         prove = ProveBuild(
-            candidate=action.dest, link=CURRENT, before=current, routes=routes,
+            candidate=action.dest, link=ctx.llama_link, before=current, routes=routes,
             max_loss=MAX_LOSS, accept_slower=ctx.settings.accept_slower, needs_root=True,
             reason=f"prove the new build against {current} before current switches")
         return [action.model_copy(update={"link": None}), prove], (
@@ -190,7 +191,7 @@ class LlamacppStep:
         folder = PurePosixPath(action.dest).name
         built = built_sentence(ctx.root, action)
         if built is not None and self._current_target(ctx) in (folder, action.dest):
-            return StepResult.satisfied(self.name, built, reads=(action.dest, CURRENT))
+            return StepResult.satisfied(self.name, built, reads=(action.dest, ctx.llama_link))
         if action.backend == "hip" and ctx.toolchain_error:
             # the toolchain's error ends in its ways forward, the CPU build among them
             return StepResult.blocked(self.name, ctx.toolchain_error)

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from ojai_setup.core.address import is_loopback
 from ojai_setup.core.paths import API_KEY_VARIABLE, ROUTES_DIR, SECRETS_DIR, TUNED_FILE, UNITS_DIR
-from ojai_setup.core.paths import GIB, LLAMA_SERVER
+from ojai_setup.core.paths import GIB
 from ojai_setup.domain.routes import route_names, script_path
 from ojai_setup.model.actions import RunCommand, WriteSecret
 from ojai_setup.model.follow_ups import daemon_reload
@@ -67,8 +67,8 @@ def _vulkan_build(ctx: Context, binary: str) -> bool:
     """Whether ``binary`` is (or the nightly this plan installs will be) a Vulkan build: its
     launch script then sets no HSA override and no library path (upstream's Vulkan build finds
     its libraries and backends beside it through RPATH ``$ORIGIN``)."""
-    if ctx.settings.llamacpp in ("nightly", "source") and binary == LLAMA_SERVER:
-        return ctx.settings.llamacpp_backend == "vulkan"  # what this apply puts behind current
+    if ctx.settings.llamacpp in ("nightly", "source") and binary == f"{ctx.llama_link}/llama-server":
+        return ctx.settings.llamacpp_backend == "vulkan"  # what this apply puts behind the link
     return "vulkan" in (_binary_targets(ctx, binary) or ())
 
 
