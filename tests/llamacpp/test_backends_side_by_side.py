@@ -142,3 +142,17 @@ def test_tunes_choice_of_the_other_backend_moves_the_route_and_its_lemonade_entr
     assert recipes["user.on-rocm"]["llamacpp_backend"] == "vulkan"
     again = steps(ojai(*rocm, "--json"))
     assert all(s["status"] == "satisfied" for s in again.values()), again
+
+
+def test_rollback_of_the_second_backend_removes_its_link_and_leaves_current(
+        machine, tmp_path, fake_github: FakeGitHub, fake_hub: FakeHub, llama_server_bin: Path):
+    root, rocm, vulkan = a_box(machine, tmp_path, fake_github, fake_hub, llama_server_bin)
+    for setup in (rocm, vulkan):
+        applied = ojai(*setup, "--apply", "--yes")
+        assert applied.exit_code == 0, applied.output
+    undone = ojai("rollback", "--root", root, "--yes")
+    assert undone.exit_code == 0, undone.output
+    assert not os.path.lexists(root / "opt/ojai/llama.cpp/vulkan")
+    assert os.readlink(root / "opt/ojai/llama.cpp/current") == "b1311-gfx1150"
+    assert (root / "opt/ojai/routes/on-rocm.sh").is_file()
+    assert not (root / "opt/ojai/routes/on-vulkan.sh").exists()
