@@ -419,6 +419,10 @@ def setup(
     force_handlers: Annotated[bool, typer.Option(
         "--force-handlers/--no-force-handlers", rich_help_panel=SAFETY, help="When an apply stops, still "
         "run the follow-ups (update-grub) of the edits made.")] = True,
+    gate: Annotated[bool, typer.Option(
+        "--gate/--no-gate", rich_help_panel=SAFETY, help="After an apply, start each route it "
+        "wrote once and compare its output with its build's CPU backend before calling it "
+        "ready (--no-gate: leave that to `ojai verify`).")] = True,
     json_out: Annotated[bool, typer.Option(
         "--json", rich_help_panel=SAFETY, help="Print JSON (schema in README).")] = False,
 ) -> None:
@@ -466,7 +470,7 @@ def setup(
         _fail(term, option_error(exc.errors()[0]), ExitStatus.USAGE)
     _run(term, root, lambda: run_setup(term, root, settings, apply=apply, yes=yes, plan_file=plan,
                                        out=out, show_new=show_new, show=show,
-                                       force_handlers=force_handlers))
+                                       force_handlers=force_handlers, gate=gate))
 
 
 @app.command()

@@ -18,6 +18,13 @@ os.environ.setdefault("LLAMA_ARG_THREADS", str(THREADS))
 
 
 @pytest.fixture(autouse=True)
+def own_user_cache(monkeypatch, tmp_path_factory):
+    """The digests ojai keeps in the user's cache (bench and the gate) go to this session's
+    temporary folder, not the home folder of whoever runs the tests."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.getbasetemp() / "xdg-cache"))
+
+
+@pytest.fixture(autouse=True)
 def run_root_programs(monkeypatch):
     """The tests put stand-in programs into their machine copies (a llama-server answering
     ``--help``) and ask ojai to run them, as a person would with ``OJAI_RUN_ROOT_PROGRAMS=1``;

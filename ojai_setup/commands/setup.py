@@ -34,20 +34,21 @@ __all__ = ["build_plan", "run_setup"]
 
 def run_setup(term: Terminal, root_dir: Path, settings: Settings, *, apply: bool, yes: bool,
               plan_file: Path | None, out: Path | None, show_new: bool = False,
-              show: str | None = None, force_handlers: bool = True) -> int:
+              show: str | None = None, force_handlers: bool = True, gate: bool = True) -> int:
     from ojai_setup.core.asking import say_with
 
     previous = say_with(term.network_status())
     try:
         return _run_setup(term, root_dir, settings, apply=apply, yes=yes, plan_file=plan_file,
-                          out=out, show_new=show_new, show=show, force_handlers=force_handlers)
+                          out=out, show_new=show_new, show=show, force_handlers=force_handlers,
+                          gate=gate)
     finally:
         say_with(previous)
 
 
 def _run_setup(term: Terminal, root_dir: Path, settings: Settings, *, apply: bool, yes: bool,
                plan_file: Path | None, out: Path | None, show_new: bool,
-               show: str | None, force_handlers: bool) -> int:
+               show: str | None, force_handlers: bool, gate: bool) -> int:
     root = Root(root_dir)
     if plan_file is None:
         from ojai_setup.planning.gather import resolve_model
@@ -92,7 +93,8 @@ def _run_setup(term: Terminal, root_dir: Path, settings: Settings, *, apply: boo
         with SignalGuard() as stop:
             fault_point("locked")
             return _apply_locked(term, root, settings, yes=yes, plan_file=plan_file, out=out,
-                                 show_new=show_new, force_handlers=force_handlers, stop=stop)
+                                 show_new=show_new, force_handlers=force_handlers, stop=stop,
+                                 gate=gate)
     except KeyboardInterrupt:  # while planning or asking: the apply reports its own
         term.error(f"stopped by {stop.received or 'SIGINT'} before the first change; nothing was "
                    f"changed; to try again: {again}")
@@ -156,9 +158,10 @@ def _dry_run(term: Terminal, root: Root, settings: Settings, out: Path | None, *
 
 def _apply_locked(term: Terminal, root: Root, settings: Settings, *, yes: bool,  # noqa: C901
                   plan_file: Path | None, out: Path | None, show_new: bool,
-                  force_handlers: bool, stop: SignalGuard | None = None) -> int:
+                  force_handlers: bool, stop: SignalGuard | None = None,
+                  gate: bool = True) -> int:
     """``ojai setup --apply`` once the machine's lock is held: plan (or check the saved plan),
-    show, ask, apply, verify, and say how it ended."""
+    show, ask, apply, verify, gate the routes it wrote, and say how it ended."""
     from ojai_setup.facts.state import JournalError, read_apply_status, read_state
 
     if plan_file is not None:
@@ -275,12 +278,20 @@ def _apply_locked(term: Terminal, root: Root, settings: Settings, *, yes: bool, 
     ready = [r.step for r in after.steps if r.step in left_out and r.status == "change"]
     waiting = "; ".join(p for p in (after.left_out(), ", ".join(ready) + (
         " can be applied now" if ready else "")) if p) if not leftover else ""
-    code = ExitStatus.FAILED if leftover else (
+    gates = None
+    if gate:
+        from ojai_setup.commands.apply_gate import gate_applied
+
+        gates = gate_applied(root, plan, term.progress())
+    wrong = [g for g in gates or () if g.passed is False]
+    code = ExitStatus.FAILED if leftover or wrong else (
         ExitStatus.INCOMPLETE if waiting else ExitStatus.OK)
     term.show(ApplyReport(plan, result, root, journal=_journal_path(root, result.journal),
                           exit_code=int(code), waiting=waiting,
                           again=applied_settings.command("--apply", root=root_arg),
-                          owed=owed_note if not plan.changes() else ""))
+                          owed=owed_note if not plan.changes() else "", gates=gates))
+    if wrong:
+        term.error("not ready: " + "; ".join(g.sentence() for g in wrong))
     if leftover:
         term.error("after applying, a new plan is not empty: "
                    + "; ".join(f"{r.step}: {r.sentence}" for r in leftover))

@@ -271,16 +271,21 @@ class ApplyReport:
 
     def __init__(self, plan: Plan, result, root: Root, *, journal: str | None = None,
                  exit_code: int = 0, owed: str = "", waiting: str = "",
-                 again: str = "") -> None:
+                 again: str = "", gates: list | None = None) -> None:
         self.plan, self.result, self.root, self.owed = plan, result, root, owed
         self.journal, self.exit_code = journal, exit_code
         self.waiting, self.again = waiting, again
+        #: the correctness gate of each route the apply wrote
+        #: (:class:`ojai_setup.commands.apply_gate.RouteGate`); None: ``--no-gate``
+        self.gates = gates
 
     def to_json(self) -> dict:
         data = apply_report(self.plan, self.result, journal=self.journal,
                             exit_code=self.exit_code)
         data["left_out"] = [{"step": r.step, "sentence": r.sentence,
                              "waits_for": list(r.waits_for)} for r in self.plan.blocked()]
+        data["gates"] = None if self.gates is None else [
+            dict(g.model_dump(mode="json"), passed=g.passed) for g in self.gates]
         return data
 
     def what_next(self) -> list[tuple[str, str, list[str]]]:
@@ -296,7 +301,8 @@ class ApplyReport:
             out.append((f"reboot ({'; '.join(self.result.reboot)})", "sudo reboot", []))
             out.append(("after the reboot, confirm that the GPU memory limit is active",
                         ojai_command(self.root.path, "doctor"), []))
-        routes = next_steps(self.root)
+        routes = next_steps(self.root, {g.route: g for g in self.gates or ()},
+                            gated=self.gates is not None)
         if routes:
             out.append(("start each route and check it (a unit enabled with `enable --now` "
                         "also starts at every boot)", "", routes))
@@ -317,6 +323,8 @@ class ApplyReport:
                        hang=2)
         if self.journal:
             term.entry("journal: ", self.journal, hang=2)
+        for g in self.gates or ():
+            term.entry("gate: ", g.sentence(), hang=2)
         steps = self.what_next()
         if steps and not self.result.reboot:
             term.entry("", "no reboot is needed: nothing this apply changed is read only at boot",

@@ -16,6 +16,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Any, Mapping
 
 from pydantic import BaseModel
 
@@ -407,17 +408,37 @@ def how_to_start(root: Root, name: str, record: dict) -> str:
                      if others else "")
 
 
-def next_steps(root: Root) -> list[str]:
-    """For every route ojai wrote: how to start it and how to check it."""
+def next_steps(root: Root, gates: Mapping[str, Any] | None = None, *,
+               gated: bool = False) -> list[str]:
+    """For every route ojai wrote: how to start it and how to check it. ``gates``: the
+    correctness gate the apply ran, by route (:class:`~ojai_setup.commands.apply_gate.RouteGate`);
+    ``gated``: the apply ran it (else ``--no-gate``). The gate compared one route of each
+    model; its drafted route shares its verdict (drafting does not change what it computes)."""
+    gates = gates or {}
     lines = []
-    for name, record in sorted(routes_of(root).items()):
-        gated = ("flm_tag" not in record and "lemonade" not in record
-                 and record.get("server") != "sglang" and not record.get("router"))
-        check = ("then check it before serving it (health, and its output against its own "
-                 "build's CPU backend: apply starts no server, so this is the correctness gate): "
-                 if gated else "then check it: ")
-        lines.append(f"start {name}: {how_to_start(root, name, record)}; {check}"
-                     f"{ojai_command(root.path, 'verify', '--route', name)}")
+    routes = routes_of(root)
+    for name, record in sorted(routes.items()):
+        gateable = ("flm_tag" not in record and "lemonade" not in record
+                    and record.get("server") != "sglang" and not record.get("router"))
+        gate = gates.get(name) or next(
+            (g for g in gates.values() if record.get("model") and
+             (routes.get(g.route) or {}).get("model") == record.get("model")), None)
+        verify = ojai_command(root.path, 'verify', '--route', name)
+        if gateable and gate is not None and gate.passed is False:
+            lines.append(f"do not serve {name}: it failed the correctness gate at apply (above); "
+                         f"after a fix, check it again with {verify}")
+            continue
+        if not gateable:
+            check = "then check it: "
+        elif gate is not None and gate.passed:
+            check = "then check it as it serves: "
+        else:
+            why = ("--no-gate was given" if not gated else
+                   "the apply could not start it here" if gate is not None else
+                   "this apply did not change it")
+            check = ("then check it before serving it (health, and its output against its own "
+                     f"build's CPU backend: {why}, so this is the correctness gate): ")
+        lines.append(f"start {name}: {how_to_start(root, name, record)}; {check}{verify}")
     return lines
 
 

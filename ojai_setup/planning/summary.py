@@ -95,6 +95,9 @@ class PlanSummary(NamedTuple):
     reboot: bool
     #: of the blocked steps, those blocked only because they wait for another
     steps_waiting: int = 0
+    #: launch scripts the plan writes: the apply checks their routes against the CPU
+    #: (:mod:`ojai_setup.commands.apply_gate`) before it calls them ready
+    routes_written: int = 0
 
     def to_json(self) -> dict:
         return {**self._asdict(), "root_commands": list(self.root_commands),
@@ -140,6 +143,8 @@ class PlanSummary(NamedTuple):
             it = "it is" if own == 1 else "they are"
             parts.append(f"{what}: left out until {it} fixed" if self.steps_changed else
                          f"{what}, so nothing can be applied until {it} fixed")
+        if self.routes_written:
+            parts.append("then its routes are checked against the CPU (--no-gate skips this)")
         if self.reboot:
             parts.append("a reboot follows")
         return "Plan: " + "; ".join(parts) + "."
@@ -151,7 +156,7 @@ def _count(n: int, noun: str) -> str:
 
 def summarize(plan: Plan) -> PlanSummary:
     """Count what ``plan`` will do when applied."""
-    edited = created = links = builds = downloads = unsized = size = 0
+    edited = created = links = builds = downloads = unsized = size = scripts = 0
     estimated = False
     commands: list[str] = []
     users: list[str] = []
@@ -166,6 +171,7 @@ def summarize(plan: Plan) -> PlanSummary:
         a = planned.action
         if isinstance(a, WriteFile):
             edited, created = edited + (a.before is not None), created + (a.before is None)
+            scripts += planned.step == "routes" and a.path.endswith(".sh")
         elif isinstance(a, WriteSecret):
             created += 1
         elif isinstance(a, Symlink):
@@ -198,4 +204,5 @@ def summarize(plan: Plan) -> PlanSummary:
         packages=tuple(packages), builds=builds, downloads=downloads, download_bytes=size,
         download_estimated=estimated,
         downloads_unsized=unsized, reboot=bool(plan.reboot_reasons()),
-        steps_waiting=sum(1 for r in plan.steps if r.status == "blocked" and r.waits_for))
+        steps_waiting=sum(1 for r in plan.steps if r.status == "blocked" and r.waits_for),
+        routes_written=scripts)

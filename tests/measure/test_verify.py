@@ -120,8 +120,9 @@ def test_verify_without_routes_says_how_to_get_them(tmp_path):
 
 
 def test_the_apply_names_verify_as_the_gate_of_each_llama_server_route(tmp_path):
-    """apply starts no server: its last lines say that `ojai verify` is where a llama-server
-    route's output is checked against the CPU before it serves; an NPU route keeps its check."""
+    """A route the apply did not gate (it did not change it): its last lines say that `ojai
+    verify` is where a llama-server route's output is checked against the CPU before it
+    serves; an NPU route keeps its check."""
     from ojai_setup.commands.verify import next_steps
 
     root = Root(tmp_path)

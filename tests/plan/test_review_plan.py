@@ -97,7 +97,8 @@ def test_one_line_counts_the_plan_before_the_question_and_json_has_the_counts(bo
     last = flat(out.rsplit("\n\n", 1)[-1])
     assert last.endswith(
         "Plan: edit 1 file, create 6, add the system user ojai, run 2 commands as root "
-        "(update-grub, systemctl daemon-reload); download about 16.2 GiB; a reboot follows."), out
+        "(update-grub, systemctl daemon-reload); download about 16.2 GiB; then its routes are "
+        "checked against the CPU (--no-gate skips this); a reboot follows."), out
     summary = json.loads(ojai("setup", "--root", box, *MODEL, "--json").stdout)["summary"]
     assert summary["files_edited"] == 1 and summary["files_created"] == 6
     assert summary["root_commands"] == ["update-grub", "systemctl daemon-reload"]
@@ -105,6 +106,7 @@ def test_one_line_counts_the_plan_before_the_question_and_json_has_the_counts(bo
     assert summary["download_estimated"] and 16 * 2**30 < summary["download_bytes"] < 17 * 2**30
     assert summary["reboot"] is True and summary["steps_blocked"] == 0
     assert summary["steps_changed"] == 5
+    assert summary["routes_written"] == 2  # the NPU route's script is not a llama-server's
 
 
 def test_the_count_of_a_plan_with_nothing_to_do_and_of_a_blocked_one(box):

@@ -162,12 +162,22 @@ class ServerInfo(BaseModel):
     synthetic_len: float | None = None
 
 
+def digest_cache_dir() -> Path:
+    """Where :func:`file_sha256` keeps the digests it computed: the invoking user's cache
+    (``$XDG_CACHE_HOME/ojai/digests``, else ``~/.cache/ojai/digests``), never beside the file,
+    whose folder (an install, a model folder) is not ojai's to add files to."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "ojai" / "digests"
+
+
 def file_sha256(path: Path) -> str:
-    """sha256 of a file, cached in ``.<name>.sha256.json`` beside it (keyed by size and mtime)
-    when the folder is writable."""
+    """sha256 of a file, its digest kept in :func:`digest_cache_dir` (keyed by the file's
+    path, device, inode, size and modification time) when that folder can be written."""
     stat = path.stat()
-    key = {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
-    cache = path.with_name(f".{path.name}.sha256.json")
+    real = str(path.resolve())
+    key = {"path": real, "dev": stat.st_dev, "ino": stat.st_ino, "size": stat.st_size,
+           "mtime_ns": stat.st_mtime_ns}
+    cache = digest_cache_dir() / f"{hashlib.sha256(real.encode()).hexdigest()[:32]}.json"
     try:
         cached = json.loads(cache.read_text(encoding="utf-8"))
         if cached.get("key") == key and isinstance(cached.get("sha256"), str):
@@ -180,7 +190,8 @@ def file_sha256(path: Path) -> str:
             digest.update(chunk)
     value = digest.hexdigest()
     try:
-        tmp = cache.with_name(cache.name + ".tmp")
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cache.with_name(f"{cache.name}.{os.getpid()}.tmp")
         tmp.write_text(json.dumps({"key": key, "sha256": value}), encoding="utf-8")
         os.replace(tmp, cache)
     except OSError:
