@@ -660,7 +660,30 @@ def _limit(arms, config: TuneConfig, result: TuneResult) -> None:
         from ojai_setup.facts.bandwidth import measure_bandwidth
 
         bandwidth, source = measure_bandwidth()
-    result.limit = Limit(bytes_per_token=per_token, bandwidth=bandwidth, source=source)
+    result.limit = Limit(bytes_per_token=per_token, bandwidth=bandwidth, source=source,
+                         kv_bytes=_kv_read(model, arms.mtp.script, result.depths))
+
+
+def _kv_read(model: str, script, depths: list[int]) -> dict[int, int]:
+    """The KV cache bytes a plain token reads at each depth: the cache of that many positions
+    (sliding-window layers only their window), of the route's cache type; empty when the
+    model's metadata does not give its KV layout."""
+    from typing import get_args
+
+    from ojai_setup.domain.catalog import CacheType
+    from ojai_setup.domain.deployment import kv_layout
+    from ojai_setup.facts.gguf import read_model_info
+    from ojai_setup.formats.gguf import GGUFError
+
+    try:
+        layout = kv_layout(read_model_info(model))
+    except (GGUFError, OSError):
+        return {}
+    if layout is None:
+        return {}
+    kind = script.value("--cache-type-k", "-ctk") or "f16"
+    cache = kind if kind in get_args(CacheType) else "f16"
+    return {d: layout.bytes_for(d, cache) if d > 0 else 0 for d in depths}
 
 
 def _cell_seeds(bench: BenchConfig, minimum: int) -> tuple[int, ...]:
@@ -1036,7 +1059,7 @@ class TuneReport:
 
 def sweep_table(result: TuneResult):
     """The backend x drafting x depth table: one row a cell, read in one pass at 80 columns.
-    ``gen`` against the plain decoding limit (``limit``), drafted against the same backend's
+    ``gen`` against the plain decoding limit at its depth (``limit``), drafted against the same backend's
     plain at the same depth (``vs plain``); ``*`` marks the choice."""
     from rich import box
     from rich.table import Table
@@ -1047,7 +1070,6 @@ def sweep_table(result: TuneResult):
                          ("depth", "right"), ("prompt", "right"), ("gen", "right"),
                          ("limit", "right"), ("vs plain", "right")):
         table.add_column(col, justify=justify, overflow="fold")
-    limit = result.limit.tokens_per_second if result.limit else None
     choice = result.depth_choice
     order = {b.binary: i for i, b in enumerate(result.backends)}
     cells = sorted(result.cells, key=lambda c: (c.depth, order.get(c.binary, 99), not c.plain))
@@ -1056,6 +1078,7 @@ def sweep_table(result: TuneResult):
                       and x.plain), None)
         chosen = (choice is not None and choice.binary == c.binary and choice.depth == c.depth
                   and choice.drafted == (not c.plain))
+        limit = result.limit.tokens_per_second_at(c.depth) if result.limit else None
         vs = (f"{(c.gen_tps / plain.gen_tps - 1) * 100:+.0f} %" if not c.plain and plain
               and plain.gen_tps and c.gen_tps else "")
         table.add_row("*" if chosen else "", c.backend, c.drafting if not c.error else

@@ -17,8 +17,9 @@ largest such gap:
   fastest at this depth").
 
 The limit for plain decoding is the bytes one token reads (the weights of the layers used,
-:func:`ojai_setup.formats.gguf.weights_read_per_token`) over the memory bandwidth: no plain
-decoder on that memory is faster; drafting can be, since one pass emits several tokens.
+:func:`ojai_setup.formats.gguf.weights_read_per_token`, and the KV cache of the positions before
+it at the depth) over the memory bandwidth: no plain decoder on that memory is faster; drafting
+can be, since one pass emits several tokens.
 """
 
 from __future__ import annotations
@@ -133,17 +134,33 @@ def choose(cells: Sequence[Cell], depth: int, *, own: str, allowed: dict[str, bo
 
 
 class Limit(BaseModel):
-    """The box's limit for plain decoding: bytes a token reads over the memory bandwidth."""
+    """The box's limit for plain decoding: bytes a token reads over the memory bandwidth. A
+    token reads the weights of the layers it uses (``bytes_per_token``) and, at a depth, the
+    KV cache of every position before it (``kv_bytes``: depth -> bytes, from the model's KV
+    layout and the route's cache type), so the limit falls with depth."""
 
     bytes_per_token: int
     bandwidth: float  # bytes per second
     source: str  # "measured: ..." or "given with --bandwidth"
+    #: KV cache bytes a token reads at each depth of the sweep (empty: the layout is unknown)
+    kv_bytes: dict[int, int] = {}
 
     @property
     def tokens_per_second(self) -> float:
         return self.bandwidth / self.bytes_per_token if self.bytes_per_token else 0.0
 
+    def tokens_per_second_at(self, depth: int) -> float:
+        """The limit at ``depth``: weights and that depth's KV cache over the bandwidth."""
+        read = self.bytes_per_token + self.kv_bytes.get(depth, 0)
+        return self.bandwidth / read if read else 0.0
+
     def sentence(self) -> str:
-        return (f"plain decoding limit {self.tokens_per_second:.1f} tokens/s: "
+        text = (f"plain decoding limit {self.tokens_per_second:.1f} tokens/s: "
                 f"{self.bytes_per_token / 1e6:.0f} MB of weights a token over "
                 f"{self.bandwidth / 1e9:.1f} GB/s ({self.source})")
+        deeper = [(d, kv) for d, kv in sorted(self.kv_bytes.items()) if d and kv]
+        if deeper:
+            text += "; with the KV cache read at depth: " + ", ".join(
+                f"{self.tokens_per_second_at(d):.1f} at {d} (+{kv / 1e6:.0f} MB)"
+                for d, kv in deeper)
+        return text

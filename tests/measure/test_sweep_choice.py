@@ -61,6 +61,32 @@ def test_noise_and_limit():
                                 "over 256.0 GB/s (given with --bandwidth)")
 
 
+def test_the_limit_falls_with_the_kv_cache_read_at_depth():
+    limit = Limit(bytes_per_token=16_000_000_000, bandwidth=256e9, source="given with --bandwidth",
+                  kv_bytes={0: 0, 32768: 4_000_000_000})
+    assert limit.tokens_per_second_at(0) == 16.0 and limit.tokens_per_second_at(32768) == 12.8
+    assert limit.sentence().endswith("; with the KV cache read at depth: 12.8 at 32768 (+4000 MB)")
+
+
+def test_the_kv_bytes_a_token_reads_come_from_the_models_layout(tmp_path):
+    from support.tiny_models import write_gemma4_main
+
+    from ojai_setup.commands.tune import _kv_read
+    from ojai_setup.domain.deployment import kv_layout
+    from ojai_setup.facts.gguf import read_model_info
+
+    model = write_gemma4_main(tmp_path / "tiny.gguf")
+    layout = kv_layout(read_model_info(model))
+    assert layout is not None
+    script = LaunchScript("", ("llama-server", "-m", str(model)))
+    read = _kv_read(str(model), script, [0, 1024, 4096])
+    assert read[0] == 0 and 0 < read[1024] < read[4096]
+    assert read[4096] == layout.bytes_for(4096, "f16")
+    q8 = _kv_read(str(model), LaunchScript("", (*script.argv, "-ctk", "q8_0")), [4096])
+    assert q8[4096] == layout.bytes_for(4096, "q8_0") < read[4096]
+    assert _kv_read(str(tmp_path / "missing.gguf"), script, [4096]) == {}
+
+
 def test_depths_are_checked_against_the_routes_context():
     script = LaunchScript("", ("llama-server", "-m", "m.gguf", "--ctx-size", "16384"))
     assert depths_of(script, TuneConfig()) == (16384 - 256 - 64,)

@@ -119,8 +119,9 @@ def render_sweep_plot(result, path: Path) -> Path:
         ax.plot([d for d, _ in points], [v for _, v in points], marker="o",
                 linestyle="-" if drafting == "plain" else "--", label=f"{backend} {drafting}")
     if result.limit:
-        ax.axhline(result.limit.tokens_per_second, color="black", linestyle=":",
-                   label=f"plain decoding limit ({result.limit.bandwidth / 1e9:.0f} GB/s)")
+        depths = sorted({c.depth for c in result.cells}) or [0]
+        ax.plot(depths, [result.limit.tokens_per_second_at(d) for d in depths], color="black",
+                linestyle=":", label=f"plain decoding limit ({result.limit.bandwidth / 1e9:.0f} GB/s)")
     if result.depth_choice and result.depth_choice.gen_tps:
         ax.scatter([result.depth_choice.depth], [result.depth_choice.gen_tps], s=160,
                    facecolors="none", edgecolors="tab:red", label="chosen")
