@@ -201,6 +201,9 @@ class TuneResult(BaseModel):
     limit: Limit | None = None
     #: the choice at the deepest depth asked, with its sentence
     depth_choice: Choice | None = None
+    #: which depth sweep ``cells`` belong to (:func:`_depth_key`): an interrupted sweep run
+    #: again with the same key takes up the cells measured so far
+    depth_key: str | None = None
     sweep_error: str | None = None
     plot: str | None = None
     no_plot: str | None = None
@@ -336,6 +339,39 @@ def _load_progress(path: Path) -> dict[str, BackendResult]:
         return {b["fingerprint"]: BackendResult.model_validate(b) for b in data.get("backends", [])}
     except (OSError, ValueError, KeyError, TypeError):
         return {}
+
+
+class KeptDepths(BaseModel):
+    """The depth sweep an earlier run saved: which sweep (:func:`_depth_key`), its cells
+    measured without error, and its noise."""
+
+    key: str | None = None
+    cells: list[Cell] = []
+    noise: Noise | None = None
+
+
+def _load_depth_progress(path: Path) -> KeptDepths:
+    """The depth sweep the progress file holds, read before this run overwrites the file."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        return KeptDepths(key=data.get("depth_key"),
+                          cells=[c for c in data.get("cells", []) if not c.get("error")],
+                          noise=data.get("noise"))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return KeptDepths()
+
+
+def _depth_key(config: TuneConfig, result: TuneResult, backends: list[BackendResult]) -> str:
+    """What makes two depth sweeps the same: the depths, runs and tokens, and each backend's
+    fingerprint (its binary and the drafting setting its own sweep found)."""
+    def setting(b: BackendResult) -> tuple | None:
+        best = b.best()
+        return None if best is None else (best.kind or b.own_kind, best.g, best.knobs)
+
+    data = {"depths": result.depths, "runs": config.depth_runs, "tokens": config.depth_tokens,
+            "backends": [(b.binary, b.fingerprint, b.long_collapse is None, setting(b))
+                         for b in backends]}
+    return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 def _save_progress(path: Path, result: TuneResult) -> None:
@@ -490,6 +526,7 @@ def run_tune(root: Root, route: str, config: TuneConfig, *, observer: TuneObserv
     if command != "tune":  # bench's sweep keeps its own progress, apart from tune's
         progress_path = progress_path.parent.parent / "bench" / f"{model}-sweep.json"
     previous = _load_progress(progress_path)
+    kept = _load_depth_progress(progress_path)
     budget = Budget(config.max_seconds, 10**12)
     if arms.mtp.script is None:
         raise BenchError(f"route {arms.mtp.name} has no launch script to start it from")
@@ -502,7 +539,7 @@ def run_tune(root: Root, route: str, config: TuneConfig, *, observer: TuneObserv
                               progress_path)
                 _save_progress(progress_path, result)
             if result.depths:
-                _sweep_depths(pool, arms, config, result, budget)
+                _sweep_depths(pool, arms, config, result, budget, progress_path, kept)
                 _save_progress(progress_path, result)
     except CapReached as exc:
         result.stopped = str(exc)
@@ -580,9 +617,12 @@ def installed_backends(root: Root, own: str) -> tuple[str, ...]:
     return (own, *others)
 
 
-def _sweep_depths(pool: ServerPool, arms, config: TuneConfig, result: TuneResult, budget: Budget) -> None:
+def _sweep_depths(pool: ServerPool, arms, config: TuneConfig, result: TuneResult, budget: Budget,
+                  progress_path: Path, kept: KeptDepths) -> None:
     """Plain and drafted servers of every backend that passed the gate, measured at every depth;
-    two identical plain servers of the route's own build give the noise; then the choice."""
+    two identical plain servers of the route's own build give the noise; then the choice. Each
+    server's cells are saved as they are measured; a run of the same sweep after an
+    interruption takes them up instead of measuring them again."""
     from ojai_setup.commands.sweep import backend_label, build_requests, measure, start, stop
     from ojai_setup.domain.sweep import choose, noise_of
 
@@ -594,6 +634,9 @@ def _sweep_depths(pool: ServerPool, arms, config: TuneConfig, result: TuneResult
     tasks = [config.bench.prompts[i % len(config.bench.prompts)].text
              for i in range(max(1, config.depth_runs))]
     result.cells, requests, twin_cells = [], None, None
+    result.depth_key = _depth_key(config, result, backends)
+    same = kept.key == result.depth_key
+    kept_cells, kept_noise = (kept.cells, kept.noise) if same else ([], None)
     _limit(arms, config, result)
     for b in sorted(backends, key=lambda b: b.binary != own):
         label = backend_label(b.binary)
@@ -605,8 +648,15 @@ def _sweep_depths(pool: ServerPool, arms, config: TuneConfig, result: TuneResult
             options.append((f"{kind} {best.g}",
                             cell_script(base, kind, best.knobs, config.synthetic_acceptance)))
         for drafting, script in options:
-            budget.check()
             twin_wanted = drafting == "plain" and b.binary == own and result.noise is None
+            done = [c for c in kept_cells if c.binary == b.binary and c.drafting == drafting]
+            if {c.depth for c in done} == set(result.depths) and (
+                    not twin_wanted or kept_noise is not None):
+                result.cells += sorted(done, key=lambda c: c.depth)  # measured before
+                if twin_wanted:
+                    result.noise = kept_noise
+                continue
+            budget.check()
             pids = []
             try:
                 ep, pid = start(pool, script, f"depth-{label}-{drafting.split()[0]}")
@@ -634,6 +684,7 @@ def _sweep_depths(pool: ServerPool, arms, config: TuneConfig, result: TuneResult
                 a = [x for c in cells.values() for x in c.gen_runs]
                 t = [x for c in twin_cells.values() for x in c.gen_runs]
                 result.noise = noise_of(a, t)
+            _save_progress(progress_path, result)
     depth = max(result.depths)
     allowed = {b.binary: True for b in backends}
     drafting_ok = {b.binary: b.long_collapse is None for b in backends}

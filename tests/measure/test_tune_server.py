@@ -91,6 +91,40 @@ def test_ctrl_c_then_resume_measures_each_length_once(tmp_path, llama_server_bin
     assert not (m.root / "etc/ojai/tuned.toml").exists()  # --no-write
 
 
+def test_ctrl_c_in_the_depth_sweep_then_resume_measures_each_server_once(
+        tmp_path, llama_server_bin, monkeypatch):
+    from ojai_setup.commands import sweep
+
+    m = write_bench_machine(tmp_path / "machine", llama_server_bin)
+    config = _config(lengths=(2,), early_stop=False, write=False, depths=(0, 256),
+                     depth_runs=1, depth_tokens=32)
+    real, calls = sweep.measure, []
+
+    def measure(ep, twin, requests, cells, twin_cells, **kw):
+        calls.append(sorted({c.drafting for c in cells.values()}))
+        if len(calls) == 2 and cut_here:
+            raise KeyboardInterrupt
+        return real(ep, twin, requests, cells, twin_cells, **kw)
+
+    monkeypatch.setattr(sweep, "measure", measure)
+    cut_here = True
+    cut = run_tune(Root(m.root), MODEL, config)
+    assert cut.interrupted and calls == [["plain"], ["draft-mtp 2"]], calls
+    plain = [c for c in cut.cells if c.plain]
+    assert [c.depth for c in plain] == [0, 256] and all(c.gen_tps for c in plain)
+    assert cut.noise is not None and cut.depth_key
+
+    cut_here, calls[:] = False, []
+    done = run_tune(Root(m.root), MODEL, config)
+    assert calls == [["draft-mtp 2"]], calls  # the plain servers' cells were taken up
+    assert not done.interrupted and done.depth_key == cut.depth_key
+    assert [c.model_dump() for c in done.cells if c.plain] == [c.model_dump() for c in plain]
+    assert done.noise == cut.noise
+    assert sorted((c.drafting, c.depth) for c in done.cells) == [
+        ("draft-mtp 2", 0), ("draft-mtp 2", 256), ("plain", 0), ("plain", 256)]
+    assert done.depth_choice is not None
+
+
 def test_a_backend_that_collapses_is_refused_for_drafting(tmp_path, llama_server_bin):
     m = write_bench_machine(tmp_path / "machine", llama_server_bin)
     fake = write_collapsing_backend(tmp_path / "vulkan")
