@@ -31,13 +31,13 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO))
 
-from ojai_setup.commands.bench.campaign import BenchConfig  # noqa: E402
-from ojai_setup.commands.bench.prompts import BUILTIN  # noqa: E402
-from ojai_setup.commands.bench.servers import ServerPool  # noqa: E402
-from ojai_setup.commands.bench import kinds  # noqa: E402
-from ojai_setup.commands.sweep import backend_label, build_requests, measure, start, stop  # noqa: E402
-from ojai_setup.commands.tune import TuneConfig, _script_for, cell_script, run_tune  # noqa: E402
-from ojai_setup.commands.bench.command import find_routes  # noqa: E402
+from ojai_setup.measure.campaign import BenchConfig  # noqa: E402
+from ojai_setup.measure.prompts import BUILTIN  # noqa: E402
+from ojai_setup.measure.servers import ServerPool  # noqa: E402
+from ojai_setup.measure import kinds  # noqa: E402
+from ojai_setup.measure.sweep import backend_label, build_requests, measure, start, stop  # noqa: E402
+from ojai_setup.measure.tune import TuneConfig, _script_for, cell_script, run_tune  # noqa: E402
+from ojai_setup.measure.command import find_routes  # noqa: E402
 from ojai_setup.core.root import Root  # noqa: E402
 from ojai_setup.domain.sweep import Cell  # noqa: E402
 from support.bench_machine import MODEL, write_bench_machine, write_gemma_machine  # noqa: E402

@@ -29,11 +29,11 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO))
 
-from ojai_setup.commands.bench.campaign import BenchConfig  # noqa: E402
-from ojai_setup.commands.bench.command import run_bench  # noqa: E402
-from ojai_setup.commands.bench.prompts import Prompt  # noqa: E402
+from ojai_setup.measure.campaign import BenchConfig  # noqa: E402
+from ojai_setup.measure.command import run_bench  # noqa: E402
+from ojai_setup.measure.prompts import Prompt  # noqa: E402
 from ojai_setup.core.root import Root  # noqa: E402
-from ojai_setup.commands.tune import TuneConfig, replay_sweep, run_tune  # noqa: E402
+from ojai_setup.measure.tune import TuneConfig, replay_sweep, run_tune  # noqa: E402
 from support.bench_machine import MODEL, write_bench_machine  # noqa: E402
 from support.llama import ensure_llama_server  # noqa: E402
 

@@ -3,7 +3,7 @@
     python benchmarks/gate.py [--stride 1] [--threads 2] [--only NAME,...]
 
 Gemma 3 270M Q4_K_M (``tests/support/gemma.py``) on the real CPU llama-server the tests build
-(build 11434, ``tests/support/llama.py``). Every case is one gate (``ojai_setup.commands.gate``):
+(build 11434, ``tests/support/llama.py``). Every case is one gate (``ojai_setup.measure.gate``):
 the reference is the build's CPU backend on the original file (``--device none``), the backend
 under test a server started from a launch script, teacher-forced over the gate's fixed text.
 Printed per case: top-1 agreement, mean and largest KL (nats), the verdict, the seconds each
@@ -29,8 +29,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO))
 
-from ojai_setup.commands.bench.servers import LaunchScript, ServerPool  # noqa: E402
-from ojai_setup.commands.gate import Backend, run_gate, scripts  # noqa: E402
+from ojai_setup.measure.servers import LaunchScript, ServerPool  # noqa: E402
+from ojai_setup.measure.gate import Backend, run_gate, scripts  # noqa: E402
 from support.corrupt_gguf import corrupt_copy  # noqa: E402
 from support.gemma import ensure_gemma  # noqa: E402
 from support.llama import ensure_llama_server  # noqa: E402

@@ -33,9 +33,9 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO))
 
-from ojai_setup.commands.bench.campaign import BenchConfig  # noqa: E402
-from ojai_setup.commands.bench.prompts import Prompt  # noqa: E402
-from ojai_setup.commands.tune import (  # noqa: E402
+from ojai_setup.measure.campaign import BenchConfig  # noqa: E402
+from ojai_setup.measure.prompts import Prompt  # noqa: E402
+from ojai_setup.measure.tune import (  # noqa: E402
     TuneConfig, TuneObserver, is_head, replay_sweep, run_tune)
 from ojai_setup.core.root import Root  # noqa: E402
 from support.gemma import ensure_gemma  # noqa: E402

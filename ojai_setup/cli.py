@@ -551,7 +551,7 @@ def rollback(
                                           remove_downloads=remove_downloads))
 
 
-from ojai_setup.commands.bench.cli import bench_app, tune  # noqa: E402
+from ojai_setup.commands.bench import bench_app, tune  # noqa: E402
 
 app.add_typer(bench_app, name="bench")
 app.command("tune")(tune)

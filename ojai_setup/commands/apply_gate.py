@@ -4,7 +4,7 @@ computes what the CPU computes.
 After ``ojai setup --apply`` has carried out its plan, each llama-server route whose launch script
 this apply wrote, or whose build it installed, is started once from its script on a free port of
 127.0.0.1 and compared with the same build's CPU backend on the same file
-(:func:`ojai_setup.commands.gate.run_gate`, the gate ``ojai verify`` and ``ojai tune`` run), one
+(:func:`ojai_setup.measure.gate.run_gate`, the gate ``ojai verify`` and ``ojai tune`` run), one
 route per model (its plain route where it has one: drafting does not change what the model
 computes). The CPU reference's reading is kept per model digest and build, so a later verify or
 apply reads it instead of computing it again. A route whose program is a script that does not
@@ -35,7 +35,7 @@ class RouteGate(BaseModel):
 
     route: str
     script: str
-    #: :class:`ojai_setup.commands.gate.GateRun` as a document, with ``figures.passed``
+    #: :class:`ojai_setup.measure.gate.GateRun` as a document, with ``figures.passed``
     gate: dict | None = None
     #: why the gate did not run (the build cannot run here); not a failure
     not_run: str | None = None
@@ -98,8 +98,8 @@ def _elf(path: Path) -> bool:
 def gate_route(root: Root, name: str, script_path: str, cache: dict) -> RouteGate:
     """The gate of one route, started from its launch script (in a machine folder, its binary
     and model files found under the folder)."""
-    from ojai_setup.commands.bench.servers import BenchError, LaunchScript
-    from ojai_setup.commands.gate import gate_script
+    from ojai_setup.measure.servers import BenchError, LaunchScript
+    from ojai_setup.measure.gate import gate_script
     from ojai_setup.commands.upgrade import on_build
 
     out = RouteGate(route=name, script=script_path)

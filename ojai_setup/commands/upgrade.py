@@ -3,11 +3,11 @@ owner's routes beside the current build, through the gate's and the bench's own 
 ``current`` switches only when :mod:`ojai_setup.domain.upgrade` says so.
 
 For each route the action names (one of each model) whose launch script runs the current
-build: the correctness gate (:func:`ojai_setup.commands.gate.run_gate`) with the route on the
+build: the correctness gate (:func:`ojai_setup.measure.gate.run_gate`) with the route on the
 new build under test and the current build's CPU backend as the reference; then, when it
 passed, the paired speed check: both builds serve the route as the gate runs it (drafting off,
 one slot, the gate's small context: the two copies of the weights side by side take no more
-memory than needed), and the bench's :class:`~ojai_setup.commands.bench.campaign.Runner` sends
+memory than needed), and the bench's :class:`~ojai_setup.measure.campaign.Runner` sends
 the same prompts to both in alternating order, then to the current build against itself for
 the run's noise. Every server is started here on a free port of 127.0.0.1 and stopped at the
 end; their logs go to ``/var/lib/ojai/upgrade/<build>/``.
@@ -26,11 +26,11 @@ from pathlib import Path, PurePosixPath
 from ojai_setup.apply.executor import register_executor
 from ojai_setup.apply.links import switch_link
 from ojai_setup.apply.outcome import ActionOutcome
-from ojai_setup.commands.bench.campaign import BenchConfig, Runner
-from ojai_setup.commands.bench.client import ClientError
-from ojai_setup.commands.bench.command import new_result
-from ojai_setup.commands.bench.prompts import BUILTIN
-from ojai_setup.commands.bench.servers import (
+from ojai_setup.measure.campaign import BenchConfig, Runner
+from ojai_setup.measure.client import ClientError
+from ojai_setup.measure.command import new_result
+from ojai_setup.measure.prompts import BUILTIN
+from ojai_setup.measure.servers import (
     DRAFT_FLAGS,
     MODEL_FLAGS,
     BenchError,
@@ -39,8 +39,8 @@ from ojai_setup.commands.bench.servers import (
     binary_version,
     free_port,
 )
-from ojai_setup.commands.bench.stats import bootstrap_ci
-from ojai_setup.commands.gate import Backend, install_record, run_gate, scripts
+from ojai_setup.measure.stats import bootstrap_ci
+from ojai_setup.measure.gate import Backend, install_record, run_gate, scripts
 from ojai_setup.core.errors import ApplyError
 from ojai_setup.core.progress import Progress
 from ojai_setup.core.root import Root

@@ -22,7 +22,9 @@ from pydantic import BaseModel
 
 from ojai_setup.commands.terminal import Terminal
 from ojai_setup.core.commandline import ojai_command
-from ojai_setup.core.paths import API_KEY_VARIABLE, FLM_PORT, ROUTES_DIR, UNITS_DIR
+from ojai_setup.core.paths import API_KEY_VARIABLE, ROUTES_DIR, UNITS_DIR
+from ojai_setup.facts.routes import routes_of
+from ojai_setup.measure.stats import expected_tokens, solve_acceptance
 from ojai_setup.core.root import Root
 from ojai_setup.core.status import ExitStatus
 from ojai_setup.domain.gate import MAX_MEAN_KL, MIN_AGREEMENT
@@ -57,7 +59,7 @@ class RouteCheck(BaseModel):
     #: why no speedup is predicted for a drafted route
     no_prediction: str | None = None
     #: the correctness gate against the same build's CPU backend
-    #: (:class:`ojai_setup.commands.gate.GateRun` as a document); None when it did not run
+    #: (:class:`ojai_setup.measure.gate.GateRun` as a document); None when it did not run
     gate: dict | None = None
     #: why the gate did not run (no launch script, ``--no-gate``, ...)
     gate_note: str | None = None
@@ -67,28 +69,6 @@ class RouteCheck(BaseModel):
         """The gate ran and the route does not compute what the CPU computes (or could not
         be read)."""
         return self.gate is not None and not (self.gate.get("figures") or {}).get("passed", False)
-
-
-def expected_tokens(a: float, g: int) -> float:
-    if a >= 1.0:
-        return g + 1.0
-    return (1 - a ** (g + 1)) / (1 - a)
-
-
-def solve_acceptance(e: float, g: int) -> float:
-    """The per-token acceptance ``a`` for which ``expected_tokens(a, g) == e`` (bisection)."""
-    if e <= 1.0:
-        return 0.0
-    if e >= g + 1:
-        return 1.0
-    lo, hi = 0.0, 1.0
-    for _ in range(60):
-        mid = (lo + hi) / 2
-        if expected_tokens(mid, g) < e:
-            lo = mid
-        else:
-            hi = mid
-    return (lo + hi) / 2
 
 
 def predict(timings: dict, g: int | None, cost: float = DRAFT_COST) -> dict:
@@ -143,7 +123,7 @@ def _spec_counters(base: str, headers: dict,
     (a router's: of the route ``model``)."""
     from urllib.parse import quote
 
-    from ojai_setup.commands.bench.client import parse_spec_metrics
+    from ojai_setup.measure.client import parse_spec_metrics
 
     try:
         query = f"?model={quote(model, safe='')}" if model else ""
@@ -157,7 +137,7 @@ def _spec_counters(base: str, headers: dict,
 
 def _kind_note(spec_type: str | None) -> str | None:
     """Why verify predicts nothing for a kind: only MTP heads have a known small draft cost."""
-    from ojai_setup.commands.bench import kinds
+    from ojai_setup.measure import kinds
 
     if spec_type is None or not kinds.drafts(spec_type) or kinds.parts(spec_type) == ("draft-mtp",):
         return None
@@ -268,8 +248,8 @@ def check_embedding_route(name: str, host: str, port: int, *, timeout: float,
 def check_sglang_route(name: str, host: str, port: int, draft_n_max: int | None, *,
                        timeout: float, n_predict: int, api_key: str | None = None) -> RouteCheck:
     """An SGLang route: ``/health``, then one completion through its OpenAI-compatible API,
-    read with its own speculative details (see :mod:`ojai_setup.commands.bench.client`)."""
-    from ojai_setup.commands.bench.client import ClientError, Endpoint
+    read with its own speculative details (see :mod:`ojai_setup.measure.client`)."""
+    from ojai_setup.measure.client import ClientError, Endpoint
 
     endpoint = Endpoint(f"http://{host}:{port}", timeout=max(timeout, 120), api_key=api_key)
     try:
@@ -360,30 +340,6 @@ def check_lemonade_route(root: Root, name: str, record: dict, *, timeout: float,
                           predicted_n=usage.get("completion_tokens"))
     return RouteCheck(route=route, url=base, healthy=True, model_id=model_id,
                       **predict(timings, record.get("draft_n_max")))
-
-
-def routes_of(root: Root) -> dict[str, dict]:
-    from ojai_setup.facts.state import read_state
-
-    records = read_state(root).records
-    routes = {k: v for k, v in records.get("routes", {}).items()
-              if isinstance(v, dict) and "port" in v}
-    npu = records.get("npu")
-    if isinstance(npu, dict) and npu.get("tag"):
-        routes[f"flm {npu['tag']}"] = {"port": npu.get("port", FLM_PORT), "flm_tag": npu["tag"],
-                                         "script": npu.get("script")}
-    lemonade = records.get("lemonade")
-    if isinstance(lemonade, dict) and lemonade.get("model") and _lemonade_installed(root):
-        lengths = lemonade.get("draft_n_max_by_model") or {}
-        for model in lemonade.get("models") or [lemonade["model"]]:  # several: each by name
-            routes[f"lemonade {model}"] = {"lemonade": {
-                **lemonade, "model": model,
-                "draft_n_max": lengths.get(model, lemonade.get("draft_n_max"))}}
-    return routes
-
-
-def _lemonade_installed(root: Root) -> bool:
-    return any(root.which(tool) for tool in ("lemond", "lemonade"))
 
 
 #: below this per-token acceptance the draft head likely does not match the model
@@ -532,8 +488,8 @@ def gate_route(root: Root, name: str, record: dict, check: RouteCheck, *, api_ke
     own binary's CPU backend on the same file, started from the route's launch script."""
     import tempfile
 
-    from ojai_setup.commands.bench.servers import BenchError, LaunchScript
-    from ojai_setup.commands.gate import gate_script
+    from ojai_setup.measure.servers import BenchError, LaunchScript
+    from ojai_setup.measure.gate import gate_script
 
     path = record.get("script")
     if not path:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from support.stream_stand_in import Pace, stream_stand_in
 
-from ojai_setup.commands.bench.campaign import BenchConfig, Runner, finalize
-from ojai_setup.commands.bench.client import Endpoint
-from ojai_setup.commands.bench.command import new_result
+from ojai_setup.measure.campaign import BenchConfig, Runner, finalize
+from ojai_setup.measure.client import Endpoint
+from ojai_setup.measure.command import new_result
 
 
 def _long_run(mtp_pace: Pace, plain_pace: Pace, tokens: int = 600, window: int = 50):

@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ojai_setup.commands.bench.prompts import PromptFileError, load_prompts
-from ojai_setup.commands.bench.servers import BenchError, LaunchScript, set_flag
+from ojai_setup.measure.prompts import PromptFileError, load_prompts
+from ojai_setup.measure.servers import BenchError, LaunchScript, set_flag
 from ojai_setup.domain.launch import render_llama_script
 
 args = st.lists(st.text(st.characters(blacklist_characters="\0", blacklist_categories=("Cs",)), min_size=1,

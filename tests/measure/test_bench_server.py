@@ -14,10 +14,10 @@ from support.llama import llama_server_bin  # noqa: F401 - a fixture
 from support.server import serve
 from typer.testing import CliRunner
 
-from ojai_setup.commands.bench.campaign import BenchConfig, Observer
-from ojai_setup.commands.bench.client import Endpoint
-from ojai_setup.commands.bench.command import load_result, run_bench
-from ojai_setup.commands.bench.prompts import Prompt
+from ojai_setup.measure.campaign import BenchConfig, Observer
+from ojai_setup.measure.client import Endpoint
+from ojai_setup.measure.command import load_result, run_bench
+from ojai_setup.measure.prompts import Prompt
 from ojai_setup.cli import app
 from ojai_setup.core.root import Root
 

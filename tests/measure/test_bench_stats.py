@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ojai_setup.commands.bench.stats import (
+from ojai_setup.measure.stats import (
     acceptance_mle,
     bootstrap_ci,
     detect_collapse,

@@ -20,8 +20,8 @@ from support.tiny_models import tiny_vocab, write_llama_model
 from typer.testing import CliRunner
 
 from ojai_setup.cli import app
-from ojai_setup.commands.bench.servers import LaunchScript, ServerPool
-from ojai_setup.commands.gate import Backend, run_gate, scripts
+from ojai_setup.measure.servers import LaunchScript, ServerPool
+from ojai_setup.measure.gate import Backend, run_gate, scripts
 from ojai_setup.core.root import Root
 from ojai_setup.domain.launch import render_llama_script
 

@@ -22,10 +22,10 @@ from support.server import THREADS, llama_server, serve
 from typer.testing import CliRunner
 
 from ojai_setup.cli import app
-from ojai_setup.commands.bench.campaign import BenchConfig
-from ojai_setup.commands.bench.command import run_bench
-from ojai_setup.commands.bench.prompts import Prompt
-from ojai_setup.commands.tune import TuneConfig, run_tune
+from ojai_setup.measure.campaign import BenchConfig
+from ojai_setup.measure.command import run_bench
+from ojai_setup.measure.prompts import Prompt
+from ojai_setup.measure.tune import TuneConfig, run_tune
 from ojai_setup.core.root import Root
 
 pytestmark = pytest.mark.slow
@@ -136,8 +136,8 @@ def test_bench_by_url_checks_the_pair_and_refuses_a_plain_arm_that_drafts(runnin
 def test_a_plain_arm_without_slots_info_is_refused_by_its_timings(running, tmp_path):
     """The check on the completions themselves: a drafting "plain" arm is refused at its first
     completion even when /slots is not asked (called directly)."""
-    from ojai_setup.commands.bench.campaign import PlainDrafts, Runner
-    from ojai_setup.commands.bench.client import Endpoint
+    from ojai_setup.measure.campaign import PlainDrafts, Runner
+    from ojai_setup.measure.client import Endpoint
 
     runner = Runner(Endpoint(running.url(MODEL)), Endpoint(running.url("gemma-ngram")),
                     BenchConfig(prompts=(Prompt("code", PROMPTS[0][1]),), seeds=(1,), n_predict=24,

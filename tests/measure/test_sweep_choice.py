@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from ojai_setup.commands.bench.servers import BenchError, LaunchScript
-from ojai_setup.commands.tune import TuneConfig, depths_of, installed_backends
+from ojai_setup.measure.servers import BenchError, LaunchScript
+from ojai_setup.measure.tune import TuneConfig, depths_of, installed_backends
 from ojai_setup.core.root import Root
 from ojai_setup.domain.sweep import Cell, Limit, choose, noise_of
 
@@ -71,7 +71,7 @@ def test_the_limit_falls_with_the_kv_cache_read_at_depth():
 def test_the_kv_bytes_a_token_reads_come_from_the_models_layout(tmp_path):
     from support.tiny_models import write_gemma4_main
 
-    from ojai_setup.commands.tune import _kv_read
+    from ojai_setup.measure.tune import _kv_read
     from ojai_setup.domain.deployment import kv_layout
     from ojai_setup.facts.gguf import read_model_info
 

@@ -21,7 +21,7 @@ from typer.testing import CliRunner
 
 from ojai_setup.cli import app
 from ojai_setup.commands.terminal import Terminal
-from ojai_setup.commands.tune import TuneReport, TuneResult
+from ojai_setup.measure.tune import TuneReport, TuneResult
 
 pytestmark = pytest.mark.slow
 

@@ -11,11 +11,11 @@ from support.collapsing_backend import write_collapsing_backend
 from support.llama import llama_server_bin  # noqa: F401 - a fixture
 from typer.testing import CliRunner
 
-from ojai_setup.commands.bench.campaign import BenchConfig
-from ojai_setup.commands.bench.prompts import Prompt
+from ojai_setup.measure.campaign import BenchConfig
+from ojai_setup.measure.prompts import Prompt
 from ojai_setup.cli import app
 from ojai_setup.core.root import Root
-from ojai_setup.commands.tune import TuneConfig, TuneObserver, replay_sweep, run_tune
+from ojai_setup.measure.tune import TuneConfig, TuneObserver, replay_sweep, run_tune
 
 pytestmark = pytest.mark.slow
 
@@ -93,7 +93,7 @@ def test_ctrl_c_then_resume_measures_each_length_once(tmp_path, llama_server_bin
 
 def test_ctrl_c_in_the_depth_sweep_then_resume_measures_each_server_once(
         tmp_path, llama_server_bin, monkeypatch):
-    from ojai_setup.commands import sweep
+    from ojai_setup.measure import sweep
 
     m = write_bench_machine(tmp_path / "machine", llama_server_bin)
     config = _config(lengths=(2,), early_stop=False, write=False, depths=(0, 256),

@@ -11,7 +11,8 @@ from support.server import free_port
 from typer.testing import CliRunner
 
 from ojai_setup.cli import app
-from ojai_setup.commands.verify import expected_tokens, predict, solve_acceptance
+from ojai_setup.commands.verify import predict
+from ojai_setup.measure.stats import expected_tokens, solve_acceptance
 from ojai_setup.core.root import Root
 
 

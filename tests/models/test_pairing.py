@@ -192,7 +192,7 @@ def test_ngram_drafting_has_no_pair_to_prove(tmp_path):
 def test_bench_checks_the_pair_a_route_record_names(tmp_path):
     """bench runs on routes of every kind: it proves a draft model's pair and says that n-gram
     drafting has none."""
-    from ojai_setup.commands.bench.command import BenchError, check_route_pair
+    from ojai_setup.measure.command import BenchError, check_route_pair
     from ojai_setup.core.root import Root
 
     gemma4_main(tmp_path / "models/main.gguf")

@@ -80,7 +80,7 @@ def test_an_unknown_drafting_kind_is_exit_64_with_the_closest(machine, kind, nea
 
 
 def test_a_drafting_kind_in_other_case_is_taken():
-    from ojai_setup.commands.bench.kinds import canonical
+    from ojai_setup.measure.kinds import canonical
 
     assert canonical("Draft-MTP,ngram_mod") == "draft-mtp,ngram-mod"
 

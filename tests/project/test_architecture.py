@@ -27,7 +27,7 @@ def lint(where: Path) -> subprocess.CompletedProcess:
 def test_the_import_contracts_hold():
     result = lint(REPO)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "3 kept, 0 broken" in result.stdout
+    assert "4 kept, 0 broken" in result.stdout
 
 
 def test_the_contracts_name_every_step_and_every_top_level_module():
@@ -36,8 +36,11 @@ def test_the_contracts_name_every_step_and_every_top_level_module():
 
     contracts = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["importlinter"][
         "contracts"]
-    layers = {part.strip() for c in contracts if c["type"] == "layers" for layer in c["layers"]
-              for part in layer.split("|")}
+    def named(prefix: str) -> set[str]:
+        [contract] = [c for c in contracts if c["name"].startswith(prefix)]
+        return {part.strip() for layer in contract["layers"] for part in layer.split("|")}
+
+    layers = named("Layers:")
     independent = {m for c in contracts if c["type"] == "independence" for m in c["modules"]}
     package = REPO / "ojai_setup"
     steps = {f"ojai_setup.steps.{p.stem}" for p in (package / "steps").glob("*.py")
@@ -47,6 +50,9 @@ def test_the_contracts_name_every_step_and_every_top_level_module():
         f"ojai_setup.{p.name}" for p in package.iterdir()
         if p.is_dir() and (p / "__init__.py").exists()}
     assert top == layers
+    measure = {f"ojai_setup.measure.{p.stem}" for p in (package / "measure").glob("*.py")
+               if p.stem != "__init__"}
+    assert named("Measuring") == measure
 
 
 @pytest.mark.parametrize("module, bad_import, contract", [
@@ -56,6 +62,8 @@ def test_the_contracts_name_every_step_and_every_top_level_module():
     ("ojai_setup/boot/grub.py", "from ojai_setup.domain import checks", "Layers"),
     ("ojai_setup/apply/accounts.py", "from ojai_setup.apply import executor", "No import circles"),
     ("ojai_setup/facts/lemonade.py", "from ojai_setup.facts import collect", "No import circles"),
+    ("ojai_setup/measure/stats.py", "from ojai_setup.measure import servers", "Measuring"),
+    ("ojai_setup/measure/servers.py", "from ojai_setup.commands import verify", "Layers"),
 ])
 def test_the_contracts_catch_a_wrong_import(tmp_path, module, bad_import, contract):
     copy = tmp_path / "repo"

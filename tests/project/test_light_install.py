@@ -10,10 +10,10 @@ import sys
 import tomllib
 from pathlib import Path
 
-from ojai_setup.commands.bench.campaign import BenchConfig
-from ojai_setup.commands.bench.command import new_result, save_result
-from ojai_setup.commands.bench.prompts import BUILTIN
-from ojai_setup.commands.bench.report import BenchReport
+from ojai_setup.measure.campaign import BenchConfig
+from ojai_setup.measure.command import new_result, save_result
+from ojai_setup.measure.prompts import BUILTIN
+from ojai_setup.measure.report import BenchReport
 from ojai_setup.commands.terminal import Terminal
 from ojai_setup.core.root import Root
 

@@ -9,14 +9,14 @@ from pathlib import Path
 import pytest
 
 from ojai_setup.apply.tuning import save_route_tuning
-from ojai_setup.commands.bench import kinds
-from ojai_setup.commands.bench.campaign import arm_run
-from ojai_setup.commands.bench.client import Generation, SpecCounters, parse_spec_metrics
-from ojai_setup.commands.bench.prompts import load_prompts, old_format_note
-from ojai_setup.commands.bench.results import ArmRun, Pair
-from ojai_setup.commands.bench.servers import LaunchScript
-from ojai_setup.commands.bench.stats import robust, summarize
-from ojai_setup.commands.tune import (
+from ojai_setup.measure import kinds
+from ojai_setup.measure.campaign import arm_run
+from ojai_setup.measure.client import Generation, SpecCounters, parse_spec_metrics
+from ojai_setup.measure.prompts import load_prompts, old_format_note
+from ojai_setup.measure.results import ArmRun, Pair
+from ojai_setup.measure.servers import LaunchScript
+from ojai_setup.measure.stats import robust, summarize
+from ojai_setup.measure.tune import (
     BackendResult,
     LengthResult,
     TuneConfig,
@@ -139,7 +139,7 @@ def _pair(s: float) -> Pair:
 
 
 def _backend(cells: list[tuple[str, int, list[float]]], confirm: list[float] | None) -> BackendResult:
-    from ojai_setup.commands.tune import refresh_predictions
+    from ojai_setup.measure.tune import refresh_predictions
 
     b = BackendResult(binary="/opt/llama-server", fingerprint="f", own_kind="draft-simple", safe=True)
     for kind, g, speedups in cells:

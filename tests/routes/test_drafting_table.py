@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ojai_setup.commands.bench import kinds
+from ojai_setup.measure import kinds
 from ojai_setup.domain.drafting import DRAFTING_KINDS, NGRAM_TYPES
 from ojai_setup.formats.llama_help import NGRAM_KNOBS, parse_help
 

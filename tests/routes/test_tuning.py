@@ -15,8 +15,8 @@ from ojai_setup.apply.tuning import save_route_tuning
 from ojai_setup.core.paths import TUNED_FILE
 from ojai_setup.facts.tuning import load_tuning
 from ojai_setup.formats.tuning import BackendTuning, RouteTuning, TuningError
-from ojai_setup.commands.tune import LengthResult, BackendResult, refresh_predictions, trend_is_clear
-from ojai_setup.commands.bench.stats import summarize
+from ojai_setup.measure.tune import LengthResult, BackendResult, refresh_predictions, trend_is_clear
+from ojai_setup.measure.stats import summarize
 from support.stand_ins import give_lemonade, give_llama_server
 
 
@@ -98,8 +98,8 @@ def test_early_stop_needs_two_worse_lengths_and_the_model_agreeing():
 def _pair(g: int, base: float, c: float, *, passes: int = 100, accepted_per_pass: int = 1):
     """A pair whose MTP arm drafted ``g`` tokens per pass, each pass costing ``base + g*c``
     plain tokens (the plain arm: 10 ms a token)."""
-    from ojai_setup.commands.bench.results import ArmRun, Pair
-    from ojai_setup.commands.bench.stats import draft_cost
+    from ojai_setup.measure.results import ArmRun, Pair
+    from ojai_setup.measure.stats import draft_cost
 
     tokens = passes * (1 + accepted_per_pass)
     ms = passes * (base + g * c) * 10.0
@@ -116,7 +116,7 @@ def _pair(g: int, base: float, c: float, *, passes: int = 100, accepted_per_pass
 def test_the_fit_finds_a_fixed_cost_per_pass_across_lengths():
     """Passes that cost 1.7 + 0.55*g plain tokens: fitted over several lengths, the base and c
     come back; the classic model (base 1) would overrate the short drafts."""
-    from ojai_setup.commands.tune import fit_model
+    from ojai_setup.measure.tune import fit_model
 
     lengths = [LengthResult(g=g, pairs=[_pair(g, 1.7, 0.55)]) for g in (1, 2, 4, 8)]
     a, c, base = fit_model(lengths)
@@ -130,7 +130,7 @@ def test_the_fit_finds_a_fixed_cost_per_pass_across_lengths():
 
 
 def test_one_length_alone_keeps_the_classic_model():
-    from ojai_setup.commands.tune import fit_model
+    from ojai_setup.measure.tune import fit_model
 
     a, c, base = fit_model([LengthResult(g=3, pairs=[_pair(3, 1.7, 0.55)] * 2)])
     assert base == 1.0 and c == pytest.approx((1.7 + 3 * 0.55 - 1) / 3)

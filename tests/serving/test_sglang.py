@@ -24,10 +24,10 @@ from support.sglang_stand_in import sglang_stand_in
 from typer.testing import CliRunner
 
 from ojai_setup.cli import app
-from ojai_setup.commands.bench.campaign import BenchConfig, Runner, arm_run
-from ojai_setup.commands.bench.client import Endpoint
-from ojai_setup.commands.bench.command import new_result
-from ojai_setup.commands.bench.prompts import BUILTIN
+from ojai_setup.measure.campaign import BenchConfig, Runner, arm_run
+from ojai_setup.measure.client import Endpoint
+from ojai_setup.measure.command import new_result
+from ojai_setup.measure.prompts import BUILTIN
 from ojai_setup.core.paths import GIB
 from ojai_setup.core.root import CommandResult
 from ojai_setup.domain.sglang import (
@@ -392,7 +392,7 @@ def test_models_lists_the_sglang_routes_on_an_instinct_node():
 def test_bench_from_the_records_of_an_sglang_route_says_to_give_the_servers(machine):
     from support.machine_state import record_state
 
-    from ojai_setup.commands.bench.command import BenchError, find_routes
+    from ojai_setup.measure.command import BenchError, find_routes
     from ojai_setup.core.root import Root
 
     root = Root(machine(NODE))

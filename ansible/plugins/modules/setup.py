@@ -168,6 +168,13 @@ options:
       - V(false) leaves them owed; the next apply runs them.
     type: bool
     default: true
+  gate:
+    description:
+      - After the apply, start each llama-server route it wrote once and compare its output with its build's CPU backend
+        before calling it ready; a route that does not compute what the CPU computes fails the task (RV(gates) has the figures).
+      - V(false) leaves that to C(ojai verify).
+    type: bool
+    default: true
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
 attributes:
@@ -204,6 +211,13 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+gates:
+  description:
+    - The correctness gate of each route the apply wrote (C(route), C(passed), the figures under C(gate), or C(not_run) and why).
+    - Also when a route failed it.
+  type: list
+  elements: dict
+  returned: normal mode, unless O(gate=false)
 changed:
   description: Check mode, the plan has changes; normal mode, the apply changed something.
   type: bool
@@ -353,6 +367,7 @@ ARGS = dict(
     api_key_file=dict(type="path"),
     power=dict(type="str", choices=["none", "performance"], default="none"),
     force_handlers=dict(type="bool", default=True),
+    gate=dict(type="bool", default=True),
 )
 
 
@@ -502,6 +517,8 @@ def apply_plan(module, path):
     args = ["setup", "--root", module.params["root"], "--apply", "--plan", path, "--json"]
     if not module.params["force_handlers"]:
         args.append("--no-force-handlers")
+    if not module.params["gate"]:
+        args.append("--no-gate")
     rc, stdout, stderr = run_ojai(module, args)
     report = parse_json(stdout)
     if report is not None and report.get("schema") != "ojai.apply/1":
@@ -517,7 +534,7 @@ def apply_plan(module, path):
                                           report.get("follow_ups_failed", [])],
                          finish_command=report.get("finish_command"),
                          undo_command=report.get("undo_command"),
-                         journal=report.get("journal"))
+                         journal=report.get("journal"), gates=report.get("gates"))
         raise OjaiFailure(clean_message(stderr, stdout), rc=rc, **extra)
     return report
 
@@ -574,6 +591,7 @@ def main():
             journal=report.get("journal"),
             actions=report.get("actions", []),
             ojai_version=report.get("ojai_version"),
+            gates=report.get("gates"),
         )
         result.pop("handlers", None)
         if module._diff:

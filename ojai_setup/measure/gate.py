@@ -27,7 +27,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from ojai_setup.commands.bench.servers import BenchError, LaunchScript, ServerPool, free_port
+from ojai_setup.measure.servers import BenchError, LaunchScript, ServerPool, free_port
 from ojai_setup.core.root import Root
 from ojai_setup.domain.gate import GateFigures, Where, compare, finding, gate_args, reference_args
 from ojai_setup.facts.distributions import DistributionError, Reading, teacher_forced, tokenize
@@ -107,7 +107,7 @@ def install_record(binary: str) -> dict:
 def where_of(root: Root, binary: str | None) -> Where:
     """What a backend ran on, from its install record and the machine's facts (each part
     that cannot be read stays unknown)."""
-    from ojai_setup.commands.bench.servers import binary_version
+    from ojai_setup.measure.servers import binary_version
 
     record = install_record(binary) if binary else {}
     where = Where(binary=binary, backend=record.get("backend"),
@@ -138,7 +138,7 @@ def where_of(root: Root, binary: str | None) -> Where:
 
 
 def _reference_key(reference: LaunchScript, stride: int) -> tuple:
-    from ojai_setup.commands.bench.servers import set_flag
+    from ojai_setup.measure.servers import set_flag
 
     return (reference.preamble, set_flag(reference.argv, ("--port",), None), stride)
 
@@ -155,7 +155,7 @@ def kept_reference_key(reference: LaunchScript, stride: int) -> tuple[dict | Non
     and model path, the stride, the text and K."""
     import hashlib
 
-    from ojai_setup.commands.bench.servers import MODEL_FLAGS, binary_version, file_sha256, set_flag
+    from ojai_setup.measure.servers import MODEL_FLAGS, binary_version, file_sha256, set_flag
     from ojai_setup.domain.gate import TEXT, TOP_K
 
     model = reference.value(*MODEL_FLAGS)

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections import defaultdict
 from pathlib import Path
 
-from ojai_setup.commands.bench.results import BenchResult
-from ojai_setup.commands.bench.stats import bootstrap_ci
+from ojai_setup.measure.results import BenchResult
+from ojai_setup.measure.stats import bootstrap_ci
 
 
 class PlotsMissing(ImportError):
@@ -66,7 +66,7 @@ def render_plot(result: BenchResult, path: Path) -> Path:
         left.legend(fontsize=7, loc="best")
     else:
         left.text(0.5, 0.5, "no finished pairs", ha="center", va="center", transform=left.transAxes)
-    from ojai_setup.commands.bench.kinds import label
+    from ojai_setup.measure.kinds import label
 
     drafted = label(result.kind)
     left.set_ylabel(f"speedup ({drafted} tokens/s / plain tokens/s)")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from ojai_setup.commands.bench.servers import ServerInfo
-from ojai_setup.commands.bench.stats import Collapse, Summary, Verdict
+from ojai_setup.measure.servers import ServerInfo
+from ojai_setup.measure.stats import Collapse, Summary, Verdict
 
 SCHEMA = "ojai.bench/1"
 

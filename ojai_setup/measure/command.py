@@ -17,11 +17,11 @@ from pathlib import Path
 
 from ojai_setup.core.atomic import write_text
 from ojai_setup.core.root import Root
-from ojai_setup.commands.bench.campaign import BenchConfig, Observer, Runner
-from ojai_setup.commands.bench.client import Endpoint
-from ojai_setup.commands.bench.results import BenchResult
-from ojai_setup.commands.bench import kinds
-from ojai_setup.commands.bench.servers import (
+from ojai_setup.measure.campaign import BenchConfig, Observer, Runner
+from ojai_setup.measure.client import Endpoint
+from ojai_setup.measure.results import BenchResult
+from ojai_setup.measure import kinds
+from ojai_setup.measure.servers import (
     DRAFT_FLAGS,
     MODEL_FLAGS,
     BenchError,
@@ -70,7 +70,7 @@ def _url(record: dict) -> str:
 def find_routes(root: Root, route: str | None, *, command: str = "bench") -> Arms:
     """The MTP route and the plain route of one model from ojai's records; ``command`` (bench
     or tune) is the one asking, whose options the errors name."""
-    from ojai_setup.commands.verify import routes_of
+    from ojai_setup.facts.routes import routes_of
     from ojai_setup.core.commandline import closest, ojai_command
 
     routes = {k: v for k, v in routes_of(root).items() if "flm_tag" not in v}
@@ -292,7 +292,7 @@ def save_result(root: Root, result: BenchResult, *, plot: bool = True) -> Path:
         folder = base / f"{name}-{n}"
     folder.mkdir(parents=True)
     if plot:
-        from ojai_setup.commands.bench.plot import PlotsMissing, render_plot
+        from ojai_setup.measure.plot import PlotsMissing, render_plot
 
         try:
             render_plot(result, folder / "plot.png")

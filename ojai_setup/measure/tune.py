@@ -35,12 +35,12 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from ojai_setup.core.atomic import write_text
-from ojai_setup.commands.bench.campaign import BenchConfig, Budget, CapReached, Observer, Runner, finalize
-from ojai_setup.commands.bench.client import Endpoint
-from ojai_setup.commands.bench.command import RouteArm, _bring_up, check_route_pair, find_routes, new_result
-from ojai_setup.commands.bench.results import BenchResult, Pair
-from ojai_setup.commands.bench import kinds
-from ojai_setup.commands.bench.servers import (
+from ojai_setup.measure.campaign import BenchConfig, Budget, CapReached, Observer, Runner, finalize
+from ojai_setup.measure.client import Endpoint
+from ojai_setup.measure.command import RouteArm, _bring_up, check_route_pair, find_routes, new_result
+from ojai_setup.measure.results import BenchResult, Pair
+from ojai_setup.measure import kinds
+from ojai_setup.measure.servers import (
     DRAFT_FLAGS,
     BenchError,
     LaunchScript,
@@ -48,7 +48,7 @@ from ojai_setup.commands.bench.servers import (
     describe_server,
     free_port,
 )
-from ojai_setup.commands.bench.stats import Robust, Summary, predicted_speedup, robust
+from ojai_setup.measure.stats import Robust, Summary, predicted_speedup, robust
 from ojai_setup.core.root import Root
 from ojai_setup.domain.sweep import Cell, Choice, Limit, Noise
 
@@ -91,7 +91,7 @@ class TuneConfig:
     synthetic_acceptance: float | None = None
     write: bool = True
     #: the correctness gate before a binary is measured: a binary whose output differs from
-    #: its own CPU backend's on the route's file is not adopted (``ojai_setup.commands.gate``)
+    #: its own CPU backend's on the route's file is not adopted (``ojai_setup.measure.gate``)
     gate: bool = True
     gate_stride: int = 4
     #: the depths (tokens of context before the task) of the backend x drafting sweep; None:
@@ -194,7 +194,7 @@ class TuneResult(BaseModel):
     written: str | None = None
     stopped: str | None = None
     interrupted: bool = False
-    #: the backend x drafting x depth sweep (:mod:`ojai_setup.commands.sweep`)
+    #: the backend x drafting x depth sweep (:mod:`ojai_setup.measure.sweep`)
     depths: list[int] = []
     cells: list[Cell] = []
     noise: Noise | None = None
@@ -224,7 +224,7 @@ def fit_model(lengths: list[LengthResult]) -> tuple[float | None, float | None, 
     """Pooled per-token acceptance ``a``, draft cost ``c`` and the base cost of a pass.
 
     Each pair gives the cost of one main pass of its MTP arm in plain tokens, ``y``, at the
-    mean draft length ``x`` of that arm (see :func:`~ojai_setup.commands.bench.stats.draft_cost`:
+    mean draft length ``x`` of that arm (see :func:`~ojai_setup.measure.stats.draft_cost`:
     ``y = 1 + c_pair * x``). The classic model prices a pass at ``1 + c*x``; measured over
     several lengths, a pass also has a fixed cost of its own (running the draft head and
     sampling it once per pass: with llama.cpp's CPU build and tiny models, a line through the
@@ -450,7 +450,7 @@ def cell_knobs(kind: str, g: int, config: TuneConfig, *, head_g: int | None = No
 def cell_script(base: LaunchScript, kind: str, knobs: dict[str, int],
                 synthetic: float | None = None) -> LaunchScript:
     """The drafted route's launch script set to one cell: its kind, its knobs, ``--metrics``."""
-    from ojai_setup.commands.bench.command import with_metrics
+    from ojai_setup.measure.command import with_metrics
 
     script = base.with_flag(kinds.SPEC_TYPE_FLAGS, kind)
     if not kinds.has_head(kind):
@@ -549,7 +549,7 @@ def run_tune(root: Root, route: str, config: TuneConfig, *, observer: TuneObserv
     result.finished = datetime.now(timezone.utc).isoformat(timespec="seconds")
     _choose_and_write(root, arms, config, result, progress_path)
     if result.cells:
-        from ojai_setup.commands.bench.plot import PlotsMissing, render_sweep_plot
+        from ojai_setup.measure.plot import PlotsMissing, render_sweep_plot
 
         plot = progress_path.with_name(f"{progress_path.stem}-sweep.png")
         try:
@@ -596,7 +596,7 @@ def depths_of(script: LaunchScript, config: TuneConfig) -> tuple[int, ...]:
 def installed_backends(root: Root, own: str) -> tuple[str, ...]:
     """The route's own binary, then each other backend ojai installed under
     /opt/ojai/llama.cpp (one per backend, by its install record; the newest folder name)."""
-    from ojai_setup.commands.sweep import backend_label
+    from ojai_setup.measure.sweep import backend_label
     from ojai_setup.core.paths import LLAMACPP_DIR
 
     base = root.resolve(LLAMACPP_DIR)
@@ -623,7 +623,7 @@ def _sweep_depths(pool: ServerPool, arms, config: TuneConfig, result: TuneResult
     two identical plain servers of the route's own build give the noise; then the choice. Each
     server's cells are saved as they are measured; a run of the same sweep after an
     interruption takes them up instead of measuring them again."""
-    from ojai_setup.commands.sweep import backend_label, build_requests, measure, start, stop
+    from ojai_setup.measure.sweep import backend_label, build_requests, measure, start, stop
     from ojai_setup.domain.sweep import choose, noise_of
 
     own = arms.mtp.script.argv[0]
@@ -694,7 +694,7 @@ def _sweep_depths(pool: ServerPool, arms, config: TuneConfig, result: TuneResult
 
 def _limit(arms, config: TuneConfig, result: TuneResult) -> None:
     """The plain decoding limit: the route's model's bytes a token over the bandwidth."""
-    from ojai_setup.commands.bench.servers import MODEL_FLAGS
+    from ojai_setup.measure.servers import MODEL_FLAGS
     from ojai_setup.facts.gguf import weights_read_per_token
     from ojai_setup.formats.gguf import GGUFError
 
@@ -765,7 +765,7 @@ def _tune_backend(pool: ServerPool, root: Root, arms, binary: str, config: TuneC
 def _tune_one_backend(pool: ServerPool, root: Root, arms, binary: str, config: TuneConfig, budget: Budget,  # noqa: C901
                       obs: TuneObserver, previous: dict[str, BackendResult], result: TuneResult,
                       progress_path: Path) -> BackendResult:
-    from ojai_setup.commands.bench.servers import binary_version
+    from ojai_setup.measure.servers import binary_version
 
     fp = config.fingerprint(arms.model or "", binary)
     backend = previous.get(fp) or BackendResult(binary=binary, fingerprint=fp)
@@ -906,7 +906,7 @@ def _gate_backend(pool: ServerPool, root: Root, arms, binary: str, plain_ep: End
                   backend: BackendResult, stride: int) -> None:
     """The gate before ``binary`` is measured: its plain server (running or started above)
     against the same binary's CPU backend on the route's file."""
-    from ojai_setup.commands.gate import Backend, run_gate, scripts
+    from ojai_setup.measure.gate import Backend, run_gate, scripts
 
     try:
         _, reference = scripts(_script_for(arms.plain, binary))

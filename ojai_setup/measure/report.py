@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ojai_setup.commands.bench import kinds
-from ojai_setup.commands.bench.campaign import Observer
-from ojai_setup.commands.bench.results import SCHEMA, BenchResult, Pair
+from ojai_setup.measure import kinds
+from ojai_setup.measure.campaign import Observer
+from ojai_setup.measure.results import SCHEMA, BenchResult, Pair
 
 
 def _pct(x: float | None) -> str:

@@ -29,7 +29,7 @@ from pydantic import BaseModel
 
 from ojai_setup.core.errors import OjaiError
 
-from ojai_setup.commands.bench.client import ClientError, Endpoint
+from ojai_setup.measure.client import ClientError, Endpoint
 
 __all__ = ["LaunchScript", "ModelFileInfo", "ServerInfo", "ServerPool", "free_port", "set_flag"]
 
@@ -395,14 +395,14 @@ def describe_server(arm: str, endpoint: Endpoint, *, route: str | None = None,
                       command_from_process=from_process,
                       metrics=bool(props.get("endpoint_metrics")) and endpoint.metrics() is not None)
     if argv:
-        from ojai_setup.commands.bench.kinds import version_of_build_info
+        from ojai_setup.measure.kinds import version_of_build_info
 
         info.binary = argv[0]
         info.version = binary_version(argv[0]) or version_of_build_info(info.build_info)
         info.models = describe_models(argv)
         _speculative_settings(argv, info)
     elif info.model_path:
-        from ojai_setup.commands.bench.kinds import version_of_build_info
+        from ojai_setup.measure.kinds import version_of_build_info
 
         info.version = version_of_build_info(info.build_info)
         real = Path(info.model_path)

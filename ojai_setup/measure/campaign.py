@@ -22,10 +22,10 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
-from ojai_setup.commands.bench import kinds
-from ojai_setup.commands.bench.client import Endpoint, Generation, SpecCounters
-from ojai_setup.commands.bench.prompts import BUILTIN, LONG_PROMPT, Prompt
-from ojai_setup.commands.bench.results import (
+from ojai_setup.measure import kinds
+from ojai_setup.measure.client import Endpoint, Generation, SpecCounters
+from ojai_setup.measure.prompts import BUILTIN, LONG_PROMPT, Prompt
+from ojai_setup.measure.results import (
     ArmRun,
     BenchResult,
     ConcurrencyPoint,
@@ -37,8 +37,8 @@ from ojai_setup.commands.bench.results import (
     Scoring,
     Temperature0,
 )
-from ojai_setup.commands.bench.servers import BenchError, ServerInfo
-from ojai_setup.commands.bench.stats import (
+from ojai_setup.measure.servers import BenchError, ServerInfo
+from ojai_setup.measure.stats import (
     acceptance_mle,
     detect_collapse,
     draft_cost,

@@ -15,7 +15,7 @@ bench_app = typer.Typer(
     help="Measure what drafting really buys: paired runs drafted (MTP, a draft model, n-gram) vs "
          "plain, a long generation, parallel streams. `ojai bench compare A B` shows what changed between two saved runs.")
 
-#: the one prompt-file format of bench and tune (commands/bench/prompts.py)
+#: the one prompt-file format of bench and tune (measure/prompts.py)
 PROMPTS_HELP = ("Your prompts: text with one prompt per paragraph (blank lines between them), "
                 "or JSON lines {\"id\", \"prompt\"} in a .jsonl file")
 
@@ -68,11 +68,11 @@ def bench(
         return
     from ojai_setup.core.root import Root
     from ojai_setup.commands.terminal import Terminal
-    from ojai_setup.commands.bench.campaign import PARTS, BenchConfig
-    from ojai_setup.commands.bench.command import run_bench
-    from ojai_setup.commands.bench.prompts import BUILTIN, PromptFileError, load_prompts
-    from ojai_setup.commands.bench.report import BenchReport, LiveObserver
-    from ojai_setup.commands.bench.servers import BenchError
+    from ojai_setup.measure.campaign import PARTS, BenchConfig
+    from ojai_setup.measure.command import run_bench
+    from ojai_setup.measure.prompts import BUILTIN, PromptFileError, load_prompts
+    from ojai_setup.measure.report import BenchReport, LiveObserver
+    from ojai_setup.measure.servers import BenchError
 
     term = Terminal(json_mode=json_out)
     try:
@@ -81,7 +81,7 @@ def bench(
         term.error(str(exc))
         raise typer.Exit(ExitStatus.USAGE) from None
     if depth or binary:
-        from ojai_setup.commands.tune import TuneConfig, TuneReport, bench_sweep_config, run_tune
+        from ojai_setup.measure.tune import TuneConfig, TuneReport, bench_sweep_config, run_tune
 
         sweep = TuneConfig(binaries=tuple(binary or ()), depths=tuple(depth) if depth else None,
                            long_tokens=long_tokens, max_seconds=max_minutes * 60,
@@ -135,9 +135,9 @@ def bench_compare(
     """Show what changed between two saved runs: headline figures, settings, servers."""
     from ojai_setup.core.root import Root
     from ojai_setup.commands.terminal import Terminal
-    from ojai_setup.commands.bench.command import load_result, resolve_run
-    from ojai_setup.commands.bench.report import CompareReport, compare
-    from ojai_setup.commands.bench.servers import BenchError
+    from ojai_setup.measure.command import load_result, resolve_run
+    from ojai_setup.measure.report import CompareReport, compare
+    from ojai_setup.measure.servers import BenchError
 
     term = Terminal(json_mode=json_out)
     try:
@@ -204,12 +204,12 @@ def tune(
 
     from ojai_setup.core.root import Root
     from ojai_setup.commands.terminal import Terminal
-    from ojai_setup.commands.tune import TuneConfig, TuneReport, run_tune
+    from ojai_setup.measure.tune import TuneConfig, TuneReport, run_tune
     from ojai_setup.formats.tuning import TuningError
-    from ojai_setup.commands.bench.prompts import BUILTIN, PromptFileError, load_prompts
-    from ojai_setup.commands.bench.servers import BenchError
+    from ojai_setup.measure.prompts import BUILTIN, PromptFileError, load_prompts
+    from ojai_setup.measure.servers import BenchError
 
-    from ojai_setup.commands.bench.kinds import canonical
+    from ojai_setup.measure.kinds import canonical
 
     try:
         kind = [canonical(k) for k in kind or ()]
@@ -222,7 +222,7 @@ def tune(
         term.error(str(exc))
         raise typer.Exit(ExitStatus.USAGE) from None
     if prompts:
-        from ojai_setup.commands.bench.prompts import old_format_note
+        from ojai_setup.measure.prompts import old_format_note
 
         note = old_format_note(prompts)
         if note:

@@ -7,7 +7,7 @@
   acceptance rates, and the mean length a set of synthetic rates implies;
 - the draft cost ``c`` of the speculative-decoding model from the timings of a pair, and the
   speedup the model predicts (Leviathan et al., 2023): ``S = E / (g*c + 1)`` with
-  ``E = (1 - a**(g+1)) / (1 - a)`` (:func:`ojai_setup.verify.expected_tokens`);
+  ``E = (1 - a**(g+1)) / (1 - a)`` (:func:`expected_tokens`);
 - throughput over position windows of a long generation and collapse detection;
 - the first position where two outputs differ.
 """
@@ -20,7 +20,6 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel, ConfigDict
 
-from ojai_setup.commands.verify import expected_tokens, solve_acceptance
 
 __all__ = [
     "Collapse",
@@ -43,6 +42,28 @@ __all__ = [
     "verdict",
     "window_rates",
 ]
+
+
+def expected_tokens(a: float, g: int) -> float:
+    if a >= 1.0:
+        return g + 1.0
+    return (1 - a ** (g + 1)) / (1 - a)
+
+
+def solve_acceptance(e: float, g: int) -> float:
+    """The per-token acceptance ``a`` for which ``expected_tokens(a, g) == e`` (bisection)."""
+    if e <= 1.0:
+        return 0.0
+    if e >= g + 1:
+        return 1.0
+    lo, hi = 0.0, 1.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        if expected_tokens(mid, g) < e:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
 
 
 class _Frozen(BaseModel):
@@ -217,7 +238,7 @@ def draft_cost(*, mtp_predicted_n: int, mtp_predicted_ms: float, draft_n: int, d
 def predicted_speedup(a: float, g: int, c: float, base: float = 1.0) -> float:
     """``E(a, g) / (base + g*c)``: a drafting pass priced at ``base`` plain tokens plus ``c`` per
     drafted token; ``base`` is 1 in the classic model, more where each pass has a fixed cost of
-    its own (see :func:`ojai_setup.commands.tune.fit_model`)."""
+    its own (see :func:`ojai_setup.measure.tune.fit_model`)."""
     return expected_tokens(a, g) / (g * c + base)
 
 

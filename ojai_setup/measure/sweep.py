@@ -18,8 +18,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from ojai_setup.commands.bench.client import ClientError, Endpoint
-from ojai_setup.commands.bench.servers import BenchError, LaunchScript, ServerPool, free_port
+from ojai_setup.measure.client import ClientError, Endpoint
+from ojai_setup.measure.servers import BenchError, LaunchScript, ServerPool, free_port
 from ojai_setup.domain.sweep import Cell, median_or_none
 
 #: the context a depth's prompt is built from (repeated as needed): fixed prose and code
@@ -43,7 +43,7 @@ def backend_label(binary: str) -> str:
 
 
 def filler_text() -> str:
-    from ojai_setup.commands.bench.prompts import BUILTIN, LONG_PROMPT
+    from ojai_setup.measure.prompts import BUILTIN, LONG_PROMPT
     from ojai_setup.domain.gate import TEXT
 
     return "\n\n".join([TEXT, LONG_PROMPT.text, *(p.text for p in BUILTIN)])
