@@ -113,13 +113,14 @@ def gate_route(root: Root, name: str, script_path: str, cache: dict) -> RouteGat
     if binary is None or not binary.is_file() or not os.access(binary, os.X_OK):
         out.not_run = f"{script.argv[0]} is not a program on this machine"
         return out
+    program = script.argv[0]  # as the machine names it
     if not root.is_host:
         script = on_build(root, script, binary)
     with tempfile.TemporaryDirectory(prefix="ojai-gate-") as tmp:
         run = gate_script(script, name, Path(tmp), stride=STRIDE, root=root,
                           ready_timeout=READY_TIMEOUT, cache=cache)
     if run.figures is None and not _elf(binary):
-        out.not_run = (f"{script.argv[0]} is a script, not a llama-server build, and it did not "
+        out.not_run = (f"{program} is a script, not a llama-server build, and it did not "
                        f"serve ({run.error})")
         return out
     out.gate = run.model_dump(mode="json")

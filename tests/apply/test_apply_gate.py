@@ -129,3 +129,28 @@ def test_no_gate_leaves_it_to_verify(machine, tmp_path, fake_github: FakeGitHub,
     out = flat(applied.stdout)
     assert "gate:" not in out
     assert "--no-gate was given, so this is the correctness gate" in out
+
+
+def test_a_stand_in_that_does_not_serve_is_not_gated_and_verify_is_named(
+        machine, tmp_path, fake_hub: FakeHub):
+    """A captured machine's llama-server stand-in answers only --help: the apply says the
+    route was not gated (not that it failed) and leaves the gate to `ojai verify`."""
+    from support.stand_ins import give_llama_server
+
+    root = machine("ojai-fresh")
+    give_llama_server(root, "gfx1150")
+    pair = write_mtp_pair(tmp_path / "published")
+    fake_hub.add_path(REPO, pair.main.name, pair.main)
+    fake_hub.add_path(REPO, pair.draft.name, pair.draft)
+    catalog = tmp_path / "catalog.toml"
+    catalog.write_text(route_toml(ROUTE, REPO, pair.main, pair.draft))
+    setup = ["setup", "--root", root, "--no-npu", "--catalog", catalog, "--llamacpp", "none",
+             "--model", ROUTE, "--apply", "--yes"]
+    applied = ojai(*setup)
+    assert applied.exit_code == 0, applied.output
+    out = flat(applied.stdout)
+    assert f"gate: {ROUTE}: not gated: /opt/ojai/llama.cpp/current/llama-server is a script, not " \
+           "a llama-server build, and it did not serve" in out, out
+    assert f"start {ROUTE}: /opt/ojai/routes/{ROUTE}.sh; then check it before serving it " \
+           "(health, and its output against its own build's CPU backend: the apply could not " \
+           "start it here, so this is the correctness gate)" in out, out
