@@ -22,6 +22,9 @@ import pytest
 from support.ansible_run import Run, collections, play  # noqa: F401  (collections: fixture)
 from support.vm import ensure_wheelhouse
 
+# each runs ansible-playbook (a second or more of processor time): the fast loop leaves them to CI
+pytestmark = pytest.mark.slow
+
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 PLUGINS = Path(__file__).parents[1] / "support" / "ansible_plugins"
@@ -368,7 +371,6 @@ ROLE_PLAY = """
 """
 
 
-@pytest.mark.slow
 def test_role_installs_applies_and_reboots_one_host_at_a_time(tmp_path, collections):
     """The role over three hosts, serial 1: ojai installed from a wheel the controller
     provides into each host's own virtualenv, planned, applied, rebooted only where the apply

@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from support.fake_github import (  # noqa: F401 - fake_github is a fixture
     Entry,
     FakeGitHub,
@@ -26,6 +28,9 @@ from typer.testing import CliRunner
 
 from ojai_setup.cli import app
 from ojai_setup.domain.nightly import asset_name
+
+# real llama-servers for each gate: the fast loop leaves them to CI
+pytestmark = pytest.mark.slow
 
 REPO = "ojai-test/tiny-gemma4-GGUF"
 ROUTE = "tiny"

@@ -11,6 +11,8 @@ import json
 import os
 from pathlib import Path
 
+import pytest
+
 from support.fake_github import (  # noqa: F401 - fake_github is a fixture
     UPSTREAM_REPO,
     FakeGitHub,
@@ -28,6 +30,9 @@ from typer.testing import CliRunner
 from ojai_setup.cli import app
 from ojai_setup.domain.nightly import asset_name
 from ojai_setup.formats.tuning import RouteTuning, Tuning, render_tuning
+
+# real llama-server probes and gated applies: the fast loop leaves them to CI
+pytestmark = pytest.mark.slow
 
 BASE = "/opt/ojai/llama.cpp"
 REPO = "ojai-test/tiny-gemma4-GGUF"

@@ -9,6 +9,9 @@ from ojai_setup.measure.campaign import BenchConfig, Runner, finalize
 from ojai_setup.measure.client import Endpoint
 from ojai_setup.measure.command import new_result
 
+# streams paced in real time: the fast loop leaves them to CI
+pytestmark = pytest.mark.slow
+
 
 def _long_run(mtp_pace: Pace, plain_pace: Pace, tokens: int = 600, window: int = 50):
     config = BenchConfig(long_tokens=tokens, long_window=window, parts=("long",))

@@ -18,6 +18,9 @@ import pytest
 from ojai_setup.core.asking import NETWORK_TIMEOUT
 from support.terminal import Window
 
+# each waits out a silent server's timeout (seconds of waiting): the fast loop leaves them to CI
+pytestmark = pytest.mark.slow
+
 OJAI = str(Path(sys.executable).parent / "ojai")
 
 
