@@ -129,19 +129,27 @@ def gate_route(root: Root, name: str, script_path: str, cache: dict) -> RouteGat
     return out
 
 
-def gate_applied(root: Root, plan, progress: Progress) -> list[RouteGate]:
-    """The gate of every route the applied ``plan`` wrote or moved to a new build."""
+def gate_applied(root: Root, plan, progress: Progress) -> tuple[list[RouteGate], bool]:
+    """The gate of every route the applied ``plan`` wrote or moved to a new build, and
+    whether Ctrl-C (or SIGTERM) stopped it: the servers it started are stopped, and the routes
+    it did not finish are said to be not gated."""
     build_changed = any(r.step == "llama.cpp" and r.status == "change" for r in plan.steps)
     routes = routes_to_gate(root, written_scripts(plan), build_changed)
     if not routes:
-        return []
+        return [], False
     cache: dict = {}
-    out = []
+    out: list[RouteGate] = []
     task = progress.task("check each route against the CPU (correctness gate)", total=len(routes))
     try:
         for name, path in routes.items():
             out.append(gate_route(root, name, path, cache))
             task.advance(1)
+    except KeyboardInterrupt:
+        done = {g.route for g in out}
+        out += [RouteGate(route=name, script=path, not_run="the gate was stopped (Ctrl-C) "
+                          "before it checked this route")
+                for name, path in routes.items() if name not in done]
+        return out, True
     finally:
         task.done()
-    return out
+    return out, False

@@ -278,14 +278,18 @@ def _apply_locked(term: Terminal, root: Root, settings: Settings, *, yes: bool, 
     ready = [r.step for r in after.steps if r.step in left_out and r.status == "change"]
     waiting = "; ".join(p for p in (after.left_out(), ", ".join(ready) + (
         " can be applied now" if ready else "")) if p) if not leftover else ""
-    gates = None
+    gates, gate_stopped = None, False
     if gate:
         from ojai_setup.commands.apply_gate import gate_applied
 
-        gates = gate_applied(root, plan, term.progress())
+        if stop is not None:  # the change is done: a signal now stops the gate, not the apply
+            stop.stop_again()
+        gates, gate_stopped = gate_applied(root, plan, term.progress())
+        if stop is not None:
+            stop.hold()
     wrong = [g for g in gates or () if g.passed is False]
-    code = ExitStatus.FAILED if leftover or wrong else (
-        ExitStatus.INCOMPLETE if waiting else ExitStatus.OK)
+    code = ExitStatus.FAILED if leftover or wrong else ExitStatus.INTERRUPTED if gate_stopped \
+        else ExitStatus.INCOMPLETE if waiting else ExitStatus.OK
     term.show(ApplyReport(plan, result, root, journal=_journal_path(root, result.journal),
                           exit_code=int(code), waiting=waiting,
                           again=applied_settings.command("--apply", root=root_arg),

@@ -159,3 +159,23 @@ def test_a_stand_in_that_does_not_serve_is_not_gated_and_verify_is_named(
     assert f"start {ROUTE}: /opt/ojai/routes/{ROUTE}.sh; then check it before serving it " \
            "(health, and its output against its own build's CPU backend: the apply could not " \
            "start it here, so this is the correctness gate)" in out, out
+
+
+def test_ctrl_c_during_the_gate_keeps_the_apply_and_says_what_was_not_checked(
+        machine, tmp_path, fake_github: FakeGitHub, fake_hub: FakeHub, llama_server_bin: Path,
+        monkeypatch):
+    from ojai_setup.commands import apply_gate
+
+    def stopped(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(apply_gate, "gate_route", stopped)
+    setup = a_box(machine, tmp_path, fake_github, fake_hub, llama_server_bin)
+    applied = ojai(*setup)
+    assert applied.exit_code == 130, applied.output
+    out = flat(applied.stdout)
+    assert "applied: changed" in out  # the apply itself finished and is kept
+    assert f"gate: {ROUTE}: not gated: the gate was stopped (Ctrl-C) before it checked this " \
+           "route; check it with `ojai verify`" in out, out
+    root = Path(setup[setup.index("--root") + 1])
+    assert (root / f"opt/ojai/routes/{ROUTE}.sh").is_file()
