@@ -15,6 +15,7 @@ import pytest
 from support.fake_hub import FakeHub, announce_route, fake_hub  # noqa: F401 - fake_hub is a fixture
 from support.gguf_files import attention_model
 from support.machine_state import store_capture
+from support.models_disk import ojai_with_models_disk
 from support.server import free_port
 from support.stand_ins import give_lemonade, give_llama_server
 from typer.testing import CliRunner
@@ -52,6 +53,15 @@ def own(tmp_path, fake_hub: FakeHub) -> str:
 def plan(root: Path, *args: object) -> tuple[dict, int]:
     result = ojai("setup", "--root", root, "--llamacpp", "none", "--no-npu", "--json", *args)
     return json.loads(result.stdout), result.exit_code
+
+
+def plan_on_box_disk(root: Path, *args: object) -> tuple[dict, int]:
+    """:func:`plan` for two large catalog routes (about 35 GB to download): the machine's models
+    folder on a 1 TB filesystem of its own, so the plan does not hang on the host's free space."""
+    done = ojai_with_models_disk(root, "setup", "--root", str(root), "--llamacpp", "none",
+                                 "--no-npu", "--json", *map(str, args))
+    assert done.stdout, done.stderr
+    return json.loads(done.stdout), done.returncode
 
 
 def step(data: dict, name: str) -> dict:
@@ -101,8 +111,8 @@ def test_an_own_gguf_and_a_catalog_route_are_one_deployment_behind_one_port(box,
 
 
 def test_routes_that_do_not_fit_together_load_on_demand(box, own):
-    data, _ = plan(box, "--model", "gemma-4-26b-a4b", "--model", "qwen3.6-27b",
-                   "--gpu-memory", "24")
+    data, _ = plan_on_box_disk(box, "--model", "gemma-4-26b-a4b", "--model", "qwen3.6-27b",
+                               "--gpu-memory", "24")
     routes = step(data, "routes")
     assert routes["status"] == "change", routes
     assert ("at most 1 loaded at once (--models-max 1); gemma-4-26b-a4b-mtp loaded at start, "
@@ -144,8 +154,8 @@ def test_each_name_is_resolved_and_an_unknown_one_named(box, own):
 
 def test_lemonade_gets_every_route_and_max_loaded_models(box, own):
     config = give_lemonade(box, ("systemctl restart lemond",))
-    data, _ = plan(box, "--model", own, "--model", "gemma-4-26b-a4b", "--model", "qwen3.6-27b",
-                   "--gpu-memory", "24")
+    data, _ = plan_on_box_disk(box, "--model", own, "--model", "gemma-4-26b-a4b",
+                               "--model", "qwen3.6-27b", "--gpu-memory", "24")
     lemonade = step(data, "lemonade")
     assert lemonade["status"] == "change", lemonade
     assert "max_loaded_models 1" in lemonade["sentence"]
