@@ -54,7 +54,7 @@ from pydantic import (
 
 from ojai_setup.core.errors import InputError
 from ojai_setup.core.paths import GIB
-from ojai_setup.domain.drafting import NGRAM_TYPE_KNOBS
+from ojai_setup.domain.drafting import NGRAM_TYPE_KNOBS, is_ngram_type, words_of
 from ojai_setup.core.units import gib_text
 from ojai_setup.formats.gguf import MtpKind, PairKind
 
@@ -299,7 +299,7 @@ class Route(_Model):
             raise ValueError("spec_type draft-mtp needs MTP heads: set mtp = 'sidecar' or 'in_file'")
         if self.mtp is not None and "draft-mtp" not in types:
             raise ValueError("a route with MTP heads drafts with them: spec_type must include draft-mtp")
-        models = [t for t in types if not t.startswith("ngram-")]
+        models = [t for t in types if not is_ngram_type(t)]
         if len(models) > 1:
             raise ValueError(f"spec_type {self.spec_type!r} chains {len(models)} model drafters; "
                              "chain one with n-gram types")
@@ -366,7 +366,7 @@ class Route(_Model):
     @property
     def model_drafted(self) -> bool:
         """Drafting reads ``--spec-draft-n-max`` (an MTP head or a draft model drafts)."""
-        return any(not t.startswith("ngram-") for t in self.spec_types)
+        return any(not is_ngram_type(t) for t in self.spec_types)
 
     @property
     def drafting(self) -> str:
@@ -379,12 +379,10 @@ class Route(_Model):
         for t in self.spec_types:
             if t == "draft-mtp":
                 words.append("MTP " + ("sidecar" if self.mtp == "sidecar" else "in-file"))
-            elif t == "draft-simple":
-                words.append("self-draft" if self.self_draft else "draft model")
-            elif t.startswith("ngram-"):
-                words.append(f"n-gram ({t})")
+            elif t == "draft-simple" and self.self_draft:
+                words.append("self-draft")
             else:
-                words.append(t)
+                words.append(words_of(t))
         return " + ".join(words)
 
     @property

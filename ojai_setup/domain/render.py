@@ -31,7 +31,13 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ojai_setup.core.errors import InputError
-from ojai_setup.domain.drafting import MAY_TAKE_DRAFT_FILE, MODEL_DRAFTED, NEEDS_DRAFT_FILE
+from ojai_setup.domain.drafting import (
+    MAY_TAKE_DRAFT_FILE,
+    MODEL_DRAFTED,
+    NEEDS_DRAFT_FILE,
+    is_ngram_type,
+    words_of,
+)
 from ojai_setup.formats.llama_help import (
     DRAFT_CACHE_K_FLAGS,
     DRAFT_CACHE_V_FLAGS,
@@ -54,19 +60,7 @@ def spec_types_of(spec_type: str) -> tuple[str, ...]:
 def drafting_kind(spec_type: str) -> str:
     """What drafts, in the words plans and reports use: ``MTP``, ``draft model``,
     ``n-gram (ngram-simple)``, chained types joined by `` + ``; ``none`` for no drafting."""
-    words = []
-    for t in spec_types_of(spec_type):
-        if t == "none":
-            continue
-        if t == "draft-mtp":
-            words.append("MTP")
-        elif t == "draft-simple":
-            words.append("draft model")
-        elif t.startswith("ngram-"):
-            words.append(f"n-gram ({t})")
-        else:
-            words.append(t)
-    return " + ".join(words) or "none"
+    return " + ".join(words_of(t) for t in spec_types_of(spec_type) if t != "none") or "none"
 
 #: ``--load-mode`` values expressed with the older ``--no-mmap`` / ``--mlock`` flags
 _LEGACY_LOAD_MODES: dict[str, tuple[str, ...]] = {
@@ -158,7 +152,7 @@ class Route(BaseModel):
         if unknown:
             raise ValueError(f"unknown n-gram knob(s) {', '.join(unknown)} (known: "
                              f"{', '.join(NGRAM_KNOBS)})")
-        if self.ngram and not any(t.startswith("ngram-") for t in types):
+        if self.ngram and not any(is_ngram_type(t) for t in types):
             raise ValueError("ngram knobs need an ngram-* spec_type")
         if any(v < 0 for v in self.ngram.values()):
             raise ValueError("n-gram knobs are counts of tokens: 0 or more")
@@ -374,7 +368,7 @@ class _Renderer:
 
     def _ngram_knobs(self) -> None:
         """Each knob, for every n-gram type of the route that reads it (in the route's order)."""
-        ngram_types = [t for t in self.route.spec_types if t.startswith("ngram-")]
+        ngram_types = [t for t in self.route.spec_types if is_ngram_type(t)]
         for knob in NGRAM_KNOBS:
             if knob not in self.route.ngram:
                 continue

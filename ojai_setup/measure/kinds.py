@@ -13,7 +13,14 @@ from __future__ import annotations
 
 import re
 
-from ojai_setup.domain.drafting import DRAFTING_KINDS, KNOWN_TYPES, NGRAM_TYPES
+from ojai_setup.domain.drafting import (
+    DRAFTING_KINDS,
+    KNOWN_TYPES,
+    NGRAM_TYPES,
+    arm_of,
+    is_model_type,
+    is_ngram_type,
+)
 
 __all__ = ["KNOWN_TYPES", "NGRAM_TYPES", "canonical", "drafts", "has_head", "is_ngram",
            "knob_flag", "label", "parts", "version_of_build_info"]
@@ -54,12 +61,12 @@ def drafts(spec_type: str | None) -> bool:
 def is_ngram(spec_type: str | None) -> bool:
     """Only n-gram drafting: no draft head, no draft model."""
     p = parts(spec_type)
-    return bool(p) and all(x.startswith("ngram-") for x in p)
+    return bool(p) and all(is_ngram_type(x) for x in p)
 
 
 def has_head(spec_type: str | None) -> bool:
     """A draft head or draft model among the kinds (the geometric acceptance model fits it)."""
-    return any(x.startswith("draft-") for x in parts(spec_type))
+    return any(is_model_type(x) for x in parts(spec_type))
 
 
 def label(spec_type: str | None) -> str:
@@ -68,16 +75,14 @@ def label(spec_type: str | None) -> str:
     p = parts(spec_type)
     if not p:
         return "drafted"
-    if p == ("draft-mtp",):
-        return "MTP"
-    return ",".join(p)
+    return arm_of(p[0]) if len(p) == 1 else ",".join(p)
 
 
 def knob_flag(kind: str) -> str | None:
     """The flag that sets how many tokens ``kind`` (one ``--spec-type`` value) drafts."""
     row = DRAFTING_KINDS.get(kind)
     if row is None:  # a kind of a newer build: its family's flag, as build 11434 names it
-        return "--spec-draft-n-max" if kind.startswith("draft-") else None
+        return "--spec-draft-n-max" if is_model_type(kind) else None
     return row.length_flag
 
 

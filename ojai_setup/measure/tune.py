@@ -40,6 +40,7 @@ from ojai_setup.measure.client import Endpoint
 from ojai_setup.measure.command import RouteArm, _bring_up, check_route_pair, find_routes, new_result
 from ojai_setup.measure.results import BenchResult, Pair
 from ojai_setup.measure import kinds
+from ojai_setup.domain.drafting import is_model_type, is_ngram_type
 from ojai_setup.measure.servers import (
     DRAFT_FLAGS,
     BenchError,
@@ -434,8 +435,8 @@ def cell_knobs(kind: str, g: int, config: TuneConfig, *, head_g: int | None = No
     for part in kinds.parts(kind):
         value = g
         if "," in kind:
-            value = (head_g if part.startswith("draft-") else ngram_g) or g
-        if part.startswith("draft-"):
+            value = (head_g if is_model_type(part) else ngram_g) or g
+        if is_model_type(part):
             out["--spec-draft-n-max"] = value
         elif part in ("ngram-simple", "ngram-map-k", "ngram-map-k4v"):
             out[f"--spec-{part}-size-n"] = config.ngram_n
@@ -467,7 +468,7 @@ def plan_cells(own: str, available: tuple[str, ...], listed: bool, config: TuneC
     """The kinds to sweep, each with its lengths: the route's own head kind at ``lengths``,
     each n-gram type the binary has at ``ngram_lengths`` (ngram-cache once); chains come after
     (they need the best of each part)."""
-    heads = [p for p in kinds.parts(own) if p.startswith("draft-")]
+    heads = [p for p in kinds.parts(own) if is_model_type(p)]
     wanted = list(config.kinds)
     if config.synthetic_acceptance is not None or not available:
         wanted = wanted or heads
@@ -477,20 +478,20 @@ def plan_cells(own: str, available: tuple[str, ...], listed: bool, config: TuneC
     for kind in wanted:
         if "," in kind:
             continue
-        if kind.startswith("draft-"):
+        if is_model_type(kind):
             if kind not in heads:
                 continue  # a head kind needs the route's own draft file or heads
             out.append((kind, list(config.lengths)))
         elif kind == "ngram-cache":
             out.append((kind, [8]))
-        elif kind.startswith("ngram-"):
+        elif is_ngram_type(kind):
             out.append((kind, list(config.ngram_lengths)))
     return out
 
 
 def chain_kinds(own: str, available: tuple[str, ...], listed: bool, config: TuneConfig,
                 ngram_best: str | None) -> list[str]:
-    heads = [p for p in kinds.parts(own) if p.startswith("draft-")]
+    heads = [p for p in kinds.parts(own) if is_model_type(p)]
     asked = [k for k in config.kinds if "," in k]
     if asked:
         return asked
@@ -842,11 +843,11 @@ def _tune_one_backend(pool: ServerPool, root: Root, arms, binary: str, config: T
     for kind, lengths in plan_cells(own, available, listed, config):
         for g in lengths:
             lr = done(kind, g) or measure(kind, g, cell_knobs(kind, g, config))
-            if kind.startswith("ngram-") and not lr.drafted and g == lengths[0]:
+            if is_ngram_type(kind) and not lr.drafted and g == lengths[0]:
                 backend.notes.append(f"{kind} drafted nothing on these prompts at {g}; its longer "
                                      "lengths were not measured")
                 break
-            if config.early_stop and kind.startswith("draft-"):
+            if config.early_stop and is_model_type(kind):
                 why = trend_is_clear(backend, config.stop_margin)
                 if why:
                     backend.stopped_early = why
@@ -854,10 +855,10 @@ def _tune_one_backend(pool: ServerPool, root: Root, arms, binary: str, config: T
         cells = [x for x in backend.lengths if (x.kind or own) == kind and x.score is not None]
         if cells:
             best_of[kind] = max(cells, key=lambda x: x.score)
-    ngram_best = max((k for k in best_of if k.startswith("ngram-")), key=lambda k: best_of[k].score, default=None)
+    ngram_best = max((k for k in best_of if is_ngram_type(k)), key=lambda k: best_of[k].score, default=None)
     for chain in chain_kinds(own, available, listed, config, ngram_best):
-        head = next((p for p in kinds.parts(chain) if p.startswith("draft-")), None)
-        ngram = next((p for p in kinds.parts(chain) if p.startswith("ngram-")), None)
+        head = next((p for p in kinds.parts(chain) if is_model_type(p)), None)
+        ngram = next((p for p in kinds.parts(chain) if is_ngram_type(p)), None)
         hg = best_of[head].g if head in best_of else (config.lengths[0] if config.lengths else 3)
         ng = best_of[ngram].g if ngram in best_of else (config.ngram_lengths[0] if config.ngram_lengths else 8)
         g = hg

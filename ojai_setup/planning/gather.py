@@ -19,6 +19,7 @@ from ojai_setup.core.errors import OjaiError, RemoteError, UsageError
 from ojai_setup.core.paths import API_KEY_VARIABLE, LLAMACPP_CURRENT, LLAMACPP_DIR
 from ojai_setup.core.root import Root
 from ojai_setup.domain.checks import Profile, chosen_profile
+from ojai_setup.domain.drafting import is_ngram_type
 from ojai_setup.domain.lemonade_release import LemonadeDeb, offline_advice
 from ojai_setup.domain.nightly import (
     VULKAN,
@@ -669,7 +670,7 @@ def tuned_route(route, tuned):
     if tuned.spec_type is not None and tuned.spec_type != route.spec_type_value:
         update["spec_type"] = tuned.spec_type
         types = [t.strip() for t in tuned.spec_type.split(",") if t.strip()]
-        if all(t.startswith("ngram-") for t in types) and route.mtp is None:
+        if all(is_ngram_type(t) for t in types) and route.mtp is None:
             # n-gram drafting alone reads no draft model
             update.update(draft=None, draft_repo=None, lemonade_draft_checkpoint=None,
                           draft_gpu_layers=None, draft_ctx_size=None, draft_cache_type=None,

@@ -9,7 +9,9 @@ creates (launch scripts, units), listed with their size (:func:`written_files`).
 from __future__ import annotations
 
 import shlex
-from typing import TYPE_CHECKING, NamedTuple
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ojai_setup.model.actions import (
     BuildFromSource,
@@ -154,55 +156,103 @@ def _count(n: int, noun: str) -> str:
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
+@dataclass
+class _Tally:
+    """The counts :func:`summarize` adds up, one action at a time."""
+
+    edited: int = 0
+    created: int = 0
+    links: int = 0
+    builds: int = 0
+    downloads: int = 0
+    unsized: int = 0
+    size: int = 0
+    scripts: int = 0
+    estimated: bool = False
+    commands: list[str] = field(default_factory=list)
+    users: list[str] = field(default_factory=list)
+    packages: list[str] = field(default_factory=list)
+
+    def command(self, argv: tuple[str, ...] | list[str]) -> None:
+        name = short_command(argv)
+        if name not in self.commands:
+            self.commands.append(name)
+
+    def download(self, size: int | None, guess: int | None) -> None:
+        self.downloads += 1
+        if size:
+            self.size += size
+        elif guess:
+            self.size, self.estimated = self.size + guess, True
+        else:
+            self.unsized += 1
+
+
+def _write_file(t: _Tally, a: WriteFile, step: str) -> None:
+    t.edited += a.before is not None
+    t.created += a.before is None
+    t.scripts += step == "routes" and a.path.endswith(".sh")
+
+
+def _write_secret(t: _Tally, a: WriteSecret, step: str) -> None:
+    t.created += 1
+
+
+def _symlink(t: _Tally, a: Symlink, step: str) -> None:
+    t.links += 1
+
+
+def _system_user(t: _Tally, a: CreateSystemUser, step: str) -> None:
+    t.users.append(a.name)
+
+
+def _run_command(t: _Tally, a: RunCommand, step: str) -> None:
+    if a.needs_root:
+        t.command(a.argv)
+
+
+def _build(t: _Tally, a: BuildFromSource, step: str) -> None:
+    t.builds += 1
+
+
+def _hub_download(t: _Tally, a: HubDownload, step: str) -> None:
+    t.download(a.size, a.estimated_size)
+
+
+def _archive(t: _Tally, a: InstallArchive, step: str) -> None:
+    t.download(a.size, None)
+
+
+def _package(t: _Tally, a: InstallPackage, step: str) -> None:
+    t.packages.append(f"{a.package} {a.version}")
+    t.download(a.size, None)
+
+
+#: what each kind of action adds to the counts (a kind not listed adds nothing)
+_COUNTS: dict[type, Callable[[_Tally, Any, str], None]] = {
+    WriteFile: _write_file, WriteSecret: _write_secret, Symlink: _symlink,
+    CreateSystemUser: _system_user, RunCommand: _run_command, BuildFromSource: _build,
+    HubDownload: _hub_download, InstallArchive: _archive, InstallPackage: _package,
+}
+
+
 def summarize(plan: Plan) -> PlanSummary:
     """Count what ``plan`` will do when applied."""
-    edited = created = links = builds = downloads = unsized = size = scripts = 0
-    estimated = False
-    commands: list[str] = []
-    users: list[str] = []
-    packages: list[str] = []
-
-    def command(argv) -> None:
-        name = short_command(argv)
-        if name not in commands:
-            commands.append(name)
-
+    t = _Tally()
     for planned in plan.actions():
-        a = planned.action
-        if isinstance(a, WriteFile):
-            edited, created = edited + (a.before is not None), created + (a.before is None)
-            scripts += planned.step == "routes" and a.path.endswith(".sh")
-        elif isinstance(a, WriteSecret):
-            created += 1
-        elif isinstance(a, Symlink):
-            links += 1
-        elif isinstance(a, CreateSystemUser):
-            users.append(a.name)
-        elif isinstance(a, RunCommand) and a.needs_root:
-            command(a.argv)
-        elif isinstance(a, BuildFromSource):
-            builds += 1
-        if isinstance(a, InstallPackage):
-            packages.append(f"{a.package} {a.version}")
-        if isinstance(a, (HubDownload, InstallArchive, InstallPackage)):
-            downloads += 1
-            guess = getattr(a, "estimated_size", None)
-            if a.size:
-                size += a.size
-            elif guess:
-                size, estimated = size + guess, True
-            else:
-                unsized += 1
+        count = _COUNTS.get(type(planned.action))
+        if count is not None:
+            count(t, planned.action, planned.step)
     for handler in plan.handlers.values():
         if handler.needs_root:
-            command(handler.argv)
+            t.command(handler.argv)
     status = [r.status for r in plan.steps]
     return PlanSummary(
         steps_changed=status.count("change"), steps_blocked=status.count("blocked"),
-        steps_satisfied=status.count("satisfied"), files_edited=edited, files_created=created,
-        links=links, root_commands=tuple(commands), users=tuple(users),
-        packages=tuple(packages), builds=builds, downloads=downloads, download_bytes=size,
-        download_estimated=estimated,
-        downloads_unsized=unsized, reboot=bool(plan.reboot_reasons()),
+        steps_satisfied=status.count("satisfied"), files_edited=t.edited,
+        files_created=t.created, links=t.links, root_commands=tuple(t.commands),
+        users=tuple(t.users), packages=tuple(t.packages), builds=t.builds,
+        downloads=t.downloads, download_bytes=t.size, download_estimated=t.estimated,
+        downloads_unsized=t.unsized, reboot=bool(plan.reboot_reasons()),
         steps_waiting=sum(1 for r in plan.steps if r.status == "blocked" and r.waits_for),
-        routes_written=scripts)
+        routes_written=t.scripts)
