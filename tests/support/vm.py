@@ -31,9 +31,9 @@ ojai goes in as a person would install it, with pip into a venv, from wheels (th
 network): its dependencies' wheels are downloaded on the host into a cached wheelhouse
 (``vm/wheels/<hash>/``) and installed into the venv ``/opt/ojai`` while the image is built, by
 the image's own python3 and pip run in a ``chroot`` (pip under TCG would take many minutes);
-the wheel built from this checkout goes in once per test session (:func:`ojai_image`), from a
-small second disk (``mke2fs -d``), with pip in the booted guest, onto one more overlay that the
-tests start from.
+the wheel built from this checkout goes in once per checkout (:func:`booted_snapshot`), from a
+small second disk (``mke2fs -d``), with pip in the guest's first boot, on one more overlay
+whose snapshot of that running guest the tests start from.
 
 Building needs root (debootstrap, and ``mke2fs -d`` keeps owners and modes), qemu, debootstrap,
 sfdisk and mke2fs (``apt-get install qemu-system-x86 qemu-utils debootstrap fdisk``). A file
@@ -551,33 +551,31 @@ def make_payload_disk(folder: Path, image: Path) -> Path:
     return image
 
 
-def ojai_image(workdir: Path, wheel: Path | None = None) -> Path:
-    """An overlay of the cached disk with ``wheel`` (default: this checkout's, built here)
-    installed into the venv ``/opt/ojai`` that holds its dependencies (``ojai`` on PATH).
-    Tests boot overlays of it."""
-    base = ensure_image()
-    workdir.mkdir(parents=True, exist_ok=True)
-    payload = workdir / "payload"
-    shutil.rmtree(payload, ignore_errors=True)
-    if wheel is None:
-        build_ojai_wheel(payload)
-    else:
-        payload.mkdir()
-        shutil.copyfile(wheel, payload / wheel.name)
-    disk = overlay(base.disk, workdir / "ojai.qcow2")
-    with Machine(disk, workdir / "install", name="ojai-install",
-                 payload=make_payload_disk(payload, workdir / "payload.ext4")) as m:
-        m.wait_for_boot()
-        m.succeed("mkdir -p /mnt/payload && mount -o ro /dev/vdb /mnt/payload")
-        m.succeed("/opt/ojai/bin/pip install --quiet --no-index --no-cache-dir --no-deps "
-                  "/mnt/payload/ojai-*.whl && ln -sf /opt/ojai/bin/ojai /usr/local/bin/ojai",
-                  timeout=1200)
-        m.succeed("umount /mnt/payload && /opt/ojai/bin/pip check && ojai --version")
-        m.shutdown()
-    (workdir / "payload.ext4").unlink()
-    shutil.rmtree(payload)
-    os.chmod(disk, 0o444)
-    return disk
+def wheel_payload(workdir: Path, wheel: Path) -> Path:
+    """``workdir/payload.ext4``: a small read-only disk holding ``wheel``, for a second virtio
+    disk. It stays attached to the guests started from a snapshot taken with it (``-loadvm``
+    wants the same devices)."""
+    folder = workdir / "payload"
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    shutil.copyfile(wheel, folder / wheel.name)
+    payload = make_payload_disk(folder, workdir / "payload.ext4")
+    shutil.rmtree(folder)
+    os.chmod(payload, 0o444)
+    return payload
+
+
+#: how the wheel on the payload disk goes into the booted guest's venv ``/opt/ojai``
+INSTALL_WHEEL = ("mkdir -p /mnt/payload && mount -o ro /dev/vdb /mnt/payload",
+                 "/opt/ojai/bin/pip install --quiet --no-index --no-cache-dir --no-deps "
+                 "/mnt/payload/ojai-*.whl && ln -sf /opt/ojai/bin/ojai /usr/local/bin/ojai",
+                 "umount /mnt/payload && /opt/ojai/bin/pip check && ojai --version && sync")
+
+
+def install_wheel(m: Machine) -> None:
+    """Install the payload disk's wheel in the booted guest ``m`` (:data:`INSTALL_WHEEL`)."""
+    for command in INSTALL_WHEEL:
+        m.succeed(command, timeout=1200)
 
 
 def wheel_digest(wheel: Path) -> str:
@@ -621,11 +619,12 @@ def installed_entry(top: Path, key: str, build) -> Path:
 
 
 def ensure_ojai_snapshot(work: Path) -> Path:
-    """The snapshot of a booted guest (:func:`booted_snapshot`) of the image with this
-    checkout's ojai installed (:func:`ojai_image`), cached by the image's recipe and the
-    wheel's contents (:func:`wheel_digest`)::
+    """The snapshot of a booted guest with this checkout's ojai installed
+    (:func:`booted_snapshot`), cached by the image's recipe and the wheel's contents
+    (:func:`wheel_digest`)::
 
-        ${OJAI_TEST_CACHE:-~/.cache/ojai-tests}/vm/installed/<key>/ojai.qcow2, booted.qcow2, done
+        ${OJAI_TEST_CACHE:-~/.cache/ojai-tests}/vm/installed/<key>/booted.qcow2, payload.ext4,
+        done
 
     Built once (:func:`installed_entry`), so that both test workers, and every later run of
     the same checkout, start their guests from it without a boot."""
@@ -633,9 +632,8 @@ def ensure_ojai_snapshot(work: Path) -> Path:
     key = hashlib.sha256(f"{recipe_hash()} {wheel_digest(wheel)}".encode()).hexdigest()[:16]
 
     def build(dest: Path) -> None:
-        booted_snapshot(ojai_image(dest, wheel), dest)
+        booted_snapshot(ensure_image().disk, dest, wheel)
         shutil.rmtree(dest / "boot", ignore_errors=True)
-        shutil.rmtree(dest / "install", ignore_errors=True)
 
     return installed_entry(cache_base() / "installed", key, build) / "booted.qcow2"
 
@@ -1013,33 +1011,38 @@ class Machine:
 SNAPSHOT = "booted"
 
 
-def booted_snapshot(disk: Path, workdir: Path) -> Path:
+def booted_snapshot(disk: Path, workdir: Path, wheel: Path) -> Path:
     """An overlay of ``disk`` holding snapshot :data:`SNAPSHOT` of a guest that has booted
-    (systemd finished starting, the control channel waiting): copies of it start in seconds
-    where a boot under TCG takes one to several minutes. The boots a scenario is about (the
-    reboot after an apply) stay real."""
+    (systemd finished starting, the control channel waiting) and installed ``wheel`` from a
+    payload disk (:func:`wheel_payload`, kept beside it): one boot. Copies of it start in
+    seconds where a boot under TCG takes one to several minutes. The boots a scenario is about
+    (the reboot after an apply) stay real."""
     workdir.mkdir(parents=True, exist_ok=True)
+    payload = wheel_payload(workdir, wheel)
     snap = overlay(disk, workdir / "booted.qcow2")
-    m = Machine(snap, workdir / "boot", name="snapshot")
+    m = Machine(snap, workdir / "boot", name="snapshot", payload=payload)
     try:
         m.wait_for_boot()
+        install_wheel(m)
         m.savevm(SNAPSHOT)
     finally:
         m.kill()
     os.chmod(snap, 0o444)
-    log(f"snapshot of a booted guest after {m.boot_times[-1]:.0f} s of boot: {snap} "
+    log(f"snapshot of a booted guest with ojai after {m.boot_times[-1]:.0f} s of boot: {snap} "
         f"({snap.stat().st_size >> 20} MiB)")
     return snap
 
 
 def from_snapshot(snapshot: Path, workdir: Path, name: str, **kw) -> Machine:
     """A running guest on a copy of ``snapshot`` (its own disk: the copy is written, the
-    snapshot never), taken over with :meth:`Machine.resume`."""
+    snapshot never), with the payload disk the snapshot was taken with, taken over with
+    :meth:`Machine.resume`."""
     workdir.mkdir(parents=True, exist_ok=True)
     disk = workdir / "disk.qcow2"
     shutil.copyfile(snapshot, disk)
     os.chmod(disk, 0o644)
-    return take_over(Machine(disk, workdir, name=name, loadvm=SNAPSHOT, **kw))
+    return take_over(Machine(disk, workdir, name=name, loadvm=SNAPSHOT,
+                             payload=snapshot.parent / "payload.ext4", **kw))
 
 
 def take_over(machine: Machine) -> Machine:

@@ -324,23 +324,13 @@ def uefi_booted(workdir: Path, wheel: Path) -> Snapshot:
     wheel from a small read-only second disk, with no index, then ``savevm``)."""
     image = ensure_uefi_image()
     workdir.mkdir(parents=True, exist_ok=True)
-    wheels = workdir / "payload"
-    shutil.rmtree(wheels, ignore_errors=True)
-    wheels.mkdir()
-    shutil.copyfile(wheel, wheels / wheel.name)
-    payload = vm.make_payload_disk(wheels, workdir / "payload.ext4")
-    shutil.rmtree(wheels)
-    os.chmod(payload, 0o444)
+    payload = vm.wheel_payload(workdir, wheel)
     disk = vm.overlay(image.disk, workdir / "booted.qcow2")
     efi_vars = vm.overlay(image.efi_vars, workdir / "booted-vars.qcow2")
     m = uefi_machine(disk, efi_vars, workdir / "boot", name="uefi-snapshot", payload=payload)
     try:
         m.wait_for_boot()
-        m.succeed("mkdir -p /mnt/payload && mount -o ro /dev/vdb /mnt/payload")
-        m.succeed("/opt/ojai/bin/pip install --quiet --no-index --no-cache-dir --no-deps "
-                  "/mnt/payload/ojai-*.whl && ln -sf /opt/ojai/bin/ojai /usr/local/bin/ojai",
-                  timeout=1200)
-        m.succeed("umount /mnt/payload && /opt/ojai/bin/pip check && ojai --version && sync")
+        vm.install_wheel(m)
         m.savevm(vm.SNAPSHOT)
     finally:
         m.kill()
