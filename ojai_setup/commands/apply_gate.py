@@ -56,8 +56,10 @@ class RouteGate(BaseModel):
         if figures is None:
             return (f"{self.route}: NOT READY: the comparison with the CPU could not be made: "
                     f"{self.gate.get('error')}")
-        said = (f"top-1 agreement {figures['agreement'] * 100:.1f} %, mean KL "
-                f"{figures['mean_kl']:.4f} nats over {figures['positions']} positions")
+        from ojai_setup.domain.gate import GateFigures
+
+        said = GateFigures.model_validate(
+            {k: v for k, v in figures.items() if k != "passed"}).sentence(thresholds=False)
         took = self.gate.get("test_seconds")
         if self.passed:
             return (f"{self.route}: ready: computes what its build's CPU backend computes ({said}"
@@ -123,9 +125,7 @@ def gate_route(root: Root, name: str, script_path: str, cache: dict) -> RouteGat
         out.not_run = (f"{program} is a script, not a llama-server build, and it did not "
                        f"serve ({run.error})")
         return out
-    out.gate = run.model_dump(mode="json")
-    out.gate["figures"] = (dict(run.figures.model_dump(mode="json"), passed=run.figures.passed)
-                           if run.figures else None)
+    out.gate = run.document()
     return out
 
 

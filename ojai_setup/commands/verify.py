@@ -508,9 +508,7 @@ def gate_route(root: Root, name: str, record: dict, check: RouteCheck, *, api_ke
     with tempfile.TemporaryDirectory(prefix="ojai-gate-") as tmp:
         run = gate_script(script, name, Path(tmp), stride=stride, root=root, url=check.url,
                           api_key=api_key, cache=cache, ready_timeout=ready_timeout)
-    check.gate = run.model_dump(mode="json")
-    check.gate["figures"] = (dict(run.figures.model_dump(mode="json"), passed=run.figures.passed)
-                             if run.figures else None)
+    check.gate = run.document()
 
 
 def run_verify(term: Terminal, root_dir: Path, *, only: str | None, timeout: float,

@@ -103,11 +103,13 @@ class GateFigures(BaseModel):
     def verdict(self) -> str:
         return "pass" if self.passed else "FAIL"
 
-    def sentence(self) -> str:
-        """``top-1 agreement 99.7 %, mean KL 0.0004 nats over 300 positions``."""
-        text = (f"top-1 agreement {self.agreement * 100:.1f} % (needs {self.min_agreement * 100:.0f} %), "
-                f"mean KL {self.mean_kl:.4f} nats (at most {self.max_mean_kl}) over "
-                f"{self.positions} positions")
+    def sentence(self, *, thresholds: bool = True) -> str:
+        """``top-1 agreement 99.7 % (needs 80 %), mean KL 0.0004 nats (at most 0.05) over 300
+        positions``; without ``thresholds``, the figures alone."""
+        needs = f" (needs {self.min_agreement * 100:.0f} %)" if thresholds else ""
+        at_most = f" (at most {self.max_mean_kl})" if thresholds else ""
+        text = (f"top-1 agreement {self.agreement * 100:.1f} %{needs}, "
+                f"mean KL {self.mean_kl:.4f} nats{at_most} over {self.positions} positions")
         if self.unusable:
             text += f"; {self.unusable} positions without usable probabilities"
         return text

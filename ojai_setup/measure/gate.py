@@ -61,6 +61,13 @@ class GateRun(BaseModel):
     def passed(self) -> bool | None:
         return None if self.figures is None else self.figures.passed
 
+    def document(self) -> dict:
+        """The run as ``--json`` gives it, its figures with their verdict (``passed``)."""
+        out = self.model_dump(mode="json")
+        out["figures"] = (dict(self.figures.model_dump(mode="json"), passed=self.figures.passed)
+                          if self.figures else None)
+        return out
+
 
 @dataclass
 class Backend:
