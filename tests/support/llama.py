@@ -44,8 +44,11 @@ PYPI_JSON = f"https://pypi.org/pypi/{PACKAGE}/json"
 BUILD_REF = "b11434"
 INSTALL_DEST = "/opt/llama/b11434-cpu"
 INSTALL_LINK = "/opt/llama/current"
-#: portable across the CPUs of one CI fleet; the cache may move between runners
-EXTRA_CMAKE_ARGS = ("-DGGML_NATIVE=OFF",)
+#: portable across the CPUs of one CI fleet (the cache may move between runners), and ``-O2``
+#: instead of CMake's Release ``-O3``: about a fifth less compiler time (GCC 12 vectorizes at
+#: ``-O2`` too), for a binary the tests run as they run any release build
+EXTRA_CMAKE_ARGS = ("-DGGML_NATIVE=OFF", "-DCMAKE_C_FLAGS_RELEASE=-O2 -DNDEBUG",
+                    "-DCMAKE_CXX_FLAGS_RELEASE=-O2 -DNDEBUG")
 
 
 class _LineProgress:

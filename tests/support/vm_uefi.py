@@ -23,17 +23,17 @@ It is made from the same debootstrapped tree as the BIOS/GRUB guest of :mod:`sup
 3. the ESP's files copied into a FAT32 image file (``mkfs.fat -C``, ``mcopy -s``), the root
    file system made with ``mke2fs -d``, both placed in a GPT disk made with ``sfdisk``
    (an EFI system partition and a Linux partition);
-4. one boot, under OVMF (Debian's ``ovmf``, ``-drive if=pflash``, a copy of
-   ``OVMF_VARS_4M.fd`` per disk, kept as qcow2 so that ``savevm``/``-loadvm`` take it along),
-   checks it: systemd-boot started the kernel (``LoaderInfo``), ``ttm`` is live, and the
-   entry's initramfs holds ttm while the other does not (``lsinitrd``);
-5. disk and variable store stored as qcow2 in the cache, keyed by a hash of this recipe::
+4. disk and variable store stored as qcow2 in the cache, keyed by a hash of this recipe::
 
     ${OJAI_TEST_CACHE:-~/.cache/ojai-tests}/vm/uefi-<recipe hash>/disk.qcow2, vars.qcow2
 
-For a test session, :func:`uefi_booted` boots an overlay once, installs this checkout's ojai
-(from a small read-only second disk, which stays attached) and stores the running guest as a
-snapshot; each test starts a copy of it (:func:`uefi_from_snapshot`).
+For each new wheel, :func:`uefi_booted` boots an overlay once, under OVMF (Debian's ``ovmf``,
+``-drive if=pflash``, a copy of ``OVMF_VARS_4M.fd`` per disk, kept as qcow2 so that
+``savevm``/``-loadvm`` take it along). That boot first checks the image
+(:func:`check_uefi_image`: systemd-boot started the kernel (``LoaderInfo``), ``ttm`` is live,
+the entry's initramfs holds ttm while the other does not (``lsinitrd``)), then installs this
+checkout's ojai (from a small read-only second disk, which stays attached) and stores the
+running guest as a snapshot; each test starts a copy of it (:func:`uefi_from_snapshot`).
 
 Building needs what :mod:`support.vm` needs, plus ``ovmf``, ``dosfstools`` and ``mtools``.
 Run this file as a script to build ahead of pytest (``.ci/run`` does).
@@ -251,29 +251,6 @@ def build_uefi_image(dest: Path) -> UefiImage:
     timings["make_disk_s"] = round(time.monotonic() - t, 1)
     efi_vars = _vars_qcow2(work / "vars.qcow2")
 
-    log("the only boot (OVMF -> systemd-boot on the ESP): checking the image")
-    t = time.monotonic()
-    with uefi_machine(raw, efi_vars, work / "boot", disk_format="raw", name="uefi-check") as m:
-        m.wait_for_boot()
-        cmdline = m.succeed("cat /proc/cmdline")
-        if "BOOT_IMAGE=" in cmdline:
-            raise VMError(f"GRUB booted the UEFI disk: /proc/cmdline is {cmdline!r}")
-        m.succeed("test -d /sys/firmware/efi && findmnt /boot/efi")
-        # UTF-16 after a 4-byte attribute word
-        m.succeed("tr -d '\\000' < /sys/firmware/efi/efivars/"
-                  "LoaderInfo-4a67b082-0a4c-41cf-b6c7-440b29bb8c4f | grep -qa systemd-boot")
-        m.succeed("test -e /sys/module/ttm/parameters/pages_limit")
-        # dracut made both images: the entry's with ttm inside, the other without it
-        m.succeed(f"lsinitrd /boot/initrd.img-{release} | grep -q '/ttm/ttm.ko' && "
-                  f"! lsinitrd /boot/{WITHOUT_TTM}{release} | grep -q '/ttm/ttm.ko' && "
-                  f"cmp /boot/initrd.img-{release} $(find /boot/efi -name 'initrd.img-{release}')")
-        m.succeed("test ! -e /etc/kernel/cmdline && test -f /etc/default/grub")
-        m.succeed("bootctl --version | grep -q '^systemd 254' && test -x /usr/lib/systemd/ukify "
-                  "&& test -x /usr/lib/kernel/install.d/60-ukify.install")
-        m.succeed("/opt/ojai/bin/pip check")
-        m.shutdown()
-    timings["check_boot_s"] = round(time.monotonic() - t, 1)
-
     t = time.monotonic()
     tmp_dest = dest.with_name(dest.name + ".new")
     shutil.rmtree(tmp_dest, ignore_errors=True)
@@ -318,6 +295,30 @@ class Snapshot:
     payload: Path
 
 
+def check_uefi_image(m: vm.Machine, release: str) -> None:
+    """What the image must be, checked in its first boot (the boot :func:`uefi_booted` takes
+    the snapshot in, which every run with a new wheel makes anyway): OVMF started systemd-boot
+    from the ESP, not GRUB; dracut made both initramfs images, the entry's with ttm inside and
+    the other without it; kernel-install reads the running command line; systemd 254's bootctl
+    and ukify are there; the venv's dependencies are whole."""
+    cmdline = m.succeed("cat /proc/cmdline")
+    if "BOOT_IMAGE=" in cmdline:
+        raise VMError(f"GRUB booted the UEFI disk: /proc/cmdline is {cmdline!r}; the cached "
+                      f"image is wrong: remove {image_dir()} to make it again")
+    m.succeed("test -d /sys/firmware/efi && findmnt /boot/efi")
+    # UTF-16 after a 4-byte attribute word
+    m.succeed("tr -d '\\000' < /sys/firmware/efi/efivars/"
+              "LoaderInfo-4a67b082-0a4c-41cf-b6c7-440b29bb8c4f | grep -qa systemd-boot")
+    m.succeed("test -e /sys/module/ttm/parameters/pages_limit")
+    m.succeed(f"lsinitrd /boot/initrd.img-{release} | grep -q '/ttm/ttm.ko' && "
+              f"! lsinitrd /boot/{WITHOUT_TTM}{release} | grep -q '/ttm/ttm.ko' && "
+              f"cmp /boot/initrd.img-{release} $(find /boot/efi -name 'initrd.img-{release}')")
+    m.succeed("test ! -e /etc/kernel/cmdline && test -f /etc/default/grub")
+    m.succeed("bootctl --version | grep -q '^systemd 254' && test -x /usr/lib/systemd/ukify "
+              "&& test -x /usr/lib/kernel/install.d/60-ukify.install")
+    m.succeed("/opt/ojai/bin/pip check")
+
+
 def uefi_booted(workdir: Path, wheel: Path) -> Snapshot:
     """Overlays of the cached disk and variable store holding snapshot :data:`vm.SNAPSHOT` of
     a guest booted through systemd-boot with ``wheel`` installed (one boot: pip installs the
@@ -330,6 +331,7 @@ def uefi_booted(workdir: Path, wheel: Path) -> Snapshot:
     m = uefi_machine(disk, efi_vars, workdir / "boot", name="uefi-snapshot", payload=payload)
     try:
         m.wait_for_boot()
+        check_uefi_image(m, image.kernel_release)
         vm.install_wheel(m)
         m.savevm(vm.SNAPSHOT)
     finally:
