@@ -106,7 +106,7 @@ def test_cost_phrase_with_extra_definitions() -> None:
     definitions, those measured without them, and said so."""
     from support.hip import CMAKE_DEFINES
 
-    from ojai_setup.model.cmake import cmake_args
+    from ojai_setup.model.cmake import check_defines, cmake_args
 
     table = measured()
     plain = estimate("hip", "gfx1150")
@@ -115,7 +115,7 @@ def test_cost_phrase_with_extra_definitions() -> None:
     assert disk_need("hip", "gfx1150", ("-DGGML_HIP_ROCWMMA_FATTN=ON",)) == \
         disk_need("hip", "gfx1150")
     # the test build's (tests/support/hip.py) is measured with its definitions
-    args = cmake_args(CMAKE_DEFINES)
+    args = cmake_args(check_defines(CMAKE_DEFINES))  # as the plan orders them
     slim = table[f"hip gfx1150 with {' '.join(args)}"]
     stated = estimate("hip", "gfx1150", args)
     assert stated.startswith(f"gfx1150: about {slim.minutes_on(2)} min on 2 cores "
