@@ -20,7 +20,8 @@ The image is made without loop devices or mounts, so it builds in a container as
     ${OJAI_TEST_CACHE:-~/.cache/ojai-tests}/vm/<recipe hash>/disk.qcow2, image.json
 
 Its first boot from the disk alone, the one the snapshot of a booted guest with ojai is taken
-in (:func:`booted_snapshot`), checks the result before anything else (:func:`check_image`):
+in (:func:`booted_snapshot`), checks the result before anything else (:func:`check_image`, once
+per image: a ``checked.json`` beside it says it was):
 GRUB started the kernel and the ``ttm`` module is live (``-vga std``: the bochs DRM driver uses
 TTM). Tests never write to that disk: each boots a copy-on-write overlay (``qemu-img create -b``).
 The guest runs under TCG (``-accel tcg``; KVM guests hang on the CI machines), with 1 CPU, no
@@ -574,6 +575,22 @@ def check_image(m: Machine) -> None:
               "&& ! systemctl is-enabled ssh.service")
 
 
+#: written beside a cached image once its first boot has checked it: later snapshots of it (a
+#: new wheel) skip the check
+CHECKED = "checked.json"
+
+
+def check_once(image: Path, check) -> None:
+    """``check()`` unless the image in folder ``image`` has been checked before; marks it
+    checked when it passes (the callers hold the snapshot's lock)."""
+    marker = image / CHECKED
+    if marker.is_file():
+        return
+    started = time.monotonic()
+    check()
+    marker.write_text(json.dumps({"seconds": round(time.monotonic() - started, 1)}) + "\n")
+
+
 def install_wheel(m: Machine) -> None:
     """Install the payload disk's wheel in the booted guest ``m`` (:data:`INSTALL_WHEEL`)."""
     for command in INSTALL_WHEEL:
@@ -1025,7 +1042,7 @@ def booted_snapshot(disk: Path, workdir: Path, wheel: Path) -> Path:
     m = Machine(snap, workdir / "boot", name="snapshot", payload=payload)
     try:
         m.wait_for_boot()
-        check_image(m)
+        check_once(disk.parent, lambda: check_image(m))
         install_wheel(m)
         m.savevm(SNAPSHOT)
     finally:

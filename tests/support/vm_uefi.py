@@ -29,8 +29,8 @@ It is made from the same debootstrapped tree as the BIOS/GRUB guest of :mod:`sup
 
 For each new wheel, :func:`uefi_booted` boots an overlay once, under OVMF (Debian's ``ovmf``,
 ``-drive if=pflash``, a copy of ``OVMF_VARS_4M.fd`` per disk, kept as qcow2 so that
-``savevm``/``-loadvm`` take it along). That boot first checks the image
-(:func:`check_uefi_image`: systemd-boot started the kernel (``LoaderInfo``), ``ttm`` is live,
+``savevm``/``-loadvm`` take it along). That boot first checks the image, once
+per image (:func:`check_uefi_image`: systemd-boot started the kernel (``LoaderInfo``), ``ttm`` is live,
 the entry's initramfs holds ttm while the other does not (``lsinitrd``)), then installs this
 checkout's ojai (from a small read-only second disk, which stays attached) and stores the
 running guest as a snapshot; each test starts a copy of it (:func:`uefi_from_snapshot`).
@@ -331,7 +331,7 @@ def uefi_booted(workdir: Path, wheel: Path) -> Snapshot:
     m = uefi_machine(disk, efi_vars, workdir / "boot", name="uefi-snapshot", payload=payload)
     try:
         m.wait_for_boot()
-        check_uefi_image(m, image.kernel_release)
+        vm.check_once(image.disk.parent, lambda: check_uefi_image(m, image.kernel_release))
         vm.install_wheel(m)
         m.savevm(vm.SNAPSHOT)
     finally:
