@@ -30,3 +30,21 @@ def test_bench_reads_the_table():
         "--spec-draft-n-max"] * 5 + ["--spec-ngram-simple-size-m", "--spec-ngram-map-k-size-m",
                                      "--spec-ngram-map-k4v-size-m", "--spec-ngram-mod-n-max", None]
     assert kinds.knob_flag("draft-newer") == "--spec-draft-n-max"
+
+
+def test_plans_reports_and_bench_name_the_kinds_from_the_table():
+    from ojai_setup.domain.catalog import load_catalog
+    from ojai_setup.domain.render import drafting_kind
+
+    assert drafting_kind("draft-mtp,ngram-mod") == "MTP + n-gram (ngram-mod)"
+    assert drafting_kind("draft-simple") == "draft model"
+    assert drafting_kind("none") == "none"
+    assert [kinds.label(t) for t in ("draft-mtp", "draft-simple", "draft-mtp,ngram-mod", None)] \
+        == ["MTP", "draft-simple", "draft-mtp,ngram-mod", "drafted"]
+    # a kind of a newer build is placed by its family's prefix and keeps its own name
+    assert drafting_kind("ngram-future,draft-future") == "n-gram (ngram-future) + draft-future"
+    assert kinds.is_ngram("ngram-future") and kinds.has_head("draft-future")
+    assert not kinds.is_ngram("draft-future,ngram-mod")
+    # the catalog's words add where the heads live and a model drafting for itself
+    drafting = {r.drafting for r in load_catalog(None).routes.values()}
+    assert {"MTP sidecar", "MTP in-file"} <= drafting
