@@ -40,16 +40,23 @@ def example_root(name: str) -> Path:
     raise FileNotFoundError(f"example machine {name!r} is missing from this installation")
 
 
+@cache
+def _example_folders() -> dict[Path, str]:
+    """Each bundled example machine's folder, resolved, and its name (looked up once: the fix
+    of every doctor finding names the machine)."""
+    found: dict[Path, str] = {}
+    for name in EXAMPLES:
+        try:
+            found[example_root(name).resolve()] = name
+        except (FileNotFoundError, OSError):
+            continue
+    return found
+
+
 def example_name(root: Path) -> str | None:
     """The name of the bundled example machine whose folder ``root`` is, or None."""
     try:
         here = root.resolve()
     except OSError:
         return None
-    for name in EXAMPLES:
-        try:
-            if example_root(name).resolve() == here:
-                return name
-        except FileNotFoundError:
-            continue
-    return None
+    return _example_folders().get(here)
