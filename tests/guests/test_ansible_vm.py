@@ -26,7 +26,8 @@ import pytest
 from support.ansible_run import collections, play  # noqa: F401  (collections: fixture)
 from support.vm import BOOT_TIMEOUT, Machine, build_ojai_wheel, ensure_image, overlay
 from support.vm_ojai import LIVE, PAGES
-from support.vm_ssh import enable_ssh, free_port, ssh_key, wait_for_ssh  # noqa: F401  (fixture)
+from support.server import free_port
+from support.vm_ssh import enable_ssh, ssh_key, wait_for_ssh  # noqa: F401  (fixture)
 
 pytestmark = [pytest.mark.slow, pytest.mark.vm]
 

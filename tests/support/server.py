@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -40,11 +41,43 @@ class ServerError(RuntimeError):
     """The server exited, or did not become healthy in time; the message ends with its log."""
 
 
+#: the ports :func:`free_port` hands out to each pytest-xdist worker (``gw0``, ``gw1``, ...)
+PORTS_PER_WORKER = 2000
+
+
+def _ephemeral_low() -> int:
+    """The lowest port of the kernel's ephemeral range (``bind(0)``, outgoing connections)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((HOST, 0))
-        return int(sock.getsockname()[1])
+    """A TCP port on 127.0.0.1 that nothing listens on right now.
+
+    A test often chooses its port well before a server binds it (it goes into a plan, then a
+    launch script). A port from ``bind(0)`` is one the kernel hands out again, to the other
+    worker's ``bind(0)`` or to any outgoing connection, and was seen taken in between. So the
+    port comes from below the kernel's ephemeral range, from a band of this worker's own
+    (``PYTEST_XDIST_WORKER``): only this worker's own earlier servers could hold it, and those
+    are stopped before its next test."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
+    index = int(worker) if worker.isdigit() else 0
+    top = _ephemeral_low()
+    low = top - PORTS_PER_WORKER * (index + 1)
+    if low < 10000:  # a machine whose ephemeral range starts low: the kernel's choice
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind((HOST, 0))
+            return int(sock.getsockname()[1])
+    for port in random.sample(range(low, low + PORTS_PER_WORKER), PORTS_PER_WORKER):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind((HOST, port))
+            except OSError:
+                continue
+            return port
+    raise ServerError(f"no free port on {HOST} in {low}-{low + PORTS_PER_WORKER - 1}")
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,6 @@ of the test (``StrictHostKeyChecking=accept-new``). Nothing reads or writes the 
 from __future__ import annotations
 
 import shutil
-import socket
 import subprocess
 import time
 from dataclasses import dataclass
@@ -58,13 +57,6 @@ def make_key_pair(folder: Path) -> KeyPair:
 def ssh_key(tmp_path_factory) -> KeyPair:
     """This test session's key pair."""
     return make_key_pair(tmp_path_factory.mktemp("ssh-key"))
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that is free now (qemu binds it a moment later)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def ssh_options(key: KeyPair, known_hosts: Path) -> list[str]:
