@@ -560,8 +560,8 @@ INSTALL_WHEEL = ("mkdir -p /mnt/payload && mount -o ro /dev/vdb /mnt/payload",
 
 
 def check_image(m: Machine) -> None:
-    """What the image must be, checked in its first boot from its own disk (the boot of
-    :func:`booted_snapshot`, which every run with a new wheel makes anyway): SeaBIOS booted the
+    """What the image must be, checked in its first boot from its own disk (the boot
+    :func:`booted_snapshot` makes for a new wheel anyway; :func:`check_once`): SeaBIOS booted the
     GRUB on the disk, the ttm module's limit is there, the venv's dependencies are whole, and
     sshd is configured but not started (tests/support/vm_ssh.py starts it)."""
     cmdline = m.succeed("cat /proc/cmdline")

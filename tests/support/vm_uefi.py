@@ -297,7 +297,7 @@ class Snapshot:
 
 def check_uefi_image(m: vm.Machine, release: str) -> None:
     """What the image must be, checked in its first boot (the boot :func:`uefi_booted` takes
-    the snapshot in, which every run with a new wheel makes anyway): OVMF started systemd-boot
+    the snapshot in for a new wheel anyway; :func:`vm.check_once`): OVMF started systemd-boot
     from the ESP, not GRUB; dracut made both initramfs images, the entry's with ttm inside and
     the other without it; kernel-install reads the running command line; systemd 254's bootctl
     and ukify are there; the venv's dependencies are whole."""
