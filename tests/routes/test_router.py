@@ -50,16 +50,20 @@ def own(tmp_path, fake_hub: FakeHub) -> str:
     return f"hf:{REPO}:{path.name}"
 
 
+def setup_args(root: Path, *args: object) -> list[str]:
+    return [str(a) for a in ("setup", "--root", root, "--llamacpp", "none", "--no-npu", "--json",
+                             *args)]
+
+
 def plan(root: Path, *args: object) -> tuple[dict, int]:
-    result = ojai("setup", "--root", root, "--llamacpp", "none", "--no-npu", "--json", *args)
+    result = ojai(*setup_args(root, *args))
     return json.loads(result.stdout), result.exit_code
 
 
 def plan_on_box_disk(root: Path, *args: object) -> tuple[dict, int]:
     """:func:`plan` for two large catalog routes (about 35 GB to download): the machine's models
     folder on a 1 TB filesystem of its own, so the plan does not hang on the host's free space."""
-    done = ojai_with_models_disk(root, "setup", "--root", str(root), "--llamacpp", "none",
-                                 "--no-npu", "--json", *map(str, args))
+    done = ojai_with_models_disk(root, *setup_args(root, *args))
     assert done.stdout, done.stderr
     return json.loads(done.stdout), done.returncode
 

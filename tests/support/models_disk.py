@@ -32,4 +32,4 @@ def ojai_with_models_disk(root: Path, *args: str, size: str = BOX_DISK,
     return subprocess.run(
         [unshare, "--mount", "--propagation", "private", "sh", "-c", script, "sh", size,
          str(mount_point), str(Path(sys.executable).with_name("ojai")), *args],
-        capture_output=True, text=True, timeout=120, env=os.environ.copy())
+        capture_output=True, text=True, timeout=120)
