@@ -576,8 +576,11 @@ def main() -> None:
     # points for pydantic plugins (tens of ms); ojai uses none. Set only when the user did not.
     os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
     from ojai_setup.core.pydantic_plugins import skip_plugin_search
+    from ojai_setup.core.resources import use_cache, user_cache
 
     skip_plugin_search()
+    # ojai's own tables (checks/*.toml) are parsed once, then read from the user's cache
+    use_cache(user_cache(os.environ))
     _only(sys.argv[1] if len(sys.argv) > 1 else None)()
 
 

@@ -1,13 +1,27 @@
-"""Where the data shipped with ojai lives: ``templates/`` and ``checks/``.
+"""Where the data shipped with ojai lives: ``templates/`` and ``checks/``, and how its TOML
+tables are read.
 
 From a wheel they are inside the package (``ojai_setup/_data/<name>``); from a source checkout
 they are the top-level folders of the repository.
+
+:func:`read_toml` parses a table of ojai's own (``checks/``, the TOML files of the package) once
+per installation rather than once per command: the parsed table is kept, as :mod:`marshal`
+data, in the user's cache folder that the command line names (:func:`use_cache`), keyed by the
+file's path, modification time, size and inode, and by the Python version. A kept table that
+cannot be read, is damaged or is for another version of the file is parsed again; a folder that
+cannot be written leaves every table parsed as before. Other files (a table named on the
+command line, a test's copy) are always parsed.
 """
 
 from __future__ import annotations
 
+import marshal
+import os
+import sys
+from collections.abc import Mapping
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 _PKG = Path(__file__).resolve().parent.parent
 
@@ -60,3 +74,119 @@ def example_name(root: Path) -> str | None:
     except OSError:
         return None
     return _example_folders().get(here)
+
+
+# -- ojai's TOML tables ------------------------------------------------------------------------
+
+class TomlError(ValueError):
+    """A TOML file that does not parse; the message is tomllib's (what, at which line and
+    column)."""
+
+
+#: the folder :func:`read_toml` keeps parsed tables in (None: nowhere), set by :func:`use_cache`
+_cache_dir: Path | None = None
+#: the tables parsed (or loaded) by this process, by path and the file's stamp
+_parsed: dict[tuple[str, tuple[int, int, int]], dict[str, Any]] = {}
+
+
+def user_cache(environ: Mapping[str, str]) -> Path | None:
+    """ojai's folder in the user's cache: ``$XDG_CACHE_HOME/ojai``, else ``$HOME/.cache/ojai``;
+    None when the environment names neither (a home folder is never guessed)."""
+    base = environ.get("XDG_CACHE_HOME", "")
+    if not os.path.isabs(base):
+        home = environ.get("HOME", "")
+        if not os.path.isabs(home):
+            return None
+        base = os.path.join(home, ".cache")
+    return Path(base) / "ojai"
+
+
+def use_cache(folder: Path | None) -> None:
+    """Keep the tables :func:`read_toml` parses in a folder of ``folder`` (ojai's folder in the
+    user's cache, :func:`user_cache`); None keeps none. Only the command line sets it: a
+    library caller (a test) parses every table as it reads it."""
+    global _cache_dir
+    tag = sys.implementation.cache_tag
+    _cache_dir = folder / f"toml-{tag}" if folder is not None and tag else None
+
+
+def _own_data(path: Path) -> bool:
+    """Whether ``path`` is a file of ojai's own data (the package, ``checks/``)."""
+    name = str(path)
+    homes = [_PKG, Path(__file__).parent.parent]
+    try:
+        homes.append(data_dir("checks"))
+    except FileNotFoundError:
+        pass
+    return any(name.startswith(str(home) + os.sep) for home in homes)
+
+
+def _load_kept(kept: Path, key: tuple[str, tuple[int, int, int]]) -> dict[str, Any] | None:
+    """The table kept in ``kept`` for ``key``; None when there is none, it cannot be read, it is
+    damaged or it was kept for another version of the file."""
+    try:
+        with open(kept, "rb") as f:
+            record = marshal.loads(f.read())
+    except (OSError, ValueError, EOFError, TypeError):
+        return None
+    if (isinstance(record, tuple) and len(record) == 3 and (record[0], record[1]) == key
+            and isinstance(record[2], dict)):
+        return record[2]
+    return None
+
+
+def _keep(kept: Path, key: tuple[str, tuple[int, int, int]], data: dict[str, Any]) -> None:
+    """Write ``data`` to ``kept`` (a temporary file renamed over it, so that a reader sees the
+    old record or the new); a table marshal cannot hold (a TOML date) or a folder that cannot
+    be written leaves nothing."""
+    try:
+        record = marshal.dumps((key[0], key[1], data))
+    except ValueError:
+        return
+    tmp = kept.with_name(f".{kept.name}.{os.getpid()}.tmp")
+    try:
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        with open(tmp, "wb") as f:
+            f.write(record)
+        os.replace(tmp, kept)
+    except OSError:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+
+
+def read_toml(path: Path) -> dict[str, Any]:
+    """The table of the TOML file ``path``. Raises what reading the file raises (``OSError``,
+    ``UnicodeDecodeError``) and :class:`TomlError` when it does not parse. A table of ojai's own
+    data is parsed once per process, and once per installation where :func:`use_cache` named a
+    folder; it is shared: callers read it and do not change it."""
+    key = None
+    if _own_data(path):
+        try:
+            st = os.stat(path)
+        except OSError:
+            pass  # reading it below says why, as it would without the cache
+        else:
+            key = (str(path), (st.st_mtime_ns, st.st_size, st.st_ino))
+            if key in _parsed:
+                return _parsed[key]
+    kept = None
+    if key is not None and _cache_dir is not None:
+        kept = _cache_dir / (key[0].strip(os.sep).replace(os.sep, "%") + ".marshal")
+        data = _load_kept(kept, key)
+        if data is not None:
+            _parsed[key] = data
+            return data
+    text = path.read_text(encoding="utf-8")
+    import tomllib
+
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise TomlError(str(exc)) from exc
+    if key is not None:
+        _parsed[key] = data
+        if kept is not None:
+            _keep(kept, key, data)
+    return data

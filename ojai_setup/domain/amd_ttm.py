@@ -42,13 +42,13 @@ class Row(BaseModel):
 
 @cache
 def rows(path: Path | None = None) -> tuple[Row, ...]:
-    import tomllib
+    from ojai_setup.core.resources import read_toml
 
     if path is None:
         from ojai_setup.domain.profiles import checks_dir
 
         path = checks_dir() / "tables" / TABLE
-    data = tomllib.loads(path.read_text(encoding="utf-8"))
+    data = read_toml(path)
     return tuple(Row.model_validate(r) for r in data.get("row", []))
 
 

@@ -18,7 +18,6 @@ profiles or runs checks imports them from there; the models alone can be importe
 
 import math
 import re
-import tomllib
 from collections.abc import Callable
 from enum import IntEnum
 from functools import cache
@@ -28,6 +27,7 @@ from typing import Any, NamedTuple, TypeVar
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ojai_setup.core.errors import UsageError
+from ojai_setup.core.resources import TomlError, read_toml
 from ojai_setup.domain.profiles import checks_dir, profile_names
 from ojai_setup.model.facts import Facts
 
@@ -182,18 +182,12 @@ def kind_of_many(name: str) -> Callable[[ManyFn], ManyFn]:
 # -- profiles --------------------------------------------------------------------------------
 
 def _read_toml(path: Path) -> dict[str, Any]:
-    """The file's table (read only: it is shared by every reader of the same text)."""
+    """The file's table (read only: ojai's own tables are shared by every reader; detecting a
+    profile loads each box and family with what it includes, common.toml three times)."""
     try:
-        return _parse_toml(path.read_text(encoding="utf-8"))
-    except tomllib.TOMLDecodeError as exc:
+        return read_toml(path)
+    except TomlError as exc:
         raise ProfileError(f"{path}: {exc}") from exc
-
-
-@cache
-def _parse_toml(text: str) -> dict[str, Any]:
-    # detecting a profile loads each box and family with what it includes: common.toml three
-    # times, a family twice; the same text is parsed once
-    return tomllib.loads(text)
 
 
 def _validated(model: type[_M], data: dict[str, Any], path: Path) -> _M:

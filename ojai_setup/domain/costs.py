@@ -10,12 +10,12 @@ is measured as processor time (user + system of every compiler, from the install
 
 from __future__ import annotations
 
-import tomllib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
+from ojai_setup.core.resources import read_toml
 from ojai_setup.core.units import size_text
 
 #: the cores the plan states the time for (the OJAI box has 24 threads; CI has 2)
@@ -38,7 +38,7 @@ def measured() -> dict[str, Measured]:
     """The measured builds: ``cpu``, ``hip <target>``, and the same with extra CMake
     definitions (``[with."<the -D arguments, as the plan has them>"...]``) as
     ``<key> with <the -D arguments>``."""
-    data = tomllib.loads(Path(__file__).with_name("build-costs.toml").read_text(encoding="utf-8"))
+    data = read_toml(Path(__file__).with_name("build-costs.toml"))
     found: dict[str, Measured] = {}
     for suffix, table in [("", data)] + [(f" with {args}", t)
                                          for args, t in data.get("with", {}).items()]:

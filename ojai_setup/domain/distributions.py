@@ -48,12 +48,11 @@ class Distributions(BaseModel):
 
 @cache
 def load(path: Path | None = None) -> Distributions:
-    import tomllib
-
+    from ojai_setup.core.resources import read_toml
     from ojai_setup.domain.profiles import checks_dir
 
     path = path or checks_dir() / "tables" / TABLE
-    return Distributions.model_validate(tomllib.loads(path.read_text(encoding="utf-8")))
+    return Distributions.model_validate(read_toml(path))
 
 
 def family_of(distro_id: str, like: list[str] | tuple[str, ...] = ()) -> Family | None:

@@ -81,11 +81,11 @@ class KnownBadError(UsageError):
 
 @cache
 def load_rows(path: Path) -> tuple[Row, ...]:
-    import tomllib
+    from ojai_setup.core.resources import TomlError, read_toml
 
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, tomllib.TOMLDecodeError) as exc:
+        data = read_toml(path)
+    except (OSError, TomlError) as exc:
         raise KnownBadError(f"{path}: {exc}") from exc
     rows = []
     for i, raw in enumerate(data.get("row", []), 1):

@@ -15,7 +15,6 @@ release's own declarations.
 
 from __future__ import annotations
 
-import tomllib
 from functools import cache
 from pathlib import Path
 from typing import Any, Literal
@@ -24,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ojai_setup.core.errors import InputError
 from ojai_setup.core.paths import GIB
+from ojai_setup.core.resources import TomlError, read_toml
 from ojai_setup.formats.sglang_args import SglangDialect, check_args
 
 #: the SGLang release the reference argument table was read from
@@ -64,9 +64,9 @@ class SglangRoute(BaseModel):
 def sglang_routes() -> dict[str, SglangRoute]:
     path = Path(__file__).with_name("sglang-routes.toml")
     try:
-        raw = tomllib.loads(path.read_text(encoding="utf-8")).get("routes", {})
+        raw = read_toml(path).get("routes", {})
         return {n: SglangRoute(name=n, **entry) for n, entry in raw.items()}
-    except tomllib.TOMLDecodeError as exc:
+    except TomlError as exc:
         raise SglangCatalogError(f"{path}: {exc}") from None
     except ValidationError as exc:
         from ojai_setup.core.problems import problems

@@ -415,12 +415,9 @@ def io_uses(source: str) -> set[str]:
 #: gone must go too (the list only shrinks)
 DOMAIN_READS = {
     # ojai's own tables, shipped in the package, and the table files named on the command line
-    "amd_ttm.py": {"read_text()"},
+    # (its TOML tables are read by ojai_setup.core.resources.read_toml)
     "catalog.py": {"read_text()", "is_file()"},
-    "check_engine.py": {"read_text()", "is_file()", "glob()"},
-    "costs.py": {"read_text()"},
-    "distributions.py": {"read_text()"},
-    "known_bad.py": {"read_text()"},
+    "check_engine.py": {"is_file()", "glob()"},
     "profiles.py": {"glob()"},
     "sglang.py": {"read_text()"},
     # the machine itself: still to move to facts/ or into the planning context (build and

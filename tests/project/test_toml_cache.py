@@ -1,0 +1,152 @@
+"""ojai's own TOML tables are parsed once and then read from the user's cache
+(ojai_setup.core.resources.read_toml): a kept table that is damaged, stale or unreadable is
+parsed again, a folder that cannot be written changes nothing, and a file that does not parse
+is reported as before."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from ojai_setup.core import resources
+from ojai_setup.core.resources import TomlError, read_toml, use_cache, user_cache
+from ojai_setup.domain.check_engine import ProfileError, load_profile
+
+MACHINES = Path(__file__).parents[1] / "machines"
+COMMON = resources.data_dir("checks") / "common.toml"
+
+
+@pytest.fixture
+def fresh(monkeypatch):
+    """No table parsed yet in this process, and no cache folder unless a test names one."""
+    monkeypatch.setattr(resources, "_parsed", {})
+    monkeypatch.setattr(resources, "_cache_dir", None)
+
+
+@pytest.fixture
+def parses(monkeypatch):
+    """How many times tomllib parsed a text."""
+    count = []
+    real = tomllib.loads
+
+    def counting(text, **kwargs):
+        count.append(1)
+        return real(text, **kwargs)
+
+    monkeypatch.setattr(tomllib, "loads", counting)
+    return count
+
+
+def kept_files(folder: Path) -> list[Path]:
+    return sorted(folder.glob("toml-*/*.marshal"))
+
+
+def test_a_table_of_ojais_own_is_kept_and_read_back(fresh, parses, tmp_path):
+    use_cache(tmp_path / "ojai")
+    first = read_toml(COMMON)
+    assert first == tomllib.loads(COMMON.read_text(encoding="utf-8"))
+    assert len(parses) == 2 and len(kept_files(tmp_path / "ojai")) == 1
+    resources._parsed.clear()  # as a new process would: read from the folder, not parsed
+    assert read_toml(COMMON) == first
+    assert len(parses) == 2
+    assert read_toml(COMMON) is read_toml(COMMON)  # once per process
+
+
+@pytest.mark.parametrize("damage", [b"", b"\x00garbage", b"\xe3" * 40])
+def test_a_damaged_record_is_parsed_again_and_replaced(fresh, parses, tmp_path, damage):
+    use_cache(tmp_path / "ojai")
+    expected = read_toml(COMMON)
+    [kept] = kept_files(tmp_path / "ojai")
+    kept.write_bytes(damage)
+    resources._parsed.clear()
+    assert read_toml(COMMON) == expected and len(parses) == 2
+    resources._parsed.clear()
+    assert read_toml(COMMON) == expected and len(parses) == 2  # the record was written again
+
+
+def test_a_record_of_another_version_of_the_file_is_not_used(fresh, monkeypatch, tmp_path):
+    own = tmp_path / "own.toml"
+    own.write_text('a = 1\n')
+    monkeypatch.setattr(resources, "_own_data", lambda path: path == own)
+    use_cache(tmp_path / "ojai")
+    assert read_toml(own) == {"a": 1}
+    own.write_text('a = 2\n')  # another version under the same name, of the same size
+    os.utime(own, ns=(2, 2))
+    resources._parsed.clear()
+    assert read_toml(own) == {"a": 2}
+
+
+def test_a_folder_that_cannot_be_written_changes_nothing(fresh, parses, tmp_path):
+    blocked = tmp_path / "ojai"
+    blocked.write_text("a file where the folder would be")
+    use_cache(blocked)
+    assert read_toml(COMMON) == tomllib.loads(COMMON.read_text(encoding="utf-8"))
+    assert blocked.read_text() == "a file where the folder would be"
+
+
+def test_a_file_that_does_not_parse_is_reported_as_before(fresh, monkeypatch, tmp_path):
+    bad = tmp_path / "checks" / "bad.toml"
+    bad.parent.mkdir()
+    bad.write_text('name = "x"\nchecks = [\n')
+    with pytest.raises(tomllib.TOMLDecodeError) as parsed:
+        tomllib.loads(bad.read_text())
+    # as a table of ojai's own, with a cache folder: the same message, and nothing kept
+    monkeypatch.setattr(resources, "_own_data", lambda path: True)
+    use_cache(tmp_path / "ojai")
+    with pytest.raises(TomlError) as raised:
+        read_toml(bad)
+    assert str(raised.value) == str(parsed.value)
+    with pytest.raises(ProfileError) as profile:
+        load_profile("bad", bad.parent)
+    assert str(profile.value) == f"{bad}: {parsed.value}"
+    assert kept_files(tmp_path / "ojai") == []
+    # a missing file: what reading it raises
+    with pytest.raises(FileNotFoundError):
+        read_toml(tmp_path / "checks" / "missing.toml")
+
+
+def test_other_files_are_parsed_each_time(fresh, parses, tmp_path):
+    use_cache(tmp_path / "ojai")
+    other = tmp_path / "table.toml"
+    other.write_text("a = 1\n")
+    assert read_toml(other) == read_toml(other) == {"a": 1}
+    assert len(parses) == 2 and kept_files(tmp_path / "ojai") == []
+
+
+def test_the_folder_is_the_users_cache_and_never_guessed():
+    assert user_cache({"XDG_CACHE_HOME": "/x/cache", "HOME": "/home/u"}) == Path("/x/cache/ojai")
+    assert user_cache({"HOME": "/home/u"}) == Path("/home/u/.cache/ojai")
+    assert user_cache({"XDG_CACHE_HOME": "relative", "HOME": "/home/u"}) == Path("/home/u/.cache/ojai")
+    assert user_cache({}) is None and user_cache({"HOME": ""}) is None
+
+
+def doctor(env: dict[str, str]) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "ojai_setup.cli", "doctor", "--json", "--root",
+                           str(MACHINES / "ojai-fresh")], capture_output=True, text=True, env=env)
+
+
+def test_the_command_line_keeps_the_tables_in_the_users_cache(tmp_path):
+    base = {k: v for k, v in os.environ.items() if k not in ("XDG_CACHE_HOME", "HOME")}
+    without = doctor(base)
+    cached = {**base, "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    filled, warm = doctor(cached), doctor(cached)
+    assert without.stdout and without.stdout == filled.stdout == warm.stdout
+    assert without.returncode == filled.returncode == warm.returncode
+    assert kept_files(tmp_path / "cache" / "ojai")
+
+
+def test_with_its_tables_kept_doctor_parses_no_toml(tmp_path):
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    argv = [sys.executable, "-X", "importtime", "-m", "ojai_setup.cli", "doctor", "--json",
+            "--root", str(MACHINES / "ojai-fresh")]
+    runs = [subprocess.run(argv, capture_output=True, text=True, env=env) for _ in range(2)]
+    names = [{line.split("|")[2].strip() for line in run.stderr.splitlines()
+              if line.startswith("import time:")} for run in runs]
+    assert "ojai_setup.domain.checks" in names[1]  # it ran
+    assert "tomllib" in names[0] and "tomllib" not in names[1]
