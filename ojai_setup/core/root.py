@@ -69,6 +69,8 @@ def command_key(argv: list[str] | tuple[str, ...]) -> str:
 
 #: the longest capture folder name kept whole (file systems allow 255 bytes)
 _KEY_BYTES = 240
+#: this computer's own root
+_HOST = Path("/")
 
 
 class Root:
@@ -90,7 +92,7 @@ class Root:
     # -- paths -------------------------------------------------------------------------------
     @property
     def is_host(self) -> bool:
-        return self.path == Path("/")
+        return self.path == _HOST
 
     def __repr__(self) -> str:  # pragma: no cover - debugging aid
         return f"Root({str(self.path)!r})"
@@ -107,7 +109,8 @@ class Root:
             raise ValueError(f"machine path may not contain '..': {machine_path!r}")
         if self.is_host:
             return Path(p)
-        return self.path.joinpath(*p.parts[1:])
+        # the root's folder, then the machine path's parts (as joinpath(*p.parts[1:]) gives)
+        return Path(f"{self.path}/{p}") if len(p.parts) > 1 else self.path.joinpath()
 
     def machine_path(self, real: str | os.PathLike[str]) -> str:
         """The inverse of :meth:`resolve`."""
@@ -143,10 +146,11 @@ class Root:
         """Whether ``program`` is available on this machine (a capture counts)."""
         if self.is_host:
             return shutil.which(program)
-        if (self.resolve("/") / COMMANDS_DIR).is_dir():
+        captures = self.resolve("/") / COMMANDS_DIR
+        if captures.is_dir():
             prefix = PurePosixPath(program).name
-            for entry in (self.resolve("/") / COMMANDS_DIR).iterdir():
-                if entry.name == prefix or entry.name.startswith(prefix + " "):
+            for name in os.listdir(captures):
+                if name == prefix or name.startswith(prefix + " "):
                     return program
         if program.startswith("/") and os.access(self.resolve(program), os.X_OK):
             return program

@@ -381,7 +381,7 @@ def fix_for_root(fix: str | None, root: str) -> str | None:
     that the commands a person copies from doctor act on the machine doctor looked at. A
     command that would change a bundled example (an apply, a rollback) becomes one that copies
     it first and changes the copy."""
-    if not fix or root == "/":
+    if not fix or root == "/" or not _OJAI_COMMAND.search(fix):
         return fix
     import shlex
 
