@@ -1,5 +1,5 @@
-"""Where the data shipped with ojai lives: ``templates/`` and ``checks/``, and how its TOML
-tables are read.
+"""Where the data shipped with ojai lives: ``templates/`` and ``checks/``, how its TOML tables
+are read, and where its templates are kept compiled.
 
 From a wheel they are inside the package (``ojai_setup/_data/<name>``); from a source checkout
 they are the top-level folders of the repository.
@@ -10,7 +10,8 @@ data, in the user's cache folder that the command line names (:func:`use_cache`)
 file's path, modification time, size and inode, and by the Python version. A kept table that
 cannot be read, is damaged or is for another version of the file is parsed again; a folder that
 cannot be written leaves every table parsed as before. Other files (a table named on the
-command line, a test's copy) are always parsed.
+command line, a test's copy) are always parsed. :func:`template_cache` keeps the templates
+compiled by Jinja2 in the same folder, on the same terms.
 """
 
 from __future__ import annotations
@@ -85,6 +86,8 @@ class TomlError(ValueError):
 
 #: the folder :func:`read_toml` keeps parsed tables in (None: nowhere), set by :func:`use_cache`
 _cache_dir: Path | None = None
+#: the folder :func:`template_cache` keeps compiled templates in (None: nowhere)
+_templates_dir: Path | None = None
 #: the tables parsed (or loaded) by this process, by path and the file's stamp
 _parsed: dict[tuple[str, tuple[int, int, int]], dict[str, Any]] = {}
 
@@ -105,20 +108,25 @@ def use_cache(folder: Path | None) -> None:
     """Keep the tables :func:`read_toml` parses in a folder of ``folder`` (ojai's folder in the
     user's cache, :func:`user_cache`); None keeps none. Only the command line sets it: a
     library caller (a test) parses every table as it reads it."""
-    global _cache_dir
+    global _cache_dir, _templates_dir
     tag = sys.implementation.cache_tag
     _cache_dir = folder / f"toml-{tag}" if folder is not None and tag else None
+    _templates_dir = folder / f"templates-{tag}" if folder is not None and tag else None
 
 
 def _own_data(path: Path) -> bool:
     """Whether ``path`` is a file of ojai's own data (the package, ``checks/``)."""
-    name = str(path)
+    return str(path).startswith(_own_folders())
+
+
+@cache
+def _own_folders() -> tuple[str, ...]:
     homes = [_PKG, Path(__file__).parent.parent]
     try:
         homes.append(data_dir("checks"))
     except FileNotFoundError:
         pass
-    return any(name.startswith(str(home) + os.sep) for home in homes)
+    return tuple(str(home) + os.sep for home in homes)
 
 
 def _load_kept(kept: Path, key: tuple[str, tuple[int, int, int]]) -> dict[str, Any] | None:
@@ -136,13 +144,18 @@ def _load_kept(kept: Path, key: tuple[str, tuple[int, int, int]]) -> dict[str, A
 
 
 def _keep(kept: Path, key: tuple[str, tuple[int, int, int]], data: dict[str, Any]) -> None:
-    """Write ``data`` to ``kept`` (a temporary file renamed over it, so that a reader sees the
-    old record or the new); a table marshal cannot hold (a TOML date) or a folder that cannot
-    be written leaves nothing."""
+    """Write ``data`` to ``kept`` (:func:`_write_kept`); a table marshal cannot hold (a TOML
+    date) leaves nothing."""
     try:
         record = marshal.dumps((key[0], key[1], data))
     except ValueError:
         return
+    _write_kept(kept, record)
+
+
+def _write_kept(kept: Path, record: bytes) -> None:
+    """Write ``record`` to ``kept`` (a temporary file renamed over it, so that a reader sees the
+    old record or the new); a folder that cannot be written leaves nothing."""
     tmp = kept.with_name(f".{kept.name}.{os.getpid()}.tmp")
     try:
         kept.parent.mkdir(parents=True, exist_ok=True)
@@ -190,3 +203,55 @@ def read_toml(path: Path) -> dict[str, Any]:
         if kept is not None:
             _keep(kept, key, data)
     return data
+
+
+# -- ojai's templates, compiled ----------------------------------------------------------------
+
+def template_cache() -> Any:
+    """A Jinja2 bytecode cache that keeps ojai's compiled templates in the folder
+    :func:`use_cache` named, or None when it named none. A template is compiled again when its
+    text, Jinja2's version or the environment's settings changed, or its record cannot be read;
+    a folder that cannot be written changes nothing."""
+    if _templates_dir is None:
+        return None
+    return _template_cache_class()(_templates_dir)
+
+
+@cache
+def _template_cache_class() -> Any:
+    import jinja2
+    from jinja2.bccache import Bucket, BytecodeCache
+
+    def signature(env: Any) -> str:
+        """What the compiled code depends on besides the template's text."""
+        return repr((jinja2.__version__, env.block_start_string, env.block_end_string,
+                     env.variable_start_string, env.variable_end_string,
+                     env.comment_start_string, env.comment_end_string,
+                     env.line_statement_prefix, env.line_comment_prefix, env.trim_blocks,
+                     env.lstrip_blocks, env.newline_sequence, env.keep_trailing_newline,
+                     env.optimized, env.autoescape, env.finalize, env.is_async,
+                     sorted(env.extensions), sorted(env.filters), sorted(env.tests)))
+
+    class KeptTemplates(BytecodeCache):
+        def __init__(self, folder: Path) -> None:
+            self.folder = folder
+
+        def _file(self, bucket: Bucket) -> Path:
+            return self.folder / f"{bucket.key}.marshal"
+
+        def load_bytecode(self, bucket: Bucket) -> None:
+            try:
+                with open(self._file(bucket), "rb") as f:
+                    record = marshal.loads(f.read())
+            except (OSError, ValueError, EOFError, TypeError):
+                return
+            if (isinstance(record, tuple) and len(record) == 3
+                    and record[:2] == (signature(bucket.environment), bucket.checksum)
+                    and type(record[2]) is type(signature.__code__)):
+                bucket.code = record[2]
+
+        def dump_bytecode(self, bucket: Bucket) -> None:
+            record = marshal.dumps((signature(bucket.environment), bucket.checksum, bucket.code))
+            _write_kept(self._file(bucket), record)
+
+    return KeptTemplates

@@ -29,7 +29,7 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from ojai_setup.core.address import AddressError, check_host, is_loopback
 from ojai_setup.core.errors import InputError
 from ojai_setup.core.paths import FLM_PORT, FLM_STATE_DIR, SERVICE_USER
-from ojai_setup.core.resources import data_dir
+from ojai_setup.core.resources import data_dir, template_cache
 from ojai_setup.core.root import Root
 
 __all__ = [
@@ -71,6 +71,7 @@ def template_environment() -> Environment:
     """The one Jinja2 environment over ojai's ``templates/`` folder."""
     env = Environment(
         loader=FileSystemLoader(str(data_dir("templates"))),
+        bytecode_cache=template_cache(),  # compiled once, then kept in the user's cache
         undefined=StrictUndefined,
         autoescape=False,
         keep_trailing_newline=True,

@@ -1,7 +1,8 @@
 """ojai's own TOML tables are parsed once and then read from the user's cache
-(ojai_setup.core.resources.read_toml): a kept table that is damaged, stale or unreadable is
-parsed again, a folder that cannot be written changes nothing, and a file that does not parse
-is reported as before."""
+(ojai_setup.core.resources.read_toml), and its templates compiled once
+(ojai_setup.core.resources.template_cache): a kept table or template that is damaged, stale or
+unreadable is made again, a folder that cannot be written changes nothing, and a file that does
+not parse is reported as before."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ def fresh(monkeypatch):
     """No table parsed yet in this process, and no cache folder unless a test names one."""
     monkeypatch.setattr(resources, "_parsed", {})
     monkeypatch.setattr(resources, "_cache_dir", None)
+    monkeypatch.setattr(resources, "_templates_dir", None)
 
 
 @pytest.fixture
@@ -150,3 +152,65 @@ def test_with_its_tables_kept_doctor_parses_no_toml(tmp_path):
               if line.startswith("import time:")} for run in runs]
     assert "ojai_setup.domain.checks" in names[1]  # it ran
     assert "tomllib" in names[0] and "tomllib" not in names[1]
+
+
+# -- templates ---------------------------------------------------------------------------------
+
+@pytest.fixture
+def templates(fresh, monkeypatch):
+    """A new template environment (with the folder named at that time) and how many templates
+    it compiled; the environment of the other tests is made again after this one."""
+    import jinja2
+
+    from ojai_setup.domain import launch
+
+    compiled = []
+    real = jinja2.Environment.compile
+
+    def counting(self, *args, **kwargs):
+        compiled.append(args[1] if len(args) > 1 else kwargs.get("name"))
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(jinja2.Environment, "compile", counting)
+    launch.template_environment.cache_clear()
+    yield compiled
+    launch.template_environment.cache_clear()
+
+
+def flm_script() -> str:
+    from ojai_setup.domain import launch
+
+    launch.template_environment.cache_clear()  # as a new process would
+    return launch.render_flm_script("qwen3:4b", ctx_len=8192)
+
+
+def test_a_template_is_compiled_once_then_read_back(templates, tmp_path):
+    made = flm_script()  # without a folder: compiled each time, as before
+    use_cache(tmp_path / "ojai")
+    assert flm_script() == made and len(templates) == 2
+    [kept] = (tmp_path / "ojai").glob("templates-*/*.marshal")
+    assert flm_script() == made and len(templates) == 2  # read back, not compiled
+    kept.write_bytes(b"\x00damaged")
+    assert flm_script() == made and len(templates) == 3  # compiled again, and kept again
+    assert flm_script() == made and len(templates) == 3
+
+
+def test_a_template_kept_for_other_settings_is_compiled_again(templates, tmp_path):
+    from ojai_setup.domain import launch
+
+    use_cache(tmp_path / "ojai")
+    made = flm_script()
+    env = launch.template_environment()
+    env.trim_blocks = not env.trim_blocks  # what another version of ojai could have set
+    env.cache.clear()
+    other = env.get_template("flm-serve.sh.j2")
+    assert len(templates) == 2 and other.render(tag="x", ctx_len=1, port=1, host="h", flm="f")
+    assert flm_script() == made and len(templates) == 3
+
+
+def test_templates_with_a_folder_that_cannot_be_written(templates, tmp_path):
+    made = flm_script()
+    blocked = tmp_path / "ojai"
+    blocked.write_text("a file where the folder would be")
+    use_cache(blocked)
+    assert flm_script() == made == flm_script() and len(templates) == 3
