@@ -120,7 +120,8 @@ class GpuTarget(BaseModel):
     """A ``[[target]]`` row of ``tables/instinct.toml``: what is known of a target whose PCI id
     is not in the table."""
 
-    model_config = ConfigDict(extra="forbid")
+    # built when an Instinct target is first looked up: a Ryzen AI machine never is
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     target: str
     name: str

@@ -1,5 +1,7 @@
 """FastFlowLM models that fit next to the GPU budget, and what is missing for the NPU stack."""
 
+from pydantic import ConfigDict
+
 from ojai_setup.core.errors import InputError
 from ojai_setup.formats.flm import MIN_COLUMNS, FlmStatus, _Model
 
@@ -56,6 +58,9 @@ def choose_model(tags_available: list[str], memory_budget_bytes: int) -> str:
 # -- what to install ---------------------------------------------------------------------------
 class NpuStackFacts(_Model):
     """What :func:`missing_npu_stack` needs to know besides ``flm validate``."""
+
+    # built when the NPU stack is first looked at: a plan whose NPU route is in place never does
+    model_config = ConfigDict(defer_build=True)
 
     cmdline: str = ""  # /proc/cmdline
     distro_id: str = ""  # os-release ID, "ubuntu"

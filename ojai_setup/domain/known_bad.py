@@ -71,6 +71,8 @@ class Row(BaseModel):
 
 
 class Match(BaseModel):
+    model_config = ConfigDict(defer_build=True)  # built when a row first matches
+
     row: Row
     evidence: str
 

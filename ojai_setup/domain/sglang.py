@@ -17,14 +17,16 @@ from __future__ import annotations
 
 from functools import cache
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ojai_setup.core.errors import InputError
 from ojai_setup.core.paths import GIB
 from ojai_setup.core.resources import TomlError, read_toml
-from ojai_setup.formats.sglang_args import SglangDialect, check_args
+
+if TYPE_CHECKING:  # imported where used: a plan without an SGLang route checks no arguments
+    from ojai_setup.formats.sglang_args import SglangDialect
 
 #: the SGLang release the reference argument table was read from
 REFERENCE_VERSION = "0.5.23"
@@ -76,11 +78,13 @@ def sglang_routes() -> dict[str, SglangRoute]:
 
 def reference_dialect() -> SglangDialect:
     """SGLang :data:`REFERENCE_VERSION`'s argument table, as read from its declarations."""
+    from ojai_setup.formats.sglang_args import SglangDialect
+
     return SglangDialect.model_validate_json(REFERENCE_TABLE.read_text(encoding="utf-8"))
 
 
 class TpChoice(BaseModel):
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)  # built for an SGLang route
 
     tp: int | None
     sentence: str
@@ -131,6 +135,8 @@ def render_args(route: SglangRoute, *, tp: int, host: str, port: int,
 def checked_args(route: SglangRoute, dialect: SglangDialect, **kw: Any) -> list[str]:
     """:func:`render_args`, refused (:class:`UnsupportedSglangArgs`) unless SGLang
     ``dialect.version`` takes every one of them."""
+    from ojai_setup.formats.sglang_args import check_args
+
     args = render_args(route, **kw)
     check_args(route.name, args, dialect)
     return args
