@@ -147,6 +147,26 @@ def test_no_cycle_collection_while_doctor_or_a_dry_run_runs() -> None:
     assert collections_and_state("setup", "--root", fresh, "--llamacpp", "none") == (0, False)
 
 
+FROZEN_AT_EXIT = """
+import atexit, gc, sys
+atexit.register(lambda: print(gc.get_freeze_count(), len(gc.get_objects()), file=sys.stderr))
+sys.argv = ["ojai", *sys.argv[1:]]
+from ojai_setup.entry import main
+main()
+"""
+
+
+def test_a_short_command_leaves_the_collection_at_exit_nothing_to_scan() -> None:
+    """What doctor made is frozen when it ends: the interpreter's collection at exit (which
+    runs with the collector off too) passes over it."""
+    proc = subprocess.run([sys.executable, "-c", FROZEN_AT_EXIT, "doctor", "--json", "--root",
+                           str(MACHINES / "ojai-fresh")], capture_output=True, text=True,
+                          env=environment())
+    assert proc.stdout.startswith("{"), proc.stderr
+    frozen, scanned = map(int, proc.stderr.strip().splitlines()[-1].split())
+    assert frozen > 20_000 and scanned < 1_000, (frozen, scanned)
+
+
 def test_the_collector_is_back_for_an_apply_and_other_commands(tmp_path: Path) -> None:
     import shutil
 
