@@ -8,12 +8,9 @@ from __future__ import annotations
 
 import shlex
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from ojai_setup.apply.faults import fault_point
-from ojai_setup.apply.signals import SignalGuard
 from ojai_setup.commands.planner import build_plan
-from ojai_setup.commands.rollback import rollback_command
-from ojai_setup.commands.saved_plan import recheck_saved, show_saved
 from ojai_setup.commands.setup_views import (
     ApplyFailureReport,
     ApplyReport,
@@ -28,6 +25,9 @@ from ojai_setup.core.status import ExitStatus
 from ojai_setup.facts.collect import collect
 from ojai_setup.model.settings import Settings
 from ojai_setup.planning.plan import Plan, PlanFileError, check_fresh
+
+if TYPE_CHECKING:  # an apply's and a saved plan's modules are imported where they are used
+    from ojai_setup.apply.signals import SignalGuard
 
 __all__ = ["build_plan", "run_setup"]
 
@@ -71,10 +71,14 @@ def _run_setup(term: Terminal, root_dir: Path, settings: Settings, *, apply: boo
             shown = build_plan(root, settings)
         return show_file(term, shown, show)
     if plan_file is not None and not apply:
+        from ojai_setup.commands.saved_plan import show_saved
+
         return show_saved(term, root, plan_file, show_new=show_new)
     if not apply:
         return _dry_run(term, root, settings, out, show_new=show_new)
+    from ojai_setup.apply.faults import fault_point
     from ojai_setup.apply.lock import MachineLock
+    from ojai_setup.apply.signals import SignalGuard
     from ojai_setup.core.errors import StateError
     from ojai_setup.facts.state import state_dir
 
@@ -174,6 +178,8 @@ def _apply_locked(term: Terminal, root: Root, settings: Settings, *, yes: bool, 
         if stale is not None:
             term.error(f"saved plan is stale: {stale.message}")
             return ExitStatus.FAILED
+        from ojai_setup.commands.saved_plan import recheck_saved
+
         refused = recheck_saved(plan, root, plan_file)
         if refused:
             term.error(refused)
@@ -259,6 +265,8 @@ def _apply_locked(term: Terminal, root: Root, settings: Settings, *, yes: bool, 
                        "nothing was changed")
             return ExitStatus.FAILED
         code = ExitStatus.INTERRUPTED if failure.signal else ExitStatus.FAILED
+        from ojai_setup.commands.rollback import rollback_command
+
         report = ApplyFailureReport(
             plan, failure, finish=applied_settings.command("--apply", root=root_arg),
             undo=rollback_command(root), journal=_journal_path(root, failure.result.journal),
