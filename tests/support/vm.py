@@ -9,7 +9,9 @@ The image is made without loop devices or mounts, so it builds in a container as
    seconds instead of debootstrapping again;
 2. a few files of our own in it (:func:`configure_rootfs`): fstab, a short GRUB timeout, the
    kernel console on the serial port, and the control channel of the driver below
-   (``tests/support/vm_guest/``); then ojai's dependencies (:func:`install_dependencies`);
+   (``tests/support/vm_guest/``); the units and drivers of every boot that no test uses masked
+   and blacklisted (:data:`UNUSED_UNITS`, :data:`UNUSED_MODULES`); then ojai's dependencies
+   (:func:`install_dependencies`);
 3. ``mke2fs -t ext4 -d ROOTFS`` makes the root file system from the folder, ``sfdisk`` gives a
    raw disk one MBR partition, the file system is copied into it;
 4. a first boot with ``-kernel``/``-initrd`` runs ``grub-install /dev/vda``,
@@ -99,6 +101,21 @@ CHANNEL_LINE = 4095
 #: bytes of a file per command of :meth:`Machine.write_bytes` (base64 twice stays inside a line)
 WRITE_CHUNK = 2048
 
+#: started in every boot and used by no test (masked; see :func:`configure_rootfs`): the
+#: binfmt, hugepage, POSIX-queue and kernel debug/tracing mounts, the utmp records, the
+#: random seed kept across boots
+UNUSED_UNITS = ("systemd-binfmt.service", "proc-sys-fs-binfmt_misc.automount",
+                "dev-hugepages.mount", "dev-mqueue.mount", "sys-kernel-debug.mount",
+                "sys-kernel-tracing.mount", "systemd-update-utmp.service",
+                "systemd-update-utmp-runlevel.service", "systemd-random-seed.service")
+#: drivers of qemu's emulated hardware that udev loads in every boot and no test uses: KVM (the
+#: guest CPU model carries svm), the floppy, parallel port, PC speaker, PS/2 mouse, the IDE and
+#: SATA controllers (the disks are virtio), the CD-ROM, SMBus, cpufreq and fw_cfg. The GPU's
+#: (bochs, drm, ttm) stay: the tests need TTM live.
+UNUSED_MODULES = ("kvm_amd", "kvm", "irqbypass", "ccp", "floppy", "parport_pc", "ppdev", "parport",
+                  "pcspkr", "psmouse", "serio_raw", "i2c_piix4", "i2c_i801", "lpc_ich", "sr_mod",
+                  "cdrom", "sg", "ata_piix", "ata_generic", "ahci", "libahci", "powernow_k8",
+                  "qemu_fw_cfg")
 GRUB_SETTINGS = {"GRUB_TIMEOUT": "0", "GRUB_CMDLINE_LINUX": '"console=ttyS0,115200n8"'}
 KERNEL_APPEND = f"root=UUID={ROOT_UUID} ro console=ttyS0,115200n8"
 
@@ -119,6 +136,7 @@ def recipe() -> dict:
     return {"version": RECIPE_VERSION, "base": base_recipe(),
             "disk_mib": DISK_MIB, "part_start_mib": PART_START_MIB, "root_uuid": ROOT_UUID,
             "hostname": HOSTNAME, "grub": GRUB_SETTINGS, "guest_files": guest,
+            "unused": {"units": UNUSED_UNITS, "modules": UNUSED_MODULES},
             "configure": hashlib.sha256(_configure_source().encode()).hexdigest(),
             "dependencies": _dependencies(), "guest_python": GUEST_PYTHON}
 
@@ -319,10 +337,16 @@ def configure_rootfs(rootfs: Path) -> None:
                  "e2scrub_all.timer", "fstrim.timer", "dpkg-db-backup.timer",
                  "systemd-tmpfiles-clean.timer", "modprobe@dm_mod.service",
                  "modprobe@efi_pstore.service", "modprobe@fuse.service", "modprobe@loop.service",
-                 "sys-fs-fuse-connections.mount", "sys-kernel-config.mount"):
+                 "sys-fs-fuse-connections.mount", "sys-kernel-config.mount",
+                 *UNUSED_UNITS):
         masked = units / unit
         masked.unlink(missing_ok=True)
         masked.symlink_to("/dev/null")
+    # the drivers udev would load for qemu's other devices: each module load (and its
+    # signature check) is seconds of the one vCPU in every boot
+    (etc / "modprobe.d" / "test-guest-unused.conf").write_text(
+        "# devices of qemu's machine that no test uses\n"
+        + "".join(f"blacklist {module}\n" for module in UNUSED_MODULES))
     # the .deb files debootstrap kept
     for deb in (rootfs / "var" / "cache" / "apt" / "archives").glob("*.deb"):
         deb.unlink()
