@@ -132,11 +132,7 @@ def _own_folders() -> tuple[str, ...]:
 def _load_kept(kept: Path, key: tuple[str, tuple[int, int, int]]) -> dict[str, Any] | None:
     """The table kept in ``kept`` for ``key``; None when there is none, it cannot be read, it is
     damaged or it was kept for another version of the file."""
-    try:
-        with open(kept, "rb") as f:
-            record = marshal.loads(f.read())
-    except (OSError, ValueError, EOFError, TypeError):
-        return None
+    record = _read_kept(kept)
     if (isinstance(record, tuple) and len(record) == 3 and (record[0], record[1]) == key
             and isinstance(record[2], dict)):
         return record[2]
@@ -153,13 +149,44 @@ def _keep(kept: Path, key: tuple[str, tuple[int, int, int]], data: dict[str, Any
     _write_kept(kept, record)
 
 
+def _own(st: os.stat_result) -> bool:
+    """Whether a file or folder is the running user's alone: owned by the effective user and
+    writable by no one else. A record is trusted only then: ``sudo -E`` keeps the user's
+    ``$HOME``, and root must not load what another user could have written there."""
+    return st.st_uid == os.geteuid() and not st.st_mode & 0o022
+
+
+def _read_kept(kept: Path) -> Any:
+    """The marshal data in ``kept``; None when it is missing, unreadable, damaged, a link, or
+    not the running user's alone (:func:`_own`)."""
+    try:
+        fd = os.open(kept, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        with os.fdopen(fd, "rb") as f:
+            if not _own(os.fstat(f.fileno())):
+                return None
+            return marshal.loads(f.read())
+    except (OSError, ValueError, EOFError, TypeError):
+        return None
+
+
 def _write_kept(kept: Path, record: bytes) -> None:
-    """Write ``record`` to ``kept`` (a temporary file renamed over it, so that a reader sees the
-    old record or the new); a folder that cannot be written leaves nothing."""
+    """Write ``record`` to ``kept`` (a new temporary file, never through a link, renamed over
+    it, so that a reader sees the old record or the new); a folder that cannot be written, or
+    that is not the running user's alone (:func:`_own`), leaves nothing."""
     tmp = kept.with_name(f".{kept.name}.{os.getpid()}.tmp")
     try:
-        kept.parent.mkdir(parents=True, exist_ok=True)
-        with open(tmp, "wb") as f:
+        kept.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if not _own(os.lstat(kept.parent)) or not kept.parent.is_dir() or kept.parent.is_symlink():
+            return
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     0o600)
+    except OSError:
+        return
+    try:
+        with os.fdopen(fd, "wb") as f:
             f.write(record)
         os.replace(tmp, kept)
     except OSError:
@@ -240,11 +267,7 @@ def _template_cache_class() -> Any:
             return self.folder / f"{bucket.key}.marshal"
 
         def load_bytecode(self, bucket: Bucket) -> None:
-            try:
-                with open(self._file(bucket), "rb") as f:
-                    record = marshal.loads(f.read())
-            except (OSError, ValueError, EOFError, TypeError):
-                return
+            record = _read_kept(self._file(bucket))
             if (isinstance(record, tuple) and len(record) == 3
                     and record[:2] == (signature(bucket.environment), bucket.checksum)
                     and type(record[2]) is type(signature.__code__)):

@@ -91,6 +91,38 @@ def test_a_folder_that_cannot_be_written_changes_nothing(fresh, parses, tmp_path
     assert blocked.read_text() == "a file where the folder would be"
 
 
+@pytest.mark.parametrize("loosen", ["others may write it", "another user owns it", "a link"])
+def test_a_record_that_is_not_the_users_alone_is_not_used(fresh, parses, tmp_path, loosen):
+    """Root run with ``sudo -E`` keeps the user's $HOME: what it loads from there must be a file
+    only root could have written. Any other record is parsed again and replaced by its own."""
+    use_cache(tmp_path / "ojai")
+    expected = read_toml(COMMON)
+    [kept] = kept_files(tmp_path / "ojai")
+    if loosen == "others may write it":
+        kept.chmod(0o666)
+    elif loosen == "another user owns it":
+        os.chown(kept, 65534, 65534)
+    else:
+        elsewhere = tmp_path / "elsewhere.marshal"
+        kept.rename(elsewhere)
+        kept.symlink_to(elsewhere)
+    resources._parsed.clear()
+    assert read_toml(COMMON) == expected and len(parses) == 2  # parsed again, not loaded
+    st = os.lstat(kept)
+    assert (st.st_uid, st.st_mode & 0o777) == (os.geteuid(), 0o600)  # the record is its own now
+    resources._parsed.clear()
+    assert read_toml(COMMON) == expected and len(parses) == 2
+
+
+def test_nothing_is_written_into_a_folder_others_may_write(fresh, parses, tmp_path):
+    use_cache(tmp_path / "ojai")
+    [folder] = [tmp_path / "ojai" / f"toml-{sys.implementation.cache_tag}"]
+    folder.mkdir(parents=True)
+    folder.chmod(0o777)
+    assert read_toml(COMMON) == tomllib.loads(COMMON.read_text(encoding="utf-8"))
+    assert list(folder.iterdir()) == []
+
+
 def test_a_file_that_does_not_parse_is_reported_as_before(fresh, monkeypatch, tmp_path):
     bad = tmp_path / "checks" / "bad.toml"
     bad.parent.mkdir()
@@ -214,3 +246,13 @@ def test_templates_with_a_folder_that_cannot_be_written(templates, tmp_path):
     blocked.write_text("a file where the folder would be")
     use_cache(blocked)
     assert flm_script() == made == flm_script() and len(templates) == 3
+
+
+def test_a_template_record_others_may_write_is_compiled_again(templates, tmp_path):
+    use_cache(tmp_path / "ojai")
+    made = flm_script()
+    [kept] = (tmp_path / "ojai").glob("templates-*/*.marshal")
+    kept.chmod(0o666)
+    assert flm_script() == made and len(templates) == 2  # compiled again, not loaded
+    assert kept.stat().st_mode & 0o777 == 0o600  # and kept as its own
+    assert flm_script() == made and len(templates) == 2
