@@ -177,7 +177,7 @@ class Grub(BootPath):
                 get_kernel_param(before or "", key, var=choose_cmdline_var(before or "")))
         except GrubEditError as exc:
             return Blocked(f"{exc} (no file was changed)")
-        where = (facts.ttm.grub_file if facts.ttm and facts.ttm.grub_file else GRUB_DEFAULT)
+        where = (facts.ttm.config_file if facts.ttm and facts.ttm.config_file else GRUB_DEFAULT)
         if edit is None:
             return Planned([], {}, where, current=current)
         if not edit.edits:

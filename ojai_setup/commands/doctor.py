@@ -22,7 +22,7 @@ from ojai_setup.domain.checks import (
 from ojai_setup.facts.collect import collect, environment
 from ojai_setup.model.facts import Facts
 
-DOCTOR_SCHEMA = "ojai.doctor/1"
+DOCTOR_SCHEMA = "ojai.doctor/2"
 
 
 class DoctorReport:
@@ -134,8 +134,8 @@ def _configured_on_boot_path(facts: Facts, pages: Callable[[int | None], str]) -
     t = facts.ttm
     loader = facts.boot.loader if facts.boot else None
     path = PATHS.get(loader.kind if loader else "grub", PATHS["unknown"])
-    if path.grub or t.grub_pages is not None:
-        return f"GRUB {pages(t.grub_pages)}"
+    if path.grub:
+        return f"GRUB {pages(t.config_pages)}"
     title = path.title
     where = f" in {t.config_file}" if t.config_file and t.config_pages is not None else ""
     return f"{title} {pages(t.config_pages)}{where}"

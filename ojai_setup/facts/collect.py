@@ -271,31 +271,31 @@ def read_ttm(root: Root, cmdline: list[str] | None, grub: GrubConfig | None = No
         for key in keys:
             value = cmdline_param(grub.tokens, key)
             if value is not None:
-                ttm.grub_pages, ttm.grub_key = _int(value), key
-                ttm.grub_file = token_origin(root, grub, key)
+                ttm.config_pages, ttm.config_key = _int(value), key
+                ttm.config_file = token_origin(root, grub, key)
                 break
     elif grub is not None:
-        ttm.grub_error = grub.error
+        ttm.read_error = grub.error
     elif grub_text is not None:
         try:
             for key in keys:
                 for var in ("GRUB_CMDLINE_LINUX_DEFAULT", "GRUB_CMDLINE_LINUX"):
                     value = get_kernel_param(grub_text, key, var=var)
-                    if value is not None and ttm.grub_pages is None:
-                        ttm.grub_pages, ttm.grub_key = _int(value), key
+                    if value is not None and ttm.config_pages is None:
+                        ttm.config_pages, ttm.config_key = _int(value), key
         except GrubEditError as exc:
-            ttm.grub_error = str(exc)
+            ttm.read_error = str(exc)
     from ojai_setup.boot.table import path_of
 
     if loader is not None and not path_of(loader.kind).grub:
         # a GRUB file on a machine GRUB does not boot configures nothing
-        ttm.grub_pages = ttm.grub_key = ttm.grub_file = None
+        ttm.config_pages = ttm.config_key = ttm.config_file = None
         from ojai_setup.facts.boot import read_configured
 
         try:
             configured = read_configured(root, loader)
         except ValueError as exc:
-            ttm.grub_error = str(exc)
+            ttm.read_error = str(exc)
             configured = None
         if configured is not None:
             tokens, where = configured
@@ -311,7 +311,7 @@ def read_ttm(root: Root, cmdline: list[str] | None, grub: GrubConfig | None = No
         try:
             settings = module_option_settings(files, module, "pages_limit")
         except ModprobeEditError as exc:
-            ttm.grub_error = (ttm.grub_error + "; " if ttm.grub_error else "") + str(exc)
+            ttm.read_error = (ttm.read_error + "; " if ttm.read_error else "") + str(exc)
             continue
         for s in settings:
             pages = _int(s.value)

@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict
 from ojai_setup.core.paths import GIB
 from ojai_setup.model.state import ApplyStatus
 
-FACTS_SCHEMA = 1
+FACTS_SCHEMA = 2
 
 
 class _Model(BaseModel):
@@ -134,34 +134,29 @@ class Ttm(_Model):
     active_pages: int | None = None  # /sys/module/<live>/parameters/pages_limit
     cmdline_pages: int | None = None  # from /proc/cmdline (ttm. or amdttm.)
     cmdline_key: str | None = None
-    grub_pages: int | None = None  # from /etc/default/grub
-    grub_key: str | None = None
-    grub_file: str | None = None  # the file that puts the configured value on the command line
-    grub_error: str | None = None
     modprobe: list[ModprobeSetting] = []
     deprecated_gttsize: list[str] = []  # amdgpu.gttsize / gtt_size tokens
     record: TtmRecord | None = None
     boot_id: str | None = None
-    #: on a boot path other than GRUB's: the limit in the file that configures the command line
-    #: (/etc/kernel/cmdline, the default loader entry, Limine's settings, kernelstub's)
+    #: the limit the boot path's deciding file configures for the next boot's command line
+    #: (GRUB's /etc/default/grub or the drop-in that sets it, /etc/kernel/cmdline, the default
+    #: loader entry, Limine's settings, kernelstub's configuration): its key, pages and file
     config_pages: int | None = None
     config_key: str | None = None
     config_file: str | None = None
+    #: why the configured command line or modprobe.d could not be read, or None
+    read_error: str | None = None
     #: why the TTM module cannot take modprobe.d options (built into the kernel), or None
     builtin: str | None = None
 
     def configured_cmdline(self) -> tuple[str, int, str] | None:
         """(key, pages, file) of the limit the configured kernel command line sets, if any."""
-        if self.grub_pages is not None and self.grub_key:
-            return self.grub_key, self.grub_pages, self.grub_file or "/etc/default/grub"
         if self.config_pages is not None and self.config_key:
-            return self.config_key, self.config_pages, self.config_file or "?"
+            return self.config_key, self.config_pages, self.config_file or "/etc/default/grub"
         return None
 
     @property
     def configured_pages(self) -> int | None:
-        if self.grub_pages is not None:
-            return self.grub_pages
         if self.config_pages is not None:
             return self.config_pages
         if self.modprobe:

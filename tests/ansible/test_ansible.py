@@ -347,7 +347,7 @@ def test_doctor_facts_for_the_fleet_and_a_precondition(fleet):
     for host, report in golden.items():
         facts = res[host]["ansible_facts"]["ojai_doctor"]
         assert res[host]["changed"] is False and not res[host].get("failed")
-        assert facts["schema"] == "ojai.doctor/1"
+        assert facts["schema"] == "ojai.doctor/2"
         assert facts["profile"] == report["profile"] and facts["result"] == report["result"]
         assert [f["id"] for f in facts["findings"]] == [f["id"] for f in report["findings"]]
         assert res[host]["result"] == report["result"]

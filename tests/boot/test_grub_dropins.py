@@ -126,7 +126,7 @@ def test_doctor_names_the_file_that_sets_the_configured_limit(machine):
     import json
 
     report = json.loads(ojai("doctor", "--json", "--root", str(root)).stdout)
-    assert report["facts"]["ttm"]["grub_file"] == "/etc/default/grub.d/99-ojai.cfg"
+    assert report["facts"]["ttm"]["config_file"] == "/etc/default/grub.d/99-ojai.cfg"
     assert report["facts"]["grub"]["winners"]["GRUB_CMDLINE_LINUX_DEFAULT"] == \
         "/etc/default/grub.d/99-ojai.cfg"
 

@@ -316,7 +316,7 @@ def test_the_debian_drop_in_machine_is_read_right():
     assert report.profile.id == "strix-halo" and report.profile.gpu_target == "gfx1151"
     ttm = report.facts.ttm
     assert (ttm.live_module, ttm.active_pages) == ("amdttm", 32768000)
-    assert (ttm.grub_key, ttm.grub_pages, ttm.grub_file) == (
+    assert (ttm.config_key, ttm.config_pages, ttm.config_file) == (
         "amdttm.pages_limit", 32768000, "/etc/default/grub.d/amdgpu.cfg")
     assert (ttm.cmdline_key, ttm.cmdline_pages) == ("amdttm.pages_limit", 32768000)
     assert report.facts.grub.winners["GRUB_CMDLINE_LINUX"] == "/etc/default/grub.d/amdgpu.cfg"

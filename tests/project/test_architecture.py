@@ -184,7 +184,7 @@ def test_missing_catalog_file_is_a_usage_error(tmp_path):
 
 def test_every_json_output_names_its_schema(tmp_path):
     machine = str(REPO / "tests/machines/ojai-fresh")
-    for args, schema in ((["doctor"], "ojai.doctor/1"),
+    for args, schema in ((["doctor"], "ojai.doctor/2"),
                          (["setup", "--llamacpp", "none"], "ojai.setup/1"),
                          (["models"], "ojai.models/1")):
         result = CliRunner().invoke(app, [*args, "--root", machine, "--json"])

@@ -12,7 +12,7 @@ module: doctor
 short_description: Gather ojai's doctor report (hardware facts and precondition checks) as facts
 description:
   - Runs C(ojai doctor --json) on the host and returns its report as the fact C(ojai_doctor)
-    (schema C(ojai.doctor/1), documented in ojai's README), so a play can assert preconditions
+    (schema C(ojai.doctor/2), documented in ojai's README), so a play can assert preconditions
     before touching anything and report a fleet's state in one table.
   - A failing check does not fail the task (that is for C(ansible.builtin.assert) to decide);
     the task fails only when ojai cannot run or cannot read the machine, with ojai's message.
