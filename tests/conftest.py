@@ -47,6 +47,18 @@ def machine(tmp_path):
     return _copy
 
 
+@pytest.fixture
+def box(machine) -> Path:
+    """The machine most tests plan on: a copy of ojai-fresh with a llama-server stand-in, so
+    that routes are planned with ``--llamacpp none``. A module that needs another machine
+    defines its own ``box``."""
+    from support.stand_ins import give_llama_server
+
+    root = machine("ojai-fresh")
+    give_llama_server(root)
+    return root
+
+
 #: the order the tests are handed out in, and the groups that stay on one worker under
 #: ``pytest -n 2 --dist loadgroup`` (what ``.ci/run`` runs): the guests first, one at a time to
 #: each worker, since they take the longest (each qemu under TCG on one core; the installed

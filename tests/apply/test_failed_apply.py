@@ -62,13 +62,6 @@ def catalog(tmp_path: Path, fake_hub: FakeHub) -> Path:
     return path
 
 
-@pytest.fixture
-def box(machine) -> Path:
-    root = machine("ojai-fresh")
-    give_llama_server(root)
-    return root
-
-
 def model_args(root: Path, catalog: Path) -> list[object]:
     return ["--root", root, *NO_LLAMA, "--catalog", catalog, "--model", ROUTE]
 

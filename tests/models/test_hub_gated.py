@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 from support.fake_hub import FakeHub, fake_hub  # noqa: F401 - fake_hub is a fixture
 from support.gguf_files import gemma4_assistant, gemma4_main
-from support.stand_ins import give_llama_server, route_toml
+from support.stand_ins import route_toml
 from typer.testing import CliRunner
 
 from ojai_setup.cli import app
@@ -74,13 +74,6 @@ def catalog(tmp_path: Path, gated: FakeHub) -> Path:
     path = tmp_path / "catalog.toml"
     path.write_text(route_toml(ROUTE, REPO, folder / MAIN, folder / DRAFT))
     return path
-
-
-@pytest.fixture
-def box(machine) -> Path:
-    root = machine("ojai-fresh")
-    give_llama_server(root)
-    return root
 
 
 def model_args(root: Path, catalog: Path) -> list[object]:

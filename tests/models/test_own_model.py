@@ -13,7 +13,6 @@ import pytest
 from support.fake_hub import COMMIT, FakeHub, fake_hub  # noqa: F401 - fake_hub is a fixture
 from support.gguf_files import attention_model
 from support.llama import llama_server_bin  # noqa: F401 - a fixture
-from support.stand_ins import give_llama_server
 from typer.testing import CliRunner
 
 from ojai_setup.cli import app
@@ -39,13 +38,6 @@ PAYLOAD = 1 << 20
 
 def ojai(*args: object):
     return CliRunner().invoke(app, [str(a) for a in args])
-
-
-@pytest.fixture
-def box(machine) -> Path:
-    root = machine("ojai-fresh")
-    give_llama_server(root)
-    return root
 
 
 def plan(root: Path, model: str, *extra: object) -> dict:

@@ -13,7 +13,7 @@ import pytest
 from ojai_setup.core.status import ExitStatus
 from support.fake_hub import FakeHub, fake_hub  # noqa: F401 - fake_hub is a fixture
 from support.gguf_files import OTHER_TOKENS, gemma4_assistant, gemma4_main, qwen35
-from support.stand_ins import give_llama_server, route_toml
+from support.stand_ins import route_toml
 from typer.testing import CliRunner
 
 from ojai_setup.cli import app
@@ -57,13 +57,6 @@ def catalog(tmp_path: Path, published: dict[str, Path]) -> Path:
                     + route_toml("tiny-long", REPO, published["main"], published["draft"],
                                  context_size=65536, full_layers=40))
     return path
-
-
-@pytest.fixture
-def box(machine) -> Path:
-    root = machine("ojai-fresh")
-    give_llama_server(root)
-    return root
 
 
 def setup_args(root: Path, catalog: Path, model: str = ROUTE) -> list[object]:
