@@ -17,7 +17,7 @@ from support.gguf_files import attention_model
 from support.machine_state import store_capture
 from support.models_disk import ojai_with_models_disk
 from support.server import free_port
-from support.stand_ins import give_lemonade, give_llama_server
+from support.stand_ins import give_lemonade
 from typer.testing import CliRunner
 
 from ojai_setup.cli import app
@@ -30,13 +30,6 @@ GEMMA = "/var/lib/ojai/models/unsloth/gemma-4-26B-A4B-it-GGUF"
 
 def ojai(*args: object):
     return CliRunner().invoke(app, [str(a) for a in args])
-
-
-@pytest.fixture
-def box(machine) -> Path:
-    root = machine("ojai-fresh")
-    give_llama_server(root)
-    return root
 
 
 @pytest.fixture
