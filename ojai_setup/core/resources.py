@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import marshal
 import os
+import stat
 import sys
 from collections.abc import Mapping
 from functools import cache
@@ -179,7 +180,8 @@ def _write_kept(kept: Path, record: bytes) -> None:
     tmp = kept.with_name(f".{kept.name}.{os.getpid()}.tmp")
     try:
         kept.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        if not _own(os.lstat(kept.parent)) or not kept.parent.is_dir() or kept.parent.is_symlink():
+        folder = os.lstat(kept.parent)  # the folder itself, not what a link points to
+        if not stat.S_ISDIR(folder.st_mode) or not _own(folder):
             return
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
                      0o600)
