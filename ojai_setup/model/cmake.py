@@ -1,7 +1,9 @@
 """Extra CMake definitions of a source build (``ojai setup --cmake-define KEY=VALUE``).
 
-A definition is ``KEY=VALUE``: KEY a CMake variable name, VALUE free of shell metacharacters
-and spaces (it is shown in the plan as a command line and recorded in the install record).
+A definition is ``KEY=VALUE``: KEY a CMake variable name, VALUE words free of quotes and shell
+metacharacters, one space between words, as a list of compiler flags takes them
+(``CMAKE_HIP_FLAGS_RELEASE=-O3 -DNDEBUG``). It goes to cmake as one argument, never through a
+shell, is shown in the plan quoted as a command line and recorded in the install record.
 The variables ojai itself sets from its own options or its install layout are refused: a
 definition must not quietly turn a HIP build into another backend, change its GPU targets or
 break the layout ojai installs and checks."""
@@ -12,8 +14,11 @@ import re
 
 #: a CMake variable name as a -D on the command line takes it
 _KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-#: what a value may hold: no spaces, quotes or shell metacharacters ($ ` ; | & < > ( ) * ? ...)
-_VALUE = re.compile(r"^[A-Za-z0-9_.,:/+=@%-]*$")
+#: the characters of a value's words: no quotes or shell metacharacters ($ ` ; | & < > ( ) * ? ...)
+_WORD_CHARS = "A-Za-z0-9_.,:/+=@%-"
+_CHAR = re.compile(f"^[ {_WORD_CHARS}]$")
+#: words of those characters, one space between them (or nothing at all)
+_VALUE = re.compile(f"^(?:[{_WORD_CHARS}]+(?: [{_WORD_CHARS}]+)*)?$")
 
 #: what ojai sets itself, and the option or reason that owns it
 OWNED: dict[str, str] = {
@@ -51,10 +56,14 @@ def check_define(text: str) -> str:
                          "starting with a digit)")
     if key in OWNED:
         raise ValueError(f"{key} is set by ojai itself ({OWNED[key]}); leave it out")
-    if not _VALUE.match(value):
-        bad = "".join(sorted({c for c in value if not _VALUE.match(c)}))
+    bad = "".join(sorted({c for c in value if not _CHAR.match(c)}))
+    if bad:
         raise ValueError(f"the value of {key} holds {bad!r}: a value may hold letters, digits "
-                         "and _ . , : / + = @ % -, no spaces, quotes or shell metacharacters")
+                         "and _ . , : / + = @ % -, words separated by one space, no quotes or "
+                         "shell metacharacters")
+    if not _VALUE.match(value):
+        raise ValueError(f"the value of {key} starts or ends with a space or has two together: "
+                         "separate its words by one space")
     return text
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import shlex
 from pathlib import Path, PurePosixPath
 
 from ojai_setup.core.paths import LLAMACPP_DIR
@@ -80,7 +81,7 @@ def source_action(ctx: Context) -> BuildFromSource:
         source=src, ref=settings.llamacpp_ref, backend=backend, gpu_target=target,
         cmake_args=extra, dest=dest, link=ctx.llama_link, needs_root=True,
         reason=f"build llama-server ({backend}{', ' + target if target else ''}) from {src}"
-        + (f" with {' '.join(extra)}" if extra else ""))
+        + (f" with {shlex.join(extra)}" if extra else ""))
 
 
 class LlamacppStep:

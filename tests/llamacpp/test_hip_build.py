@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 from pathlib import Path
 
 import pytest
@@ -50,6 +51,7 @@ def test_install_layout_record_and_link(hip_build: HipBuild, llama_server_bin: P
     assert (action.backend, action.gpu_target) == ("hip", GPU_TARGET)
     # the test build's definitions (tests/support/hip.py, CMAKE_DEFINES): a build of its own
     assert action.cmake_args == ("-DCMAKE_CXX_FLAGS_RELEASE=-O0", "-DCMAKE_C_FLAGS_RELEASE=-O0",
+                                 "-DCMAKE_HIP_FLAGS_RELEASE=-O3 -DNDEBUG -Xarch_host -O0",
                                  "-DGGML_CUDA_FA=OFF", "-DGGML_CUDA_FA_QUANTS=f16-f16")
     assert re.fullmatch(r"/opt/ojai/llama\.cpp/src-b11434-hip-gfx1150-d[0-9a-f]{8}", action.dest)
     link = hip_build.root.resolve(action.link)
@@ -104,7 +106,7 @@ def test_the_measured_cost_the_plan_states(hip_build: HipBuild) -> None:
     """build-costs.toml states what this build measured."""
     record = read_install_record(hip_build.root, hip_build.action.dest)
     # the figures stated for a build with this build's definitions (build-costs.toml, [with.])
-    stated = measured()[f"hip gfx1150 with {' '.join(hip_build.action.cmake_args)}"]
+    stated = measured()[f"hip gfx1150 with {shlex.join(hip_build.action.cmake_args)}"]
     installed = sum(f.lstat().st_size for f in hip_build.dest.iterdir())
     print(f"measured: {record.build_seconds:.0f} s wall on {record.cores} cores, "
           f"{record.cpu_seconds} s processor time, {record.build_bytes} bytes building, "

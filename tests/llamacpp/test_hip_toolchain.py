@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import shutil
 import tomllib
 from pathlib import Path
@@ -116,7 +117,7 @@ def test_cost_phrase_with_extra_definitions() -> None:
         disk_need("hip", "gfx1150")
     # the test build's (tests/support/hip.py) is measured with its definitions
     args = cmake_args(check_defines(CMAKE_DEFINES))  # as the plan orders them
-    slim = table[f"hip gfx1150 with {' '.join(args)}"]
+    slim = table[f"hip gfx1150 with {shlex.join(args)}"]
     stated = estimate("hip", "gfx1150", args)
     assert stated.startswith(f"gfx1150: about {slim.minutes_on(2)} min on 2 cores "
                              f"({round(slim.cpu_seconds / 60)} min of compiler time")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import socket
 import subprocess
 import tarfile
@@ -420,9 +421,14 @@ def test_cmake_defines_are_planned_shown_and_make_a_build_of_their_own(machine):
     ("9LIVES=1", "'9LIVES' is not a CMake variable name"),
     ("GGML-CUDA-FA=OFF", "'GGML-CUDA-FA' is not a CMake variable name"),
     ("X=$(reboot)", "the value of X holds '$()': a value may hold letters, digits and "
-                    "_ . , : / + = @ % -, no spaces, quotes or shell metacharacters"),
-    ("X=a;touch /tmp/x", "the value of X holds ' ;'"),
+                    "_ . , : / + = @ % -, words separated by one space, no quotes or shell "
+                    "metacharacters"),
+    ("X=a;touch /tmp/x", "the value of X holds ';'"),
     ("X=`id`", "the value of X holds '`'"),
+    ("X=-O3 '-g'", "the value of X holds \"'\""),
+    ("X=-O3\t-g", "the value of X holds '\\t'"),
+    ("X=-O3  -g", "the value of X starts or ends with a space or has two together"),
+    ("X= -O3", "the value of X starts or ends with a space or has two together"),
 ])
 def test_a_cmake_define_ojai_does_not_pass_on_is_refused(machine, define, says):
     root = give_hip_toolchain(machine("ojai-fresh"))
@@ -485,6 +491,40 @@ def test_a_cmake_define_reaches_configure_and_the_install_record(machine, tmp_pa
                          capture_output=True, text=True, timeout=30)
     assert "(build 7, commit fake123)" in out.stderr
     assert (real / "llama-server").is_file()
+
+
+
+def test_a_cmake_define_of_several_flags_is_one_argument_shown_quoted(machine):
+    """A value of words (compiler flags, as owners give CMAKE_HIP_FLAGS) reaches CMake as one
+    -D argument, every word of it the compiler's; the plan and its command line quote it."""
+    root = machine("ojai-fresh")
+    src = write_fake_source(root / "srv" / "llama.cpp")
+    (src / "lib.c").write_text("int llama_offset(void) { return OFFSET; }\n")
+    with tarfile.open(root / "srv" / "src.tar.gz", "w:gz") as tar:
+        tar.add(src, arcname="fake-llama")
+    flags = "CMAKE_C_FLAGS_RELEASE=-O1 -DNDEBUG -DOFFSET=9"
+    defined = ("--llamacpp", "source", "--backend", "cpu", "--llamacpp-src", "/srv/src.tar.gz",
+               "--cmake-define", flags)
+    s = step(plan_json(root, *defined))
+    [action] = s["actions"]
+    assert action["cmake_args"] == [f"-D{flags}"]
+    assert f"with '-D{flags}' (cpu" in s["sentence"]
+    shown = flat(ojai("setup", "--root", str(root), "--no-npu", *defined).stdout)
+    assert f"with '-D{flags}'" in shown
+    from ojai_setup.model.settings import Settings
+
+    again = Settings(llamacpp="source", cmake_defines=(flags,)).command()
+    assert f"--cmake-define '{flags}'" in again  # the command that plans it again
+    assert shlex.split(again)[-2:] == ["--cmake-define", flags]
+    first = apply(root, *defined)
+    assert first.exit_code == 0, first.output
+    real = root / action["dest"].lstrip("/")
+    out = subprocess.run([str(real / "llama-server")], capture_output=True, text=True, timeout=30)
+    assert "(build 16, commit fake123)" in out.stderr  # 7 + 9: the last word reached the compiler
+    record = json.loads((real / "ojai-install.json").read_text())
+    assert record["extra_cmake_args"] == [f"-D{flags}"]
+    again = apply(root, *defined)
+    assert again.exit_code == 0 and "nothing to do" in again.stdout
 
 
 # -- offline ----------------------------------------------------------------------------------
