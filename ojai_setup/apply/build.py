@@ -9,6 +9,7 @@ import json
 import os
 import re
 import resource
+import shlex
 import shutil
 import subprocess
 import tarfile
@@ -138,7 +139,7 @@ class _Log:
             env: dict[str, str] | None = None,
             on_line: Callable[[str], None] | None = None) -> None:
         """Run ``argv`` on the host, streaming its output into the log; raise on failure."""
-        self.write("$ " + " ".join(argv))
+        self.write("$ " + shlex.join(argv))
         full_env = {**os.environ, "LC_ALL": "C", **(env or {})}
         try:
             proc = subprocess.Popen(argv, cwd=cwd, env=full_env, stdin=subprocess.DEVNULL,

@@ -521,6 +521,8 @@ def test_a_cmake_define_of_several_flags_is_one_argument_shown_quoted(machine):
     real = root / action["dest"].lstrip("/")
     out = subprocess.run([str(real / "llama-server")], capture_output=True, text=True, timeout=30)
     assert "(build 16, commit fake123)" in out.stderr  # 7 + 9: the last word reached the compiler
+    log = (root / (action["dest"].lstrip("/") + ".build.log")).read_text()
+    assert f" '-D{flags}'" in log  # the build log's command line quotes it as one argument
     record = json.loads((real / "ojai-install.json").read_text())
     assert record["extra_cmake_args"] == [f"-D{flags}"]
     again = apply(root, *defined)
