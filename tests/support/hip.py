@@ -109,11 +109,13 @@ VENV_REVISION = 1
 #: - ``CMAKE_HIP_FLAGS_RELEASE=-O3 -DNDEBUG -Xarch_host -O0``: a HIP source is compiled twice,
 #:   for the host (its kernels' launch stubs and the backend's host functions) and for the
 #:   device; CMake's Release flags (``-O3 -DNDEBUG``) stay for both, and clang's
-#:   ``-Xarch_host -O0`` takes the host half back to unoptimised, as above. Measured on 14
-#:   sources compiled alone in the chroot (the host half is 30-70 % of a source's time): 119 s
-#:   of processor time before, 88 after (binbcast.cu 23 -> 8, mmvq.cu 23 -> 17, an MMQ
-#:   instance 11 -> 10, an MMF one 13 -> 10); the device half (what ``--offload-device-only``
-#:   compiles) is the same -O3 code for gfx1150 as before.
+#:   ``-Xarch_host -O0`` takes the host half back to unoptimised, as above. Measured on every
+#:   third of the MMQ and MMF instances and the other sources (36), each compiled alone in the
+#:   chroot with and without it: 262 processor seconds before, 215 after (18 %; binbcast.cu
+#:   22 -> 7, an MMQ instance 12-26 -> 10-20); the whole build about 11 % (1358 processor
+#:   seconds in a cold run on a day the same work took 16 % longer than when the build without
+#:   it took 1317). The device half (what ``--offload-device-only`` compiles) is the same -O3
+#:   code for gfx1150 as before.
 #:
 #: Everything else is compiled in full for gfx1150: the quantized matrix multiplication (MMQ,
 #: 22 instances, about a fifth of the build), MMF, the other ops, hipBLAS/rocBLAS calls. No
