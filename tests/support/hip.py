@@ -113,7 +113,7 @@ VENV_REVISION = 1
 #:   third of the MMQ and MMF instances and the other sources (36), each compiled alone in the
 #:   chroot with and without it: 262 processor seconds before, 215 after (18 %; binbcast.cu
 #:   22 -> 7, an MMQ instance 12-26 -> 10-20); the whole build about 11 % (1358 processor
-#:   seconds in a cold run on a day the same work took 16 % longer than when the build without
+#:   seconds in a cold run while the same work took 16 % longer than when the build without
 #:   it took 1317). The device half (what ``--offload-device-only`` compiles) is the same -O3
 #:   code for gfx1150 as before.
 #:
