@@ -10,7 +10,6 @@ is measured as processor time (user + system of every compiler, from the install
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cache
@@ -18,6 +17,7 @@ from pathlib import Path
 
 from ojai_setup.core.resources import read_toml
 from ojai_setup.core.units import size_text
+from ojai_setup.model.cmake import args_text
 
 #: the cores the plan states the time for (the OJAI box has 24 threads; CI has 2)
 REFERENCE_CORES = 2
@@ -53,7 +53,7 @@ def measured() -> dict[str, Measured]:
 def _find(table: dict[str, Measured], key: str, extra: tuple[str, ...]) -> tuple[Measured | None, bool]:
     """The figures of the build ``key`` with the definitions ``extra``, and whether they were
     measured with them (else those of the build without them, when measured)."""
-    if extra and (m := table.get(f"{key} with {shlex.join(extra)}")) is not None:
+    if extra and (m := table.get(f"{key} with {args_text(extra)}")) is not None:
         return m, True
     return table.get(key), not extra
 

@@ -7,12 +7,12 @@ something.
 """
 
 import re
-import shlex
 from typing import Annotated, Literal, NamedTuple, Union
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from ojai_setup.core.units import size_text
+from ojai_setup.model.cmake import args_text
 
 
 class _Action(BaseModel):
@@ -166,7 +166,7 @@ class BuildFromSource(_Action):
                 ("make", "ninja")) + git
 
     def describe(self) -> str:
-        extra = f" with {shlex.join(self.cmake_args)}" if self.cmake_args else ""
+        extra = f" with {args_text(self.cmake_args)}" if self.cmake_args else ""
         return (f"build llama-server ({self.backend}"
                 f"{', ' + self.gpu_target if self.gpu_target else ''}) from {self.source}"
                 f"{extra} into {self.dest}")

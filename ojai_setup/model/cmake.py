@@ -11,6 +11,7 @@ break the layout ojai installs and checks."""
 from __future__ import annotations
 
 import re
+import shlex
 
 #: a CMake variable name as a -D on the command line takes it
 _KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -82,3 +83,9 @@ def check_defines(defines: tuple[str, ...]) -> tuple[str, ...]:
 def cmake_args(defines: tuple[str, ...]) -> tuple[str, ...]:
     """The ``-D`` arguments of ``defines`` for cmake's configure."""
     return tuple(f"-D{d}" for d in defines)
+
+
+def args_text(args: tuple[str, ...]) -> str:
+    """The ``-D`` arguments as one shell-quoted line: how the plan shows them and how
+    build-costs.toml names the build measured with them."""
+    return shlex.join(args)

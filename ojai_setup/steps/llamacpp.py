@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-import shlex
 from pathlib import Path, PurePosixPath
 
 from ojai_setup.core.paths import LLAMACPP_DIR
@@ -20,7 +19,7 @@ from ojai_setup.core.units import size_text
 from ojai_setup.domain import nightly
 from ojai_setup.facts.llama_install import is_installed
 from ojai_setup.model.actions import BuildFromSource, InstallArchive, ProveBuild
-from ojai_setup.model.cmake import cmake_args
+from ojai_setup.model.cmake import args_text, cmake_args
 from ojai_setup.planning.context import Context
 from ojai_setup.planning.result import SpaceNeed, StepResult
 
@@ -81,7 +80,7 @@ def source_action(ctx: Context) -> BuildFromSource:
         source=src, ref=settings.llamacpp_ref, backend=backend, gpu_target=target,
         cmake_args=extra, dest=dest, link=ctx.llama_link, needs_root=True,
         reason=f"build llama-server ({backend}{', ' + target if target else ''}) from {src}"
-        + (f" with {shlex.join(extra)}" if extra else ""))
+        + (f" with {args_text(extra)}" if extra else ""))
 
 
 class LlamacppStep:

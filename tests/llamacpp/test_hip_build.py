@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import re
-import shlex
 from pathlib import Path
 
 import pytest
@@ -19,6 +18,7 @@ import pytest
 from ojai_setup.domain.build import INSTALL_RECORD
 from ojai_setup.facts.llama_install import read_install_record
 from ojai_setup.domain.costs import measured
+from ojai_setup.model.cmake import args_text
 from support import sid
 from support.hip import (GPU_TARGET, IN_CHECKOUT, HipBuild, ensure_hip_build, ensure_hip_toolchain,
                          plan_file, planned_action)
@@ -106,7 +106,7 @@ def test_the_measured_cost_the_plan_states(hip_build: HipBuild) -> None:
     """build-costs.toml states what this build measured."""
     record = read_install_record(hip_build.root, hip_build.action.dest)
     # the figures stated for a build with this build's definitions (build-costs.toml, [with.])
-    stated = measured()[f"hip gfx1150 with {shlex.join(hip_build.action.cmake_args)}"]
+    stated = measured()[f"hip gfx1150 with {args_text(hip_build.action.cmake_args)}"]
     installed = sum(f.lstat().st_size for f in hip_build.dest.iterdir())
     print(f"measured: {record.build_seconds:.0f} s wall on {record.cores} cores, "
           f"{record.cpu_seconds} s processor time, {record.build_bytes} bytes building, "

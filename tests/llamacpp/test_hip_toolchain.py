@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import re
-import shlex
 import shutil
 import tomllib
 from pathlib import Path
@@ -107,7 +106,7 @@ def test_cost_phrase_with_extra_definitions() -> None:
     definitions, those measured without them, and said so."""
     from support.hip import CMAKE_DEFINES
 
-    from ojai_setup.model.cmake import check_defines, cmake_args
+    from ojai_setup.model.cmake import args_text, check_defines, cmake_args
 
     table = measured()
     plain = estimate("hip", "gfx1150")
@@ -117,7 +116,7 @@ def test_cost_phrase_with_extra_definitions() -> None:
         disk_need("hip", "gfx1150")
     # the test build's (tests/support/hip.py) is measured with its definitions
     args = cmake_args(check_defines(CMAKE_DEFINES))  # as the plan orders them
-    slim = table[f"hip gfx1150 with {shlex.join(args)}"]
+    slim = table[f"hip gfx1150 with {args_text(args)}"]
     stated = estimate("hip", "gfx1150", args)
     assert stated.startswith(f"gfx1150: about {slim.minutes_on(2)} min on 2 cores "
                              f"({round(slim.cpu_seconds / 60)} min of compiler time")

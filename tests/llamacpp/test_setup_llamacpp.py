@@ -493,7 +493,6 @@ def test_a_cmake_define_reaches_configure_and_the_install_record(machine, tmp_pa
     assert (real / "llama-server").is_file()
 
 
-
 def test_a_cmake_define_of_several_flags_is_one_argument_shown_quoted(machine):
     """A value of words (compiler flags, as owners give CMAKE_HIP_FLAGS) reaches CMake as one
     -D argument, every word of it the compiler's; the plan and its command line quote it."""
@@ -513,9 +512,9 @@ def test_a_cmake_define_of_several_flags_is_one_argument_shown_quoted(machine):
     assert f"with '-D{flags}'" in shown
     from ojai_setup.model.settings import Settings
 
-    again = Settings(llamacpp="source", cmake_defines=(flags,)).command()
-    assert f"--cmake-define '{flags}'" in again  # the command that plans it again
-    assert shlex.split(again)[-2:] == ["--cmake-define", flags]
+    replan = Settings(llamacpp="source", cmake_defines=(flags,)).command()
+    assert f"--cmake-define '{flags}'" in replan  # the command that plans it again
+    assert shlex.split(replan)[-2:] == ["--cmake-define", flags]
     first = apply(root, *defined)
     assert first.exit_code == 0, first.output
     real = root / action["dest"].lstrip("/")
