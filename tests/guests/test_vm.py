@@ -43,6 +43,25 @@ from support.vm_ojai import (  # noqa: F401  (vm, vm_booted: fixtures)
 pytestmark = [pytest.mark.slow, pytest.mark.vm]
 
 
+def test_a_reset_boots_in_a_new_qemu_and_a_power_off_ends_the_guest(vm):
+    """The driver's reboots: the guest's own reset (``systemctl reboot`` sent, not awaited)
+    ends its qemu (``-no-reboot``) and a new one boots the same disk through its GRUB, the
+    guest's writes kept; a power-off by the guest ends it for good."""
+    from support.vm import VMError
+
+    first, boot = vm._proc.pid, vm.boot_id
+    vm.succeed("echo kept > /root/before-reset && sync")
+    vm.send("systemctl reboot")
+    assert vm.wait_for_boot() != boot
+    assert vm._proc.pid != first and vm._generation == 2
+    assert "BOOT_IMAGE=" in vm.succeed("cat /proc/cmdline")
+    assert vm.succeed("cat /root/before-reset").strip() == "kept"
+    vm.send("systemctl poweroff")
+    with pytest.raises(VMError, match="qemu exited while waiting"):
+        vm.execute("sleep 600", timeout=300)
+    assert vm._proc.returncode == 0 and vm._generation == 2
+
+
 def test_apply_reboot_active_then_rollback_reboot_original(vm):
     original = live_pages(vm)
     assert original != PAGES
