@@ -12,8 +12,9 @@ as said, then again the first time it reaches ``LATER`` after that (a second Ctr
 
 - ``SIGINT`` or ``SIGTERM``: the process sends itself that signal (Ctrl-C, ``kill``), which
   ojai handles as it would from a terminal or a service manager;
-- ``pause:FILE``: the process writes ``FILE.ready`` and waits (holding the machine's lock and
-  whatever it holds) until ``FILE`` exists, then goes on; another ojai can be started meanwhile.
+- ``pause:FILE``: the process writes its pid to ``FILE.ready`` (whole, by a rename) and waits
+  (holding the machine's lock and whatever it holds) until ``FILE`` exists, then goes on;
+  another ojai can be started meanwhile.
 """
 
 from __future__ import annotations
@@ -48,7 +49,10 @@ def main() -> None:
             time.sleep(5)  # the handler raises before this ends
         elif what.startswith("pause:"):
             go = Path(what.removeprefix("pause:"))
-            go.with_name(go.name + ".ready").write_text(str(os.getpid()))
+            # whole or not at all: a waiter reads the pid as soon as the name exists
+            ready = go.with_name(go.name + ".ready")
+            ready.with_name(ready.name + ".tmp").write_text(str(os.getpid()))
+            os.replace(ready.with_name(ready.name + ".tmp"), ready)
             deadline = time.monotonic() + 120
             while not go.exists() and time.monotonic() < deadline:
                 time.sleep(0.05)
