@@ -861,8 +861,8 @@ class Machine:
         firmware, its boot loader and kernel from the start, as after a power cycle). Under TCG
         a reset inside the same process boots several times slower after a busy session: after
         ``update-grub`` the new kernel took 63 s to reach userspace (most of it in
-        ``clear_page_rep``, qemu dropping the code it translated from each page the kernel
-        clears) against 6 s in a new process. qemu exiting with an error, after a power-off, or
+        ``clear_page_rep``, sampled from qemu's monitor) against 6 s in a new process, whose
+        memory and translated code start empty. qemu exiting with an error, after a power-off, or
         ended by the driver is not a reset. The thread lives as long as the qemu it started
         (``_die_with_parent`` follows the thread that started the process)."""
         while True:
