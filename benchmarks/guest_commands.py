@@ -1,6 +1,6 @@
 """Where the guests' time goes: the commands the VM tests ran in their guests, and the boots.
 
-    python benchmarks/guest_commands.py [DIR ...]   (default: pytest's temp folders of this user)
+    python benchmarks/guest_commands.py [DIR ...]   (default: the last pytest run's temp folder)
 
 Every guest the tests drive writes ``commands.log`` in its work folder
 (``tests/support/vm.py``: each command, then its exit code and seconds; each boot's seconds).
@@ -51,7 +51,7 @@ def read(log: Path) -> tuple[list[tuple[str, float]], list[float]]:
 
 def main(argv: list[str]) -> int:
     tops = [Path(a) for a in argv] or [
-        Path(tempfile.gettempdir()) / f"pytest-of-{getpass.getuser()}"]
+        Path(tempfile.gettempdir()) / f"pytest-of-{getpass.getuser()}" / "pytest-current"]
     logs = sorted(p for top in tops for p in top.rglob("commands.log"))
     if not logs:
         print(f"no commands.log under {', '.join(map(str, tops))}: run the VM tests first")
