@@ -24,6 +24,7 @@ from ojai_setup.commands.terminal import Terminal
 from ojai_setup.core.commandline import ojai_command
 from ojai_setup.core.paths import API_KEY_VARIABLE, ROUTES_DIR, UNITS_DIR
 from ojai_setup.facts.routes import routes_of
+from ojai_setup.measure.client import POLL_S
 from ojai_setup.measure.stats import expected_tokens, solve_acceptance
 from ojai_setup.core.root import Root
 from ojai_setup.core.status import ExitStatus
@@ -162,7 +163,7 @@ def _wait_healthy(name: str, base: str, timeout: float) -> RouteCheck | None:
         if time.monotonic() > deadline:
             return RouteCheck(route=name, url=base, healthy=False,
                               error=f"/health answered {status or 'nothing'}: {body.strip()[:200]}")
-        time.sleep(0.5)
+        time.sleep(POLL_S)
 
 
 def check_route(name: str, host: str, port: int, draft_n_max: int | None, *, timeout: float,
@@ -274,7 +275,7 @@ def check_npu_route(tag: str, port: int, timeout: float) -> RouteCheck:
         probe = probe_tags("127.0.0.1", port, timeout=5)
         if probe.ready or time.monotonic() > deadline:
             break
-        time.sleep(0.5)
+        time.sleep(POLL_S)
     url = f"http://127.0.0.1:{port}"
     if not probe.ready:
         return RouteCheck(route=f"flm {tag}", url=url, healthy=False, error=probe.detail)
@@ -304,7 +305,7 @@ def check_lemonade_route(root: Root, name: str, record: dict, *, timeout: float,
             status, body = 0, str(exc)
         if status == 200 or time.monotonic() > deadline:
             break
-        time.sleep(0.5)
+        time.sleep(POLL_S)
     if status != 200:
         return RouteCheck(route=route, url=base, healthy=False,
                           error=f"/api/v1/health answered {status or 'nothing'}: {body.strip()[:200]}"

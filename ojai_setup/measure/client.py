@@ -31,6 +31,11 @@ from typing import Any
 
 from ojai_setup.core.errors import RemoteError
 
+#: how often a server on this machine is asked whether it is ready while it loads: a request
+#: to 127.0.0.1 costs well under a millisecond, and a server that is ready waits half the
+#: interval on average before it is seen
+POLL_S = 0.1
+
 __all__ = ["ClientError", "Endpoint", "Generation", "SpecCounters", "parse_spec_metrics"]
 
 
@@ -230,7 +235,7 @@ class Endpoint:
                 raise ClientError(f"{self.url}: the server exited before it was healthy ({last})")
             if time.monotonic() > deadline:
                 raise ClientError(f"{self.url}: /health not 200 after {timeout:.0f} s (last: {status or 'no answer'} {last})")
-            time.sleep(0.25)
+            time.sleep(POLL_S)
 
     def props(self) -> dict[str, Any]:
         """``GET /props`` (build, model path, slots); empty when the server has none. From

@@ -45,7 +45,7 @@ def _allocated(server: Path, model: Path, args: list[str], log: Path) -> list[fl
         deadline = time.monotonic() + 120
         while "listening on" not in log.read_text() and proc.poll() is None:
             assert time.monotonic() < deadline, log.read_text()
-            time.sleep(0.2)
+            time.sleep(0.05)
     finally:
         proc.terminate()
         try:

@@ -210,11 +210,11 @@ def _answer(root: Path, tmp_path: Path, command: str, question: str, keys: str) 
         deadline = time.monotonic() + 60
         while question not in screen():
             assert time.monotonic() < deadline, screen()
-            time.sleep(0.2)
+            time.sleep(0.05)
         subprocess.run(["tmux", "-S", sock, "send-keys", keys], check=True)
         while not rc.exists() or not rc.read_text().strip():
             assert time.monotonic() < deadline, screen()
-            time.sleep(0.2)
+            time.sleep(0.05)
         return screen(), int(rc.read_text())
     finally:
         subprocess.run(["tmux", "-S", sock, "kill-server"], capture_output=True)

@@ -56,7 +56,7 @@ def in_terminal(tmp_path: Path, *args: object) -> str:
                                     capture_output=True, text=True, check=True).stdout
             if "rc=" in screen or "Apply this plan?" in screen or time.monotonic() > deadline:
                 return screen
-            time.sleep(0.3)
+            time.sleep(0.05)
     finally:
         subprocess.run(["tmux", "-S", sock, "kill-server"], capture_output=True)
 

@@ -47,7 +47,7 @@ def test_ctrl_c_leaves_the_download_bar_where_it_stopped_with_rate_and_binary_un
             if bar and re.search(r"\b[2-9]\.\d/12\.0 MiB", bar[-1]):
                 running = bar[-1]
                 break
-            time.sleep(0.2)
+            time.sleep(0.05)
         assert running, window.screen()
         window.send("C-c")
         code = window.wait_done(timeout=30)

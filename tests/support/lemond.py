@@ -148,7 +148,7 @@ def lemond(machine: Path, scratch: Path, *, env: dict[str, str] | None = None,
             if time.monotonic() > deadline:
                 raise LemondError(f"lemond did not answer /api/v1/health in {ready_timeout:.0f} s:"
                                   f"\n{server.log()[-4000:]}")
-            time.sleep(0.3)
+            time.sleep(0.05)
         yield server
     finally:
         _stop(process)

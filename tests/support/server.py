@@ -146,7 +146,7 @@ def _wait_healthy(server: RunningServer, ready_timeout: float) -> None:
             if status == 200:
                 return
             last = f"{status} {body.strip()}"
-        time.sleep(0.2)
+        time.sleep(0.05)
     raise ServerError(f"/health not 200 after {ready_timeout:.0f} s (last: {last}):\n{_tail(server.log_path)}")
 
 

@@ -68,7 +68,7 @@ class Window:
                 return shown
             assert time.monotonic() < deadline and not self.done(), \
                 f"{text!r} did not show within {timeout} s:\n{shown}"
-            time.sleep(0.2)
+            time.sleep(0.05)
 
     def done(self) -> bool:
         return self.rc.exists()
@@ -79,7 +79,7 @@ class Window:
         while not self.done():
             assert time.monotonic() < deadline, \
                 f"{self.command} did not finish within {timeout} s:\n{self.screen()}"
-            time.sleep(0.2)
+            time.sleep(0.05)
         return int(self.rc.read_text())
 
 
