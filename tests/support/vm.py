@@ -117,8 +117,15 @@ UNUSED_MODULES = ("kvm_amd", "kvm", "irqbypass", "ccp", "floppy", "parport_pc", 
                   "pcspkr", "psmouse", "serio_raw", "i2c_piix4", "i2c_i801", "lpc_ich", "sr_mod",
                   "cdrom", "sg", "ata_piix", "ata_generic", "ahci", "libahci", "powernow_k8",
                   "qemu_fw_cfg")
-GRUB_SETTINGS = {"GRUB_TIMEOUT": "0", "GRUB_CMDLINE_LINUX": '"console=ttyS0,115200n8"'}
-KERNEL_APPEND = f"root=UUID={ROOT_UUID} ro console=ttyS0,115200n8"
+#: the guest kernel's arguments besides its root: the serial console, and no mitigations of
+#: speculative execution. With them, the kernel sends every indirect call through a retpoline
+#: thunk (the guest reports "spectre_v2: Mitigation: Retpolines" on this CPU model) and adds
+#: barriers on every entry, all of it emulated instruction by instruction under TCG, for no
+#: protection a throwaway guest needs. Measured in one guest: ``update-initramfs -u`` 92.9 ->
+#: 81.4 s, a reboot 41.8 -> 32.1 s.
+GUEST_KERNEL_ARGS = "console=ttyS0,115200n8 mitigations=off"
+GRUB_SETTINGS = {"GRUB_TIMEOUT": "0", "GRUB_CMDLINE_LINUX": f'"{GUEST_KERNEL_ARGS}"'}
+KERNEL_APPEND = f"root=UUID={ROOT_UUID} ro {GUEST_KERNEL_ARGS}"
 
 
 class VMError(RuntimeError):

@@ -71,6 +71,12 @@ BACKPORTS = ("systemd", "systemd-boot", "systemd-boot-efi", "udev")
 #: would size them for the host the chroot runs on): what this guest boots from. A generic
 #: image is 48 MB, which ``lsinitrd`` under TCG takes 80 s to read
 DRIVERS = ("virtio_pci", "virtio_blk", "virtio_console", "ext4", "vfat", "nls_cp437", "nls_ascii")
+#: dracut's modules for what this guest has none of (an encrypted, LVM, RAID or btrfs root,
+#: hibernation, a splash screen, console fonts and keymaps, network boots, extra kernel modules):
+#: left out of both images and of every rebuild in the guest, the ones ojai's apply runs among
+#: them. Measured: a ``dracut --force`` in the guest 108 -> 82 s.
+DRACUT_OMIT = ("i18n", "kernel-modules-extra", "qemu", "qemu-net", "resume", "crypt", "dm", "lvm",
+               "mdraid", "plymouth", "btrfs", "nss-softokn", "rngd")
 #: the dracut configuration that loads the GPU's driver early (``-vga std``: bochs; an AMD box
 #: adds amdgpu the same way) and so puts ttm into the initramfs
 DRM_CONF = "50-ojai-early-kms.conf"
@@ -85,7 +91,7 @@ ESP_VOLID = "0E5A1C2D"
 ESP_UUID = f"{ESP_VOLID[:4]}-{ESP_VOLID[4:]}"
 DISK_GUID = "5f0c7e1a-3b2d-4e6f-8a9b-1c2d3e4f5a6b"
 #: what kernel-install writes into the entries at build time (then the file is removed)
-BUILD_CMDLINE = f"root=UUID={vm.ROOT_UUID} ro console=ttyS0,115200n8"
+BUILD_CMDLINE = f"root=UUID={vm.ROOT_UUID} ro {vm.GUEST_KERNEL_ARGS}"
 RECIPE_VERSION = 3
 
 #: the chroot stage: systemd-boot from the mirror, then the ESP filled in a private mount
@@ -95,7 +101,8 @@ set -eu
 R=$1 OUT=$2
 C="env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8 DEBIAN_FRONTEND=noninteractive SYSTEMD_RELAX_ESP_CHECKS=1 chroot $R"
 mkdir -p "$R/etc/dracut.conf.d" "$R/boot/efi"
-printf '%s\n' 'hostonly="no"' 'drivers="{drivers}"' > "$R/etc/dracut.conf.d/10-ojai-guest.conf"
+printf '%s\n' 'hostonly="no"' 'drivers="{drivers}"' 'omit_dracutmodules+=" {omit} "' \
+    > "$R/etc/dracut.conf.d/10-ojai-guest.conf"
 mount -t proc proc "$R/proc"
 cp /etc/resolv.conf "$R/etc/resolv.conf"
 echo "deb {mirror} bookworm-backports main" > "$R/etc/apt/sources.list.d/backports.list"
@@ -126,6 +133,7 @@ def recipe() -> dict:
     return {"version": RECIPE_VERSION, "bios": vm.recipe(), "packages": list(UEFI_PACKAGES),
             "backports": list(BACKPORTS),
             "drm_conf": DRM_CONF, "without_ttm": WITHOUT_TTM, "drivers": list(DRIVERS),
+            "dracut_omit": list(DRACUT_OMIT),
             "gpu_driver": GPU_DRIVER, "esp_mib": ESP_MIB, "esp_volid": ESP_VOLID,
             "build_cmdline": BUILD_CMDLINE,
             "prepare": PREPARE, "source": hashlib.sha256(source.encode()).hexdigest(),
@@ -166,7 +174,8 @@ def prepare_esp(rootfs: Path, esp: Path, logfile: Path) -> None:
         "{backports}", " ".join(BACKPORTS)).replace("{mirror}", vm.MIRROR).replace(
         "{esp_mib}", str(ESP_MIB)).replace("{cmdline}", BUILD_CMDLINE).replace(
         "{drm_conf}", DRM_CONF).replace("{without_ttm}", WITHOUT_TTM).replace(
-        "{drivers}", " ".join(DRIVERS)).replace("{gpu_driver}", GPU_DRIVER)
+        "{drivers}", " ".join(DRIVERS)).replace("{gpu_driver}", GPU_DRIVER).replace(
+        "{omit}", " ".join(DRACUT_OMIT))
     _run(vm._priv([_tool("unshare"), "-m", "--propagation", "private", "sh", "-c", script,
                    "prepare", str(rootfs), str(esp)]), log_to=logfile)
     fstab = rootfs / "etc" / "fstab"
