@@ -20,19 +20,20 @@ from support.server import THREADS  # noqa: E402
 os.environ.setdefault("LLAMA_ARG_THREADS", str(THREADS))
 
 # Bytecode is written even where the environment says not to (PYTHONDONTWRITEBYTECODE, which
-# this machine's environment sets): the suite starts hundreds of Python processes (ojai's commands, stand-ins,
-# xdist's workers, which inherit this environment), and pytest rewrites the asserts of every
-# test module; without cached bytecode each of them compiles its sources again. Collecting the
-# fast loop took 12.5 s without it and 4.5 s with it (beside a running suite). The caches are the gitignored
-# __pycache__ folders, which the wheel leaves out.
+# this machine's environment sets): the suite starts hundreds of Python processes (ojai's
+# commands, stand-ins, xdist's workers, which inherit this environment), and pytest rewrites
+# the asserts of every test module; without cached bytecode each of them compiles its sources
+# again. Collecting the fast loop took 12.5 s without it and 4.5 s with it (beside a running
+# suite). The caches are the gitignored __pycache__ folders, which the wheel leaves out.
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 sys.dont_write_bytecode = False
 
 # typer's CliRunner builds the click command from the app's functions on every invoke (13 ms
 # for ojai's app here, and the tests invoke it over a thousand times); the ojai command builds
-# it once per process. The app is not changed after import, so one build per app is kept.
-_build_command = typer.testing._get_command
-typer.testing._get_command = functools.cache(_build_command)
+# it once per process. The app is not changed after import, so one build per app is kept. A
+# typer without this name runs the tests as they are, only slower.
+if hasattr(typer.testing, "_get_command"):
+    typer.testing._get_command = functools.cache(typer.testing._get_command)
 
 
 @pytest.fixture(autouse=True)
